@@ -1,0 +1,180 @@
+"""The ``stratgen`` command line. It parses arguments and reports; ``Project`` does the work.
+
+Exit codes: 0 success, 1 drift (``check``, ``generate --dry-run`` with changes), 2 user error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from . import __version__
+from .errors import SpecError, StratgenError
+from .fmt import FormatError
+
+EXIT_OK, EXIT_DRIFT, EXIT_ERROR = 0, 1, 2
+
+
+class Console:
+    """Writes to stdout and stderr, in colour only on a terminal and never with NO_COLOR."""
+
+    def __init__(self, out: TextIO, err: TextIO, color: bool | None = None) -> None:
+        self.out = out
+        self.err = err
+        if color is None:
+            color = "NO_COLOR" not in os.environ and hasattr(err, "isatty") and err.isatty()
+        self.color = color
+
+    def paint(self, text: str, code: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.color else text
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.out)
+
+    def error(self, text: str) -> None:
+        print(self.paint("error: ", "1;31") + text, file=self.err)
+
+    def warn(self, text: str) -> None:
+        print(self.paint("warning: ", "1;33") + text, file=self.err)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("project")
+    group.add_argument(
+        "--project", type=Path, help="project folder (default: nearest with [tool.stratgen])"
+    )
+    group.add_argument("--specs", help="specs folder, relative to the project")
+    group.add_argument("--output", help="folder that holds the generated package")
+    group.add_argument("--package", help="import name of the generated package")
+    group.add_argument("--tests", help="folder for the generated tests")
+    group.add_argument("--templates", help="folder of templates that override the built-in ones")
+    group.add_argument("--no-color", action="store_true", help="never colour the output")
+
+    parser = _Parser(
+        prog="stratgen",
+        description="Generate a PyTorch training-strategy package and its tests from YAML specs.",
+        epilog="Exit codes: 0 success, 1 generated files out of date, 2 error in the input.",
+    )
+    parser.add_argument("--version", action="version", version=f"stratgen {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    gen = commands.add_parser(
+        "generate",
+        parents=[common],
+        help="render every spec into the package and its tests",
+        description="Render every spec into the package and its tests. Only files whose "
+        "content changes are written; files generated earlier that no spec produces any more "
+        "are removed.",
+    )
+    gen.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    gen.add_argument("--diff", action="store_true", help="print a unified diff of the changes")
+    gen.add_argument("--timings", action="store_true", help="print the time spent in each step")
+
+    check = commands.add_parser(
+        "check",
+        parents=[common],
+        help="fail if the generated files are stale or edited by hand",
+        description="Compare what the specs produce with the files on disk. Exit 1 with a "
+        "unified diff and the changed, missing and extra files if they differ.",
+    )
+    check.add_argument("--quiet", "-q", action="store_true", help="list files only, no diff")
+    check.add_argument("--timings", action="store_true", help="print the time spent in each step")
+
+    validate = commands.add_parser(
+        "validate",
+        parents=[common],
+        help="check spec files without generating anything",
+        description="Check spec files against the format and against the project's other "
+        "specs (extends, names, references). Prints every problem with file:line:column.",
+    )
+    validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
+
+    lst = commands.add_parser(
+        "list",
+        parents=[common],
+        help="table of strategies, aliases, accelerators and backends",
+        description="List every strategy and alias with its accelerators, backend, launcher "
+        "and whether it can run on this machine.",
+    )
+    lst.add_argument("--no-probe", action="store_true", help="skip the availability probe")
+
+    schema = commands.add_parser(
+        "schema",
+        parents=[common],
+        help="print the JSON Schema of the spec format",
+        description="Print the JSON Schema of spec files (for editors and CI).",
+    )
+    schema.add_argument("--write", "-w", dest="schema_output", type=Path, help="write it to this file")
+
+    new = commands.add_parser(
+        "new",
+        parents=[common],
+        help="add a spec to the project and render it",
+        description="Add hardware or a strategy. With --from, validate a spec file, copy it "
+        "into the specs folder and render it. With a NAME, ask the few questions a spec needs "
+        "(or take them from flags with --defaults), write a commented spec, and render it.",
+    )
+    new.add_argument("name", nargs="?", help="name of a new accelerator or strategy")
+    new.add_argument("--from", dest="source", type=Path, help="spec file to add")
+    new.add_argument("--defaults", action="store_true", help="ask nothing; use defaults and flags")
+    new.add_argument("--accelerator", help="accelerator the strategy runs on (default: cpu)")
+    new.add_argument("--base", choices=["single_device", "parallel"], help="kind of strategy")
+    new.add_argument(
+        "--launcher", choices=["popen", "spawn", "fork", "forkserver", "external"], help="how processes start"
+    )
+    new.add_argument("--backend", help="collective backend (default: auto)")
+    new.add_argument("--precision", help="default precision (default: 32-true)")
+    new.add_argument("--force", action="store_true", help="overwrite an existing spec of that name")
+
+    init = commands.add_parser(
+        "init",
+        help="create a new strategy-package project",
+        description="Create a project of your own with copier: pyproject.toml with "
+        "[tool.stratgen], specs/, a CI workflow and pre-commit hooks that run `stratgen check`.",
+    )
+    init.add_argument("directory", type=Path)
+    init.add_argument("--package", help="import name of your package")
+    init.add_argument("--defaults", action="store_true", help="ask nothing; use defaults")
+    init.add_argument("--no-color", action="store_true", help="never colour the output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console(out or sys.stdout, err or sys.stderr, False if args.no_color else None)
+    from . import commands  # noqa: PLC0415 - keeps `stratgen --help` fast
+
+    try:
+        return commands.run(args, console)
+    except SpecError as exc:
+        for problem in exc.problems:
+            console.error(str(problem))
+        count = len(exc.problems)
+        console.err.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was written.\n")
+        return EXIT_ERROR
+    except (StratgenError, FormatError) as exc:
+        console.error(str(exc))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        console.error("interrupted")
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

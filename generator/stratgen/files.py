@@ -1,0 +1,203 @@
+"""Write a planned tree of generated files, or compare it with what is on disk.
+
+Writes are atomic per file (a temporary file renamed over the target) and only touch files
+whose content changed, so modification times of unchanged files stay put. A manifest records
+every generated file and its hash: files that an earlier run generated and no spec produces
+any more are removed, unless they were edited by hand since; files stratgen never generated
+are never touched. Concurrent runs are serialised by a lock file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MANIFEST_NAME = ".stratgen-manifest.json"
+LOCK_NAME = ".stratgen.lock"
+IGNORED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+IGNORED_SUFFIXES = (".pyc", ".pyo")
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_bytes(files: Mapping[str, bytes]) -> bytes:
+    """The manifest for a plan: every generated path with the hash of its content."""
+    entries = {path: digest(data) for path, data in sorted(files.items())}
+    document = {"generator": "stratgen", "files": entries}
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+
+
+@dataclass
+class Drift:
+    changed: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    diffs: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.changed or self.missing or self.extra)
+
+
+@dataclass
+class WriteReport:
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # orphans edited by hand, left in place
+
+
+class Tree:
+    """The generated part of a project: the package and tests folders and their manifest."""
+
+    def __init__(self, root: Path, owned_dirs: list[str], manifest: str) -> None:
+        self.root = root
+        self.owned_dirs = owned_dirs  # folders (relative to root) whose every file is generated
+        self.manifest = manifest  # manifest path relative to root
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            return (self.root / path).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def recorded(self) -> dict[str, str]:
+        """Paths and hashes from the manifest of the previous run (empty if none)."""
+        data = self.read(self.manifest)
+        if data is None:
+            return {}
+        try:
+            files = json.loads(data)["files"]
+        except (ValueError, KeyError, TypeError):
+            return {}
+        if not isinstance(files, dict):
+            return {}
+        return {str(k): str(v) for k, v in files.items() if _is_safe_relative(str(k))}
+
+    def present(self) -> set[str]:
+        """Files currently in the owned folders, relative to the root."""
+        found = set()
+        for folder in self.owned_dirs:
+            base = self.root / folder
+            if not base.is_dir():
+                continue
+            for dirpath, dirnames, filenames in os.walk(base):
+                dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_PARTS)
+                for name in filenames:
+                    if name.endswith(IGNORED_SUFFIXES) or name == LOCK_NAME:
+                        continue
+                    path = Path(dirpath, name).relative_to(self.root).as_posix()
+                    found.add(path)
+        return found
+
+    # -- comparing ----------------------------------------------------------------------------
+
+    def compare(self, plan: Mapping[str, bytes], with_diff: bool = True) -> Drift:
+        drift = Drift()
+        for path in sorted(plan):
+            current = self.read(path)
+            if current is None:
+                drift.missing.append(path)
+            elif current != plan[path]:
+                drift.changed.append(path)
+                if with_diff:
+                    drift.diffs.append(unified_diff(path, current, plan[path]))
+        drift.extra = sorted(self.present() - set(plan))
+        return drift
+
+    # -- writing ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold an exclusive lock on the tree for the duration of a write."""
+        lock_dir = self.root / Path(self.manifest).parent
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with open(lock_dir / LOCK_NAME, "a+b") as handle:
+            try:
+                import fcntl
+            except ImportError:  # pragma: no cover - not POSIX
+                yield
+                return
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def write(self, plan: Mapping[str, bytes]) -> WriteReport:
+        """Bring the tree in line with ``plan``; the manifest is written last."""
+        report = WriteReport()
+        with self.locked():
+            previous = self.recorded()
+            for path in sorted(plan):
+                if path == self.manifest:
+                    continue
+                if self.read(path) == plan[path]:
+                    report.unchanged.append(path)
+                    continue
+                atomic_write(self.root / path, plan[path])
+                report.written.append(path)
+            for path in sorted(set(previous) - set(plan)):
+                current = self.read(path)
+                if current is None:
+                    continue
+                if digest(current) != previous[path]:
+                    report.kept.append(path)
+                    continue
+                (self.root / path).unlink()
+                report.removed.append(path)
+                _remove_empty_parents(self.root / path, self.root)
+            if self.manifest in plan and self.read(self.manifest) != plan[self.manifest]:
+                atomic_write(self.root / self.manifest, plan[self.manifest])
+                report.written.append(self.manifest)
+        return report
+
+
+def atomic_write(target: Path, data: bytes) -> None:
+    """Write ``data`` so that readers see either the old file or the whole new one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _remove_empty_parents(path: Path, stop: Path) -> None:
+    parent = path.parent
+    while parent != stop and parent.is_dir():
+        try:
+            parent.rmdir()
+        except OSError:
+            return
+        parent = parent.parent
+
+
+def _is_safe_relative(path: str) -> bool:
+    p = Path(path)
+    return not p.is_absolute() and ".." not in p.parts
+
+
+def unified_diff(path: str, old: bytes, new: bytes) -> str:
+    old_lines = old.decode("utf-8", "replace").splitlines(keepends=True)
+    new_lines = new.decode("utf-8", "replace").splitlines(keepends=True)
+    return "".join(
+        difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}", n=3)
+    )

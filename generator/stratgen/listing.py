@@ -1,0 +1,108 @@
+"""The table ``stratgen list`` prints, with a probe of what runs on this machine."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Iterable
+from functools import cache
+
+from .catalog import Accelerator, Catalog
+from .render import Selection
+
+
+@cache
+def module_present(name: str) -> bool:
+    """Whether a module can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _call(path: str) -> object:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)()
+
+
+@cache
+def _accelerator_available(accelerator: Accelerator) -> tuple[bool, str]:
+    spec = accelerator.spec
+    missing = [r.module for r in spec.requires if not module_present(r.module)]
+    if missing:
+        return False, f"needs {', '.join(missing)}"
+    if spec.is_available is None:
+        return True, ""
+    module = spec.is_available.partition(":")[0]
+    if not module_present(module.split(".")[0]):
+        return False, f"needs {module.split('.')[0]}"
+    try:
+        return (True, "") if _call(spec.is_available) else (False, f"no {spec.name} device")
+    except Exception as exc:  # a probe that fails means "not here"
+        return False, f"probe failed: {type(exc).__name__}"
+
+
+def availability(catalog: Catalog, strategy_name: str) -> str:
+    strategy = catalog.strategies[strategy_name]
+    missing = [r.module for r in strategy.requires if not module_present(r.module)]
+    if strategy.backend is not None:
+        missing += [r.module for r in strategy.backend.requires if not module_present(r.module)]
+    if missing:
+        return "no: needs " + ", ".join(dict.fromkeys(missing))
+    reasons = []
+    for name in strategy.accelerators:
+        ok, why = _accelerator_available(catalog.accelerators[name])
+        if ok:
+            return f"yes ({name})"
+        reasons.append(why)
+    return "no: " + "; ".join(dict.fromkeys(reasons))
+
+
+def table(rows: Iterable[list[str]], header: list[str]) -> str:
+    rows = [header, *rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for index, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def strategy_rows(catalog: Catalog, selection: Selection, probe: bool) -> list[list[str]]:
+    rows = []
+    for name in selection.strategies:
+        strategy = catalog.strategies[name]
+        if strategy.abstract:
+            continue
+        backend = strategy.backend.name if strategy.backend else "auto"
+        status = availability(catalog, name) if probe else "-"
+        for alias in strategy.registry_names:
+            shown = alias if alias == name else f"  {alias}"
+            rows.append(
+                [
+                    shown,
+                    strategy.class_name,
+                    ", ".join(strategy.accelerators),
+                    backend,
+                    strategy.launcher,
+                    status if alias == name else "",
+                ]
+            )
+    return rows
+
+
+def strategy_table(catalog: Catalog, selection: Selection, probe: bool = True) -> str:
+    header = ["strategy", "class", "accelerators", "backend", "launcher", "available here"]
+    out = [table(strategy_rows(catalog, selection, probe), header), ""]
+    accel_rows = []
+    for name in selection.accelerators:
+        accelerator = catalog.accelerators[name]
+        if probe:
+            ok, why = _accelerator_available(accelerator)
+            status = "yes" if ok else f"no: {why}"
+        else:
+            status = "-"
+        accel_rows.append([name, accelerator.class_name, accelerator.backend.name, status])
+    out.append(table(accel_rows, ["accelerator", "class", "backend", "available here"]))
+    return "\n".join(out)

@@ -1,0 +1,444 @@
+"""The typed model of the spec format.
+
+Each class is a frozen dataclass. Field types say what a spec may contain; ``doc`` metadata
+documents each key. The same declarations drive validation (``stratgen.parse``), the JSON
+Schema (``stratgen.jsonschema``) and the spec reference in the README, so they cannot drift.
+
+Fields that may be inherited through ``extends`` default to ``None`` in the spec classes;
+``stratgen.resolve`` fills them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal
+
+from .errors import Location
+
+# --- constrained strings ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A regular expression a string must match, and what to call such a string."""
+
+    regex: str
+    what: str
+    keyword_ok: bool = True
+
+
+Name = Annotated[
+    str, Pattern(r"^[a-z][a-z0-9_]{0,62}$", "a lower_snake_case name such as 'ddp_spawn'", False)
+]
+ClassName = Annotated[
+    str, Pattern(r"^[A-Z][A-Za-z0-9]{0,62}$", "a CamelCase class name such as 'DDPStrategy'", False)
+]
+ModulePath = Annotated[
+    str,
+    Pattern(
+        r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
+        "a dotted module path such as 'habana_frameworks.torch'",
+    ),
+]
+ImportPath = Annotated[
+    str,
+    Pattern(
+        r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$",
+        "an import path 'package.module:attribute'",
+    ),
+]
+EnvVar = Annotated[
+    str, Pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name such as 'SLURM_NTASKS'")
+]
+HooksRef = Annotated[
+    str,
+    Pattern(
+        r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*|[A-Za-z0-9_./-]+\.py)$",
+        "a module path 'pkg.hooks' or a file 'hooks/ipu.py' next to the spec",
+    ),
+]
+
+PrecisionName = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
+PRECISIONS: tuple[str, ...] = PrecisionName.__args__  # type: ignore[attr-defined]
+
+#: What users may type for a precision, and the canonical name it stands for.
+PRECISION_ALIASES: dict[str, str] = {
+    "64": "64-true",
+    "32": "32-true",
+    "16": "16-mixed",
+    "bf16": "bf16-mixed",
+    "double": "64-true",
+    "half": "16-true",
+}
+
+ReduceOp = Literal["sum", "product", "min", "max", "mean"]
+REDUCE_OPS: tuple[str, ...] = ReduceOp.__args__  # type: ignore[attr-defined]
+
+DType = Literal[
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+]
+
+Base = Literal["strategy", "single_device", "parallel"]
+
+Wrapper = Literal[
+    "none",
+    "dp",
+    "ddp",
+    "fsdp",
+    "fairscale_sharded",
+    "fairscale_fsdp",
+    "deepspeed",
+    "horovod",
+    "bagua",
+    "xla",
+]
+
+Launcher = Literal["none", "popen", "spawn", "fork", "forkserver", "xla", "external", "horovodrun"]
+
+OptionType = Literal["bool", "int", "float", "str", "path", "mapping", "sequence", "any"]
+
+PrecisionKind = Literal[
+    "precision", "double", "mixed", "half", "deepspeed", "fsdp_mixed", "xla", "ipu", "apex"
+]
+
+ValueParser = Literal[
+    "int",
+    "str",
+    "slurm_first_host",
+    "slurm_job_port",
+    "lsf_first_host",
+    "lsf_node_rank",
+    "lsf_job_port",
+]
+
+ValueFallback = Literal["free_port", "hostname", "ranks_per_node"]
+
+
+def required(text: str, *, inherit: bool = True) -> Any:
+    """A spec key that must be given."""
+    return field(metadata={"doc": text, "inherit": inherit})
+
+
+def described(text: str, *, default: Any = None, inherit: bool = True) -> Any:
+    """An optional spec key; ``inherit`` says whether ``extends`` copies it."""
+    return field(default=default, metadata={"doc": text, "inherit": inherit})
+
+
+def described_factory(text: str, factory: Any, *, inherit: bool = True) -> Any:
+    return field(default_factory=factory, metadata={"doc": text, "inherit": inherit})
+
+
+def internal() -> Any:
+    """Bookkeeping that is not part of the spec format (locations, source files)."""
+    return field(
+        default_factory=lambda: Location("<unknown>"),
+        compare=False,
+        repr=False,
+        metadata={"internal": True},
+    )
+
+
+def internal_locs() -> Any:
+    return field(default_factory=dict, compare=False, repr=False, metadata={"internal": True})
+
+
+# --- building blocks ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Requirement:
+    """A Python module that must be importable, and how to install it."""
+
+    module: ModulePath = required("Module to import, e.g. 'deepspeed'.")
+    install: str = described("Command or instruction shown when the module is missing.", default="")
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+    __shorthand__: ClassVar[str] = "module"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionDefaults:
+    """Which precisions are allowed and which one is used when the user names none."""
+
+    default: PrecisionName | None = described("Precision used when the user does not choose one.")
+    supported: tuple[PrecisionName, ...] | None = described(
+        "Every precision this component accepts; omit to accept all."
+    )
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepHooks:
+    """Functions called at fixed points of each step (lazy-graph devices need them)."""
+
+    after_backward: ImportPath | None = described("Called after every backward pass.")
+    after_optimizer_step: ImportPath | None = described("Called after every optimizer step.")
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backend:
+    """A collective-communication backend and what it can do."""
+
+    name: Name = required("Name passed to torch.distributed.init_process_group, e.g. 'gloo'.")
+    description: str = described("One line on what it is.", default="")
+    reduce_ops: tuple[ReduceOp, ...] = described(
+        "Reductions the backend performs natively; 'mean' is emulated as sum / world size "
+        "when missing.",
+        default=("sum", "product", "min", "max", "mean"),
+    )
+    casts: dict[DType, DType] = described_factory(
+        "Tensor dtypes the backend cannot reduce, mapped to the dtype to reduce them in.", dict
+    )
+    init_hook: ImportPath | None = described(
+        "Function called (without arguments) before the process group is created."
+    )
+    requires: tuple[Requirement, ...] = described("Modules the backend needs.", default=())
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """A constructor argument of a strategy, with its type and default."""
+
+    type: OptionType | tuple[OptionType, ...] = required(
+        "Type of the value; a list allows several (e.g. [mapping, path])."
+    )
+    default: Any = described("Default value; mapping and sequence options default to null.")
+    doc: str = described("What the option does, for the docstring.", default="")
+    choices: tuple[Any, ...] | None = described("The only values allowed, if limited.")
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return self.type if isinstance(self.type, tuple) else (self.type,)
+
+
+# --- accelerators -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceleratorSpec:
+    """A kind of device: how to find it, count it and talk to it."""
+
+    name: Name = required("Name users pass as accelerator=..., e.g. 'hpu'.", inherit=False)
+    class_name: ClassName = required("Generated class, e.g. 'HPUAccelerator'.", inherit=False)
+    device_type: Name = required("torch.device type, e.g. 'cuda' or 'hpu'.")
+    description: str = described("Docstring of the class.", default="", inherit=False)
+    module: Name | None = described("Module name in the package; defaults to the accelerator name.")
+    indexed: bool = described(
+        "Whether devices carry an index (torch.device('cuda', 1)); false for devices "
+        "addressed as a whole (torch.device('hpu')) and for CPU processes.",
+        default=True,
+    )
+    requires: tuple[Requirement, ...] = described("Modules that must be importable.", default=())
+    is_available: ImportPath | None = described(
+        "Function returning whether the device is present; omit for always available."
+    )
+    device_count: ImportPath | None = described(
+        "Function returning the number of devices; omit for devices that are processes "
+        "(any number may be requested)."
+    )
+    auto_devices: int | None = described(
+        "How many devices devices='auto' selects; omit for all available.", default=None
+    )
+    visible_devices_env: EnvVar | None = described(
+        "Environment variable that restricts visible devices, e.g. CUDA_VISIBLE_DEVICES."
+    )
+    backend: Name = required("Collective backend used with this device when a strategy says 'auto'.")
+    precision: PrecisionDefaults = described_factory(
+        "Default and supported precisions on this device.", PrecisionDefaults
+    )
+    grad_scaler: bool = described("Whether '16-mixed' needs a GradScaler on this device.", default=False)
+    set_device: ImportPath | None = described(
+        "Function called with the torch.device when a process starts using it."
+    )
+    teardown: ImportPath | None = described("Function called without arguments at teardown.")
+    step_hooks: StepHooks = described_factory("Functions called after backward / optimizer step.", StepHooks)
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+
+# --- strategies ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategySpec:
+    """A training strategy: how processes start, talk and wrap the model."""
+
+    name: Name = required("Registry name users pass as strategy=..., e.g. 'ddp'.", inherit=False)
+    class_name: ClassName = required("Generated class, e.g. 'DDPStrategy'.", inherit=False)
+    description: str = described("Docstring of the class.", default="", inherit=False)
+    module: Name | None = described(
+        "Module name in the package; defaults to the strategy name.", inherit=False
+    )
+    abstract: bool = described(
+        "A base for other strategies that is not in the registry itself.",
+        default=False,
+        inherit=False,
+    )
+    base: Base | None = described(
+        "Kind of strategy: 'single_device', 'parallel' or 'strategy' (the root). The class "
+        "derives from that base spec's class and inherits its fields, unless 'extends' names "
+        "another parent."
+    )
+    extends: Name | None = described(
+        "Strategy whose fields and class this one inherits (from any spec file, built-in "
+        "specs included).",
+        inherit=False,
+    )
+    wrapper: Wrapper | None = described("How the model is wrapped for its backend.")
+    launcher: Launcher | None = described("How the training processes are started.")
+    backend: Name | Backend | None = described(
+        "Collective backend: 'auto' (from the accelerator), the name of a declared backend, "
+        "or a mapping declaring one."
+    )
+    precision: PrecisionDefaults | None = described("Default and supported precisions.")
+    cluster: tuple[Name, ...] | None = described(
+        "Cluster environments, in the order they are detected; the first whose detect() "
+        "succeeds is used."
+    )
+    accelerators: tuple[Name, ...] | None = described(
+        "Accelerators the strategy runs on, in order of preference for accelerator='auto'."
+    )
+    options: dict[Name, Option] | None = described(
+        "Constructor arguments with their types and defaults. A child's entry replaces the "
+        "parent's entry of the same name."
+    )
+    aliases: dict[Name, dict[Name, Any]] = described_factory(
+        "Extra registry names, each a preset of option values.", dict, inherit=False
+    )
+    requires: tuple[Requirement, ...] | None = described("Modules that must be importable.")
+    hooks: HooksRef | None = described(
+        "Hand-written hooks module whose functions the class calls at named points."
+    )
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+
+# --- precision plugins --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionPluginSpec:
+    """A precision plugin: which precisions it serves and where it applies."""
+
+    name: Name = required("Name of the plugin in the registry.", inherit=False)
+    class_name: ClassName = required("Generated class, e.g. 'DoublePrecisionPlugin'.", inherit=False)
+    description: str = described("Docstring of the class.", default="", inherit=False)
+    module: Name | None = described("Module name in the package; defaults to the plugin name.", inherit=False)
+    abstract: bool = described("A base for other plugins, never selected itself.", default=False, inherit=False)
+    extends: Name | None = described("Plugin whose fields and class this one inherits.", inherit=False)
+    kind: PrecisionKind | None = described("Which core behaviour the plugin has.")
+    modes: tuple[PrecisionName, ...] | None = described(
+        "Precisions the plugin implements (not inherited).", inherit=False
+    )
+    wrappers: tuple[Wrapper, ...] | None = described(
+        "Only for strategies with one of these wrappers; omit for any."
+    )
+    accelerators: tuple[Name, ...] | None = described("Only on these accelerators; omit for any.")
+    grad_scaler: ImportPath | None = described(
+        "Gradient scaler class used for '16-mixed' where the device needs one."
+    )
+    requires: tuple[Requirement, ...] | None = described("Modules that must be importable.")
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+
+# --- cluster environments -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Condition:
+    """A test on environment variables."""
+
+    always: bool = described("True regardless of the environment.", default=False)
+    all_set: tuple[EnvVar, ...] = described("Every one of these variables is set.", default=())
+    any_set: tuple[EnvVar, ...] = described("At least one of these variables is set.", default=())
+    not_equal: dict[EnvVar, tuple[str, ...]] = described_factory(
+        "None of these variables has one of the listed values.", dict
+    )
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValueSource:
+    """Where a cluster value comes from: environment variables, parsed, with a fallback."""
+
+    env: tuple[EnvVar, ...] = described("Variables to read; the first one set wins.", default=())
+    parse: ValueParser | None = described(
+        "How to read the value: 'int' and 'str', or a scheduler-specific parser."
+    )
+    default: int | str | None = described("Value when no variable is set.")
+    fallback: ValueFallback | None = described(
+        "Computed value when no variable is set and no default is given."
+    )
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+    __shorthand__: ClassVar[str] = "env"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterEnvironmentSpec:
+    """A cluster or launcher: how to tell it is there and where ranks and addresses live."""
+
+    name: Name = required("Name of the environment, used in strategies' 'cluster' lists.", inherit=False)
+    class_name: ClassName = required("Generated class, e.g. 'SLURMEnvironment'.", inherit=False)
+    description: str = described("Docstring of the class.", default="", inherit=False)
+    module: Name | None = described("Module name in the package; defaults to the name.", inherit=False)
+    abstract: bool = described("A base for other environments, never detected itself.", default=False, inherit=False)
+    extends: Name | None = described("Environment whose fields and class this one inherits.", inherit=False)
+    detect: Condition | None = described("When the process runs under this environment.")
+    creates_processes_externally: Condition | None = described(
+        "When the environment (not the strategy) starts one process per device."
+    )
+    settable: bool | None = described(
+        "Whether the strategy sets world size and global rank (true for environments that "
+        "the strategy's own launcher fills in)."
+    )
+    world_size: ValueSource | None = described("Total number of processes.")
+    global_rank: ValueSource | None = described("Rank of this process among all processes.")
+    local_rank: ValueSource | None = described("Rank of this process on its node.")
+    node_rank: ValueSource | None = described("Rank of this node.")
+    main_address: ValueSource | None = described("Address of the rank-0 node.")
+    main_port: ValueSource | None = described("Port of the rendezvous on the rank-0 node.")
+    requires: tuple[Requirement, ...] | None = described("Modules that must be importable.")
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()
+
+
+# --- a spec file --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecFile:
+    """One YAML file under specs/. It may declare one accelerator and any number of the rest."""
+
+    version: Literal[1] = described("Version of the spec format.", default=1)
+    accelerator: AcceleratorSpec | None = described("The accelerator this file adds, if any.")
+    backends: tuple[Backend, ...] = described("Collective backends declared here.", default=())
+    strategies: tuple[StrategySpec, ...] = described("Strategies declared here.", default=())
+    precision_plugins: tuple[PrecisionPluginSpec, ...] = described(
+        "Precision plugins declared here.", default=()
+    )
+    cluster_environments: tuple[ClusterEnvironmentSpec, ...] = described(
+        "Cluster environments declared here.", default=()
+    )
+    loc: Location = internal()
+    locs: dict[str, Location] = internal_locs()

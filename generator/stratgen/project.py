@@ -1,0 +1,287 @@
+"""A stratgen project: its configuration, its specs, and the files they produce.
+
+This module only orchestrates the pipeline: load (YAML with locations) -> parse (typed model)
+-> resolve (extends and references) -> select (what the package needs) -> render -> format ->
+write or compare.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .catalog import Catalog, Source, resolve
+from .errors import SpecError, StratgenError, did_you_mean
+from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
+from .fmt import Formatter
+from .parse import parse_spec_file
+from .render import Renderer, Selection, render
+from .yamlload import load_yaml_file
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+
+
+def resource_dir(name: str) -> Path:
+    """A folder shipped with stratgen: inside the wheel, or at the top of a source checkout."""
+    for candidate in (PACKAGE_ROOT / name, PACKAGE_ROOT.parent.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise StratgenError(f"stratgen's {name}/ folder is missing from this installation")
+
+
+CONFIG_KEYS = ("specs", "output", "package", "tests", "templates", "builtin-specs")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Where a project keeps its specs and generated files ([tool.stratgen] in pyproject.toml)."""
+
+    root: Path
+    specs: str = "specs"
+    output: str = "generated"
+    package: str = "stratlib"
+    tests: str = "generated/tests"
+    templates: str | None = None
+    builtin_specs: bool = True
+
+    @property
+    def package_dir(self) -> str:
+        return f"{self.output}/{self.package}"
+
+    @property
+    def manifest(self) -> str:
+        return f"{self.output}/{MANIFEST_NAME}"
+
+
+def find_root(start: Path) -> Path:
+    """The nearest folder at or above ``start`` whose pyproject.toml has [tool.stratgen]."""
+    for folder in (start, *start.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and "[tool.stratgen]" in pyproject.read_text(encoding="utf-8", errors="replace"):
+            return folder
+    return start
+
+
+def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
+    values: dict[str, Any] = {}
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise StratgenError(f"{pyproject}: cannot read it: {exc}") from None
+        table = data.get("tool", {}).get("stratgen", {})
+        if not isinstance(table, dict):
+            raise StratgenError(f"{pyproject}: [tool.stratgen] must be a table")
+        for key, value in table.items():
+            if key not in CONFIG_KEYS:
+                raise StratgenError(
+                    f"{pyproject}: [tool.stratgen]: unknown key {key!r}{did_you_mean(key, CONFIG_KEYS)}; "
+                    f"allowed keys: {', '.join(CONFIG_KEYS)}"
+                )
+            expected = bool if key == "builtin-specs" else str
+            if not isinstance(value, expected):
+                raise StratgenError(
+                    f"{pyproject}: [tool.stratgen]: {key} must be a {expected.__name__}, found {value!r}"
+                )
+            values[key.replace("-", "_")] = value
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = value
+    config = Config(root=root, **values)
+    if not config.package.isidentifier() or not config.package.islower():
+        raise StratgenError(f"package name {config.package!r} must be a lower-case Python identifier")
+    return config
+
+
+@dataclass
+class Timings:
+    """Seconds spent in each step of the pipeline, for `--timings` and the benchmarks."""
+
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def add(self, step: str, started: float) -> None:
+        self.steps[step] = self.steps.get(step, 0.0) + time.perf_counter() - started
+
+
+@dataclass
+class Plan:
+    files: dict[str, bytes]
+    catalog: Catalog
+    selection: Selection
+
+
+class Project:
+    def __init__(self, config: Config, formatter: Formatter | None = None) -> None:
+        self.config = config
+        self.formatter = formatter or Formatter()
+        self.timings = Timings()
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def display(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.config.root.resolve()).as_posix()
+        except ValueError:
+            return str(path)
+
+    def load_file(self, path: Path, builtin: bool, label: str | None = None) -> Source:
+        display = label or self.display(path)
+        node = load_yaml_file(path, display)
+        spec = parse_spec_file(node)
+        return Source(display, path.stem, spec, builtin, hooks_dir=str(path.parent))
+
+    def spec_paths(self) -> list[Path]:
+        folder = self.config.root / self.config.specs
+        if not folder.is_dir():
+            raise StratgenError(f"specs folder {self.display(folder)}/ does not exist")
+        return sorted(p for p in folder.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+
+    def builtin_is_local(self) -> bool:
+        local = (self.config.root / self.config.specs).resolve()
+        return local == resource_dir("specs").resolve()
+
+    def sources(self, extra: list[Path] | None = None) -> list[Source]:
+        started = time.perf_counter()
+        problems: list[Any] = []
+        sources: list[Source] = []
+        paths = self.spec_paths() + list(extra or [])
+        builtin_local = self.builtin_is_local()
+        if self.config.builtin_specs and not builtin_local:
+            for path in sorted(resource_dir("specs").glob("*.yaml")):
+                try:
+                    sources.append(self.load_file(path, True, f"specs/{path.name}"))
+                except SpecError as exc:  # pragma: no cover - built-in specs are tested
+                    problems.extend(exc.problems)
+        for path in paths:
+            try:
+                sources.append(self.load_file(path, builtin_local))
+            except SpecError as exc:
+                problems.extend(exc.problems)
+        self.timings.add("load", started)
+        if problems:
+            raise SpecError(problems)
+        return sources
+
+    # -- planning -----------------------------------------------------------------------------
+
+    def plan(self, extra: list[Path] | None = None) -> Plan:
+        sources = self.sources(extra)
+        started = time.perf_counter()
+        catalog = resolve(sources)
+        selection = select(catalog)
+        self.timings.add("resolve", started)
+
+        started = time.perf_counter()
+        template_dirs = [resource_dir("templates")]
+        if self.config.templates:
+            template_dirs.insert(0, self.config.root / self.config.templates)
+        renderer = Renderer(template_dirs)
+        rendered = render(
+            catalog, selection, renderer, self.config.package, self.config.package_dir, self.config.tests
+        )
+        self.timings.add("render", started)
+
+        started = time.perf_counter()
+        files: dict[str, bytes] = {}
+        for item in rendered:
+            if item.path in files:
+                raise StratgenError(f"two templates produce {item.path}")  # pragma: no cover
+            text = self.formatter.format(item.text, item.path) if item.python else item.text
+            files[item.path] = text.encode("utf-8")
+        files[self.config.manifest] = manifest_bytes(files)
+        self.timings.add("format", started)
+        return Plan(files, catalog, selection)
+
+    def tree(self) -> Tree:
+        owned = [self.config.package_dir, self.config.tests]
+        return Tree(self.config.root, owned, self.config.manifest)
+
+    def generate(self, plan: Plan) -> WriteReport:
+        started = time.perf_counter()
+        report = self.tree().write(plan.files)
+        self.timings.add("write", started)
+        return report
+
+    def compare(self, plan: Plan, with_diff: bool = True) -> Drift:
+        started = time.perf_counter()
+        drift = self.tree().compare(plan.files, with_diff)
+        self.timings.add("compare", started)
+        return drift
+
+
+def select(catalog: Catalog) -> Selection:
+    """Everything from the project's own specs, plus the built-in entries they rely on."""
+    local_files = {s.path for s in catalog.sources if not s.builtin}
+    if not local_files:
+        return Selection.everything(catalog)
+
+    def local(item: Any) -> bool:
+        return item.source.path in local_files
+
+    strategies: dict[str, None] = {}
+    for name in ("strategy", "single_device", "parallel"):
+        strategies[name] = None
+    for strategy in catalog.strategies.values():
+        if local(strategy):
+            chain = []
+            current: Any = strategy
+            while current is not None:
+                chain.append(current.name)
+                current = current.parent
+            for name in reversed(chain):
+                strategies[name] = None
+    ordered_strategies = tuple(n for n in catalog.strategies if n in strategies)
+
+    accelerators = {"cpu"} | {a.name for a in catalog.accelerators.values() if local(a)}
+    environments: set[str] = {e.name for e in catalog.environments.values() if local(e)}
+    backends: set[str] = set()
+    wrappers = set()
+    for name in ordered_strategies:
+        strategy = catalog.strategies[name]
+        accelerators.update(strategy.accelerators)
+        environments.update(strategy.cluster)
+        wrappers.add(strategy.wrapper)
+        if strategy.backend is not None:
+            backends.add(strategy.backend.name)
+    for name in list(environments):
+        env = catalog.environments[name].parent
+        while env is not None:
+            environments.add(env.name)
+            env = env.parent
+    for name in accelerators:
+        backends.add(catalog.accelerators[name].backend.name)
+    backends.update(n for n, src in catalog.backend_sources.items() if local_files & {src.path})
+
+    plugins: set[str] = set()
+    for plugin in catalog.precision_plugins.values():
+        wanted = local(plugin) or (
+            (not plugin.wrappers or set(plugin.wrappers) & wrappers)
+            and (not plugin.accelerators or set(plugin.accelerators) & accelerators)
+        )
+        if wanted:
+            current = plugin
+            while current is not None:
+                plugins.add(current.name)
+                current = current.parent
+    return Selection(
+        strategies=ordered_strategies,
+        accelerators=tuple(a for a in catalog.accelerators if a in accelerators),
+        precision_plugins=tuple(p for p in catalog.precision_plugins if p in plugins),
+        environments=tuple(e for e in catalog.environments if e in environments),
+        backends=tuple(b for b in catalog.backends if b in backends),
+    )
+
+
+def relative_to_cwd(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # pragma: no cover - different drive on Windows
+        return str(path)
+
+
+__all__ = ["Config", "Project", "find_root", "load_config", "resource_dir", "select"]

@@ -1,0 +1,654 @@
+"""Translate resolved specs into descriptions of Python modules and classes.
+
+Everything that decides what the generated code says lives here: class bases, imports,
+class attributes, constructor signatures and docstrings. Values from specs reach the code
+only as literals made by ``literal`` (Python's own ``repr``), as names the model has already
+validated as identifiers, or as docstring text escaped by ``docstring_body``; nothing from a
+spec is ever evaluated or rendered as a template.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .catalog import (
+    PLUMBING,
+    Accelerator,
+    Catalog,
+    ClusterEnvironment,
+    PrecisionPlugin,
+    Source,
+    Strategy,
+)
+from .model import PRECISIONS, Backend, Condition, Option, Requirement, ValueSource
+
+# Core classes each spec value maps to: (module inside the package, class name).
+STRATEGY_ROOT = ("core.strategy", "StrategyBase")
+TOPOLOGY_MIXINS = {
+    "single_device": ("core.single_device", "SingleDeviceMixin"),
+    "parallel": ("core.parallel", "ParallelMixin"),
+}
+WRAPPER_MIXINS = {
+    "dp": ("core.wrappers.dp", "DataParallelMixin"),
+    "ddp": ("core.wrappers.ddp", "DDPMixin"),
+    "fsdp": ("core.wrappers.fsdp", "FSDPMixin"),
+    "fairscale_sharded": ("core.wrappers.sharded", "ShardedMixin"),
+    "fairscale_fsdp": ("core.wrappers.fairscale_fsdp", "FairscaleFSDPMixin"),
+    "deepspeed": ("core.wrappers.deepspeed", "DeepSpeedMixin"),
+    "horovod": ("core.wrappers.horovod", "HorovodMixin"),
+    "bagua": ("core.wrappers.bagua", "BaguaMixin"),
+    "xla": ("core.wrappers.xla", "XLAMixin"),
+}
+PRECISION_ROOT = ("core.precision", "PrecisionBase")
+PRECISION_MIXINS = {
+    "double": ("core.precision", "DoublePrecisionMixin"),
+    "mixed": ("core.precision", "MixedPrecisionMixin"),
+    "half": ("core.precision", "HalfPrecisionMixin"),
+    "apex": ("core.precision", "ApexPrecisionMixin"),
+    "fsdp_mixed": ("core.wrappers.fsdp", "FSDPPrecisionMixin"),
+    "deepspeed": ("core.wrappers.deepspeed", "DeepSpeedPrecisionMixin"),
+    "xla": ("core.wrappers.xla", "XLAPrecisionMixin"),
+    "ipu": ("core.ipu", "IPUPrecisionMixin"),
+}
+ENVIRONMENT_ROOT = ("core.environment", "ClusterEnvironmentBase")
+ACCELERATOR_ROOT = ("core.accelerator", "Accelerator")
+
+# Constructor arguments that every strategy of a base kind takes, passed on to the core.
+PLUMBING_PARAMS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "accelerator": (("accelerator", "Accelerator | None", "None"),),
+    "device": (("device", "torch.device | str | int | None", "None"),),
+    "parallel_devices": (("parallel_devices", "list[torch.device] | None", "None"),),
+    "cluster_environment": (("cluster_environment", "ClusterEnvironmentBase | None", "None"),),
+    "checkpoint_io": (("checkpoint_io", "CheckpointIO | None", "None"),),
+    "precision_plugin": (("precision_plugin", "PrecisionBase | None", "None"),),
+    "num_nodes": (("num_nodes", "int", "1"),),
+}
+PLUMBING_IMPORTS = {
+    "accelerator": ("core.accelerator", "Accelerator"),
+    "cluster_environment": ("core.environment", "ClusterEnvironmentBase"),
+    "checkpoint_io": ("core.checkpoint_io", "CheckpointIO"),
+    "precision_plugin": ("core.precision", "PrecisionBase"),
+}
+
+OPTION_ANNOTATIONS = {
+    "bool": "bool",
+    "int": "int",
+    "float": "float",
+    "str": "str",
+    "path": "str | os.PathLike[str]",
+    "mapping": "Mapping[str, Any]",
+    "sequence": "Sequence[Any]",
+    "any": "Any",
+}
+
+
+# --- literals and docstrings -----------------------------------------------------------------
+
+
+def literal(value: Any) -> str:
+    """Python source for a plain value from a spec."""
+    if value is None or isinstance(value, bool | int | str):
+        return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    if isinstance(value, tuple | list):
+        items = [literal(v) for v in value]
+        if isinstance(value, tuple):
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        return "[" + ", ".join(items) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot render {type(value).__name__} as a literal")
+
+
+_DOC_ESCAPES = {"\\": "\\\\", '"': '\\"', "\t": "\\t", "\r": "\\r"}
+
+
+def docstring_body(text: str, indent: str) -> str:
+    """Escape ``text`` so that it sits verbatim inside a triple-quoted docstring.
+
+    Backslashes, quotes, tabs and control characters are escaped; trailing white space (which
+    formatters strip) is escaped too. Continuation lines are indented by ``indent``, which
+    ``inspect.cleandoc`` removes again.
+    """
+    lines = []
+    for raw in text.split("\n"):
+        line = "".join(_escape_doc_char(c) for c in raw)
+        stripped = line.rstrip(" ")
+        if stripped != line:
+            line = stripped + "\\x20" * (len(line) - len(stripped))
+        lines.append(line)
+    body = lines[0]
+    for line in lines[1:]:
+        body += "\n" + (indent + line if line else "")
+    return body
+
+
+def _escape_doc_char(char: str) -> str:
+    if char in _DOC_ESCAPES:
+        return _DOC_ESCAPES[char]
+    code = ord(char)
+    if code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or char in "\u2028\u2029\ufeff":
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return char
+
+
+DOC_WIDTH = 96
+
+
+def wrap_words(text: str, width: int) -> list[str]:
+    """Wrap one paragraph of plain prose; used for generated, not user-written, text."""
+    words, lines, current = text.split(), [], ""
+    for word in words:
+        if current and len(current) + 1 + len(word) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    if current:
+        lines.append(current)
+    return lines
+
+
+# --- module descriptions ------------------------------------------------------------------------
+
+
+@dataclass
+class Imports:
+    """Import statements of one module, grouped and sorted like isort would."""
+
+    stdlib: set[str] = field(default_factory=set)
+    third_party: set[str] = field(default_factory=set)
+    local: dict[str, set[str]] = field(default_factory=dict)
+
+    def add_local(self, module: str, name: str) -> None:
+        self.local.setdefault(module, set()).add(name)
+
+    def lines(self, module_path: str) -> list[list[str]]:
+        """Import blocks for the module at ``module_path`` (e.g. 'strategies/ddp.py')."""
+        future = "from __future__ import annotations"
+        blocks = [[future]] if future in self.stdlib else []
+        stdlib = sorted(self.stdlib - {future}, key=_import_sort_key)
+        if stdlib:
+            blocks.append(stdlib)
+        if self.third_party:
+            blocks.append(sorted(self.third_party, key=_import_sort_key))
+        local = []
+        for module in sorted(self.local, key=lambda m: relative_module(module_path, m)):
+            names = ", ".join(sorted(self.local[module]))
+            local.append(f"from {relative_module(module_path, module)} import {names}")
+        if local:
+            blocks.append(local)
+        return blocks
+
+
+def relative_module(module_path: str, target: str) -> str:
+    """The relative import of ``target`` ('core.strategy') from the file at ``module_path``."""
+    here = module_path.split("/")[:-1]
+    there = target.split(".")
+    common = 0
+    while common < len(here) and common < len(there) - 1 and here[common] == there[common]:
+        common += 1
+    return "." * (len(here) - common + 1) + ".".join(there[common:])
+
+
+def _import_sort_key(line: str) -> tuple[int, str]:
+    return (0 if line.startswith("import ") else 1, line.split()[1])
+
+
+@dataclass
+class Param:
+    name: str
+    annotation: str
+    default: str
+
+
+@dataclass
+class Init:
+    positional: list[Param]
+    keyword_only: list[Param]
+    super_args: list[tuple[str, str]]
+    assignments: list[tuple[str, str]]
+
+
+@dataclass
+class PyClass:
+    name: str
+    bases: list[str]
+    doc: str
+    attributes: list[tuple[str, str]]
+    init: Init | None = None
+
+
+@dataclass
+class PyModule:
+    """One generated Python file."""
+
+    path: str  # relative to the package root, e.g. 'strategies/ddp.py'
+    source: str  # what it was generated from, for the header
+    doc: str
+    imports: Imports
+    classes: list[PyClass]
+    body: list[str] = field(default_factory=list)  # module-level assignments
+    all_names: list[str] = field(default_factory=list)
+
+    @property
+    def depth(self) -> int:
+        return self.path.count("/")
+
+
+# --- strategies ----------------------------------------------------------------------------------
+
+
+def strategy_module(strategy: Strategy) -> PyModule:
+    imports = Imports(stdlib={"from __future__ import annotations"})
+    bases = []
+    if strategy.base == strategy.name and strategy.name != "strategy":
+        _, mixin = TOPOLOGY_MIXINS[strategy.base]
+        imports.add_local(TOPOLOGY_MIXINS[strategy.base][0], mixin)
+        bases.append(mixin)
+    parent = strategy.parent
+    if strategy.wrapper != "none" and (parent is None or parent.wrapper != strategy.wrapper):
+        module, mixin = WRAPPER_MIXINS[strategy.wrapper]
+        imports.add_local(module, mixin)
+        bases.append(mixin)
+    if parent is None:
+        imports.add_local(*STRATEGY_ROOT)
+        bases.append(STRATEGY_ROOT[1])
+    else:
+        imports.add_local(f"strategies.{parent.module}", parent.class_name)
+        bases.append(parent.class_name)
+
+    attributes = _strategy_attributes(strategy, imports)
+    init = _strategy_init(strategy, imports)
+    doc = _class_doc(strategy.description or f"The {strategy.name!r} strategy.", _registry_lines(strategy), _args_lines(strategy))
+    cls = PyClass(strategy.class_name, bases, doc, attributes, init)
+    return PyModule(
+        path=f"strategies/{strategy.module}.py",
+        source=strategy.source.path,
+        doc=f"The ``{strategy.class_name}`` strategy.",
+        imports=imports,
+        classes=[cls],
+        all_names=[strategy.class_name],
+    )
+
+
+def _changed(strategy: Strategy, key: str, value: Any) -> bool:
+    parent = strategy.parent
+    return parent is None or _strategy_facts(parent)[key] != value
+
+
+def _strategy_facts(strategy: Strategy) -> dict[str, Any]:
+    return {
+        "strategy_name": None if strategy.abstract else strategy.name,
+        "wrapper": strategy.wrapper,
+        "launcher_name": strategy.launcher,
+        "backend": strategy.backend.name if strategy.backend else None,
+        "default_precision": strategy.default_precision,
+        "supported_precisions": strategy.supported_precisions,
+        "cluster_environments": strategy.cluster,
+        "supported_accelerators": strategy.accelerators,
+        "requirements": tuple((r.module, r.install) for r in strategy.requires),
+        "hooks": strategy.hooks,
+    }
+
+
+def _strategy_attributes(strategy: Strategy, imports: Imports) -> list[tuple[str, str]]:
+    facts = _strategy_facts(strategy)
+    attributes = []
+    for key, value in facts.items():
+        if not _changed(strategy, key, value):
+            continue
+        if key == "backend":
+            source = _backend_ref(strategy.backend, imports)
+        elif key == "requirements":
+            source = _requirements(strategy.requires, imports)
+        elif key == "hooks":
+            source = literal(_hooks_module(strategy))
+        else:
+            source = literal(value)
+        attributes.append((key, source))
+    return attributes
+
+
+def _hooks_module(strategy: Strategy) -> str | None:
+    """Hooks are a module path; a file next to the spec is copied into ``<package>.hooks``."""
+    if strategy.hooks is None:
+        return None
+    if strategy.hooks.endswith(".py"):
+        return ".hooks." + hooks_module_name(strategy.hooks)
+    return strategy.hooks
+
+
+def hooks_module_name(path: str) -> str:
+    stem = path.rsplit("/", 1)[-1][: -len(".py")]
+    return re.sub(r"\W", "_", stem, flags=re.ASCII)
+
+
+def _backend_ref(backend: Backend | None, imports: Imports) -> str:
+    if backend is None:
+        return "None"
+    constant = backend_constant(backend.name)
+    imports.add_local("backends", constant)
+    return constant
+
+
+def backend_constant(name: str) -> str:
+    return name.upper()
+
+
+def _requirements(requires: Iterable[Requirement], imports: Imports) -> str:
+    items = list(requires)
+    if not items:
+        return "()"
+    imports.add_local("core.imports", "Requirement")
+    calls = [f"Requirement({literal(r.module)}, {literal(r.install)})" for r in items]
+    return "(" + ", ".join(calls) + ("," if len(calls) == 1 else "") + ")"
+
+
+def option_annotation(option: Option, imports: Imports) -> str:
+    if option.choices and set(option.types) <= {"str", "int"}:
+        imports.stdlib.add("from typing import Literal")
+        annotation = "Literal[" + ", ".join(literal(c) for c in option.choices) + "]"
+    else:
+        parts = []
+        for t in option.types:
+            parts.append(OPTION_ANNOTATIONS[t])
+            if t == "path":
+                imports.stdlib.add("import os")
+            if t in ("mapping", "sequence"):
+                imports.stdlib.add("from collections.abc import " + ("Mapping" if t == "mapping" else "Sequence"))
+            if t in ("mapping", "sequence", "any"):
+                imports.stdlib.add("from typing import Any")
+        annotation = " | ".join(parts)
+    if option.default is None and "any" not in option.types:
+        annotation += " | None"
+    return annotation
+
+
+def _strategy_init(strategy: Strategy, imports: Imports) -> Init | None:
+    parent = strategy.parent
+    own = strategy.own_options
+    redefaulted = [
+        name
+        for name, option in strategy.options.items()
+        if parent is not None and name in parent.options and parent.options[name].default != option.default
+    ]
+    if not own and not redefaulted:
+        return None
+    positional = []
+    for name in PLUMBING[strategy.base]:
+        (param,) = PLUMBING_PARAMS[name]
+        positional.append(Param(*param))
+        if name in PLUMBING_IMPORTS:
+            imports.add_local(*PLUMBING_IMPORTS[name])
+        if name in ("device", "parallel_devices"):
+            imports.third_party.add("import torch")
+    keyword_only = [
+        Param(name, option_annotation(option, imports), literal(option.default))
+        for name, option in strategy.options.items()
+    ]
+    super_args = [(p.name, p.name) for p in positional]
+    super_args += [(name, name) for name in strategy.options if name not in own]
+    assignments = [(name, name) for name in own]
+    return Init(positional, keyword_only, super_args, assignments)
+
+
+def _registry_lines(strategy: Strategy) -> list[str]:
+    if strategy.abstract:
+        return []
+    lines = [f'Registry name: ``"{strategy.name}"``.']
+    if strategy.aliases:
+        lines = ["Registry names:", "", f'- ``"{strategy.name}"``']
+        for alias, preset in strategy.aliases.items():
+            settings = ", ".join(f"{k}={literal(v)}" for k, v in preset.items())
+            lines.append(f'- ``"{alias}"``: {settings}' if settings else f'- ``"{alias}"``')
+    return lines
+
+
+def _args_lines(strategy: Strategy) -> list[tuple[str, str]]:
+    return [(name, option.doc) for name, option in strategy.options.items()]
+
+
+def _class_doc(description: str, extra: list[str], args: list[tuple[str, str]]) -> str:
+    """A docstring: the spec's description verbatim, then generated sections."""
+    parts = [docstring_body(description, "    ")]
+    if extra:
+        parts.append("\n".join("    " + line if line else "" for line in extra))
+    if args:
+        arg_lines = ["    Args:"]
+        for name, text in args:
+            first_width = DOC_WIDTH - 8 - len(name) - 2
+            words = wrap_words(text, first_width) if text else ["Documented in the spec."]
+            first, rest = words[0], " ".join(words[1:])
+            arg_lines.append(f"        {name}: {docstring_body(first, '')}")
+            for line in wrap_words(rest, DOC_WIDTH - 12):
+                arg_lines.append(f"            {docstring_body(line, '')}")
+        parts.append("\n".join(arg_lines))
+    return "\n\n".join(parts)
+
+
+# --- accelerators --------------------------------------------------------------------------------
+
+
+def accelerator_module(accelerator: Accelerator) -> PyModule:
+    spec = accelerator.spec
+    imports = Imports(stdlib={"from __future__ import annotations"})
+    imports.add_local(*ACCELERATOR_ROOT)
+    supported = spec.precision.supported or PRECISIONS
+    attributes = [
+        ("accelerator_name", literal(spec.name)),
+        ("device_type", literal(spec.device_type)),
+        ("indexed", literal(spec.indexed)),
+        ("backend", _backend_ref(accelerator.backend, imports)),
+        ("default_precision", literal(spec.precision.default or "32-true")),
+        ("supported_precisions", literal(tuple(supported))),
+        ("needs_grad_scaler", literal(spec.grad_scaler)),
+        ("auto_devices", literal(spec.auto_devices)),
+        ("availability_probe", literal(spec.is_available)),
+        ("device_count_probe", literal(spec.device_count)),
+        ("visible_devices_env", literal(spec.visible_devices_env)),
+        ("set_device_hook", literal(spec.set_device)),
+        ("teardown_hook", literal(spec.teardown)),
+        ("after_backward_hook", literal(spec.step_hooks.after_backward)),
+        ("after_optimizer_step_hook", literal(spec.step_hooks.after_optimizer_step)),
+        ("requirements", _requirements(spec.requires, imports)),
+    ]
+    # Attributes equal to the core's defaults only add noise.
+    defaults = {
+        "indexed": "True",
+        "needs_grad_scaler": "False",
+        "auto_devices": "None",
+        "availability_probe": "None",
+        "device_count_probe": "None",
+        "visible_devices_env": "None",
+        "set_device_hook": "None",
+        "teardown_hook": "None",
+        "after_backward_hook": "None",
+        "after_optimizer_step_hook": "None",
+        "requirements": "()",
+    }
+    attributes = [(k, v) for k, v in attributes if defaults.get(k) != v]
+    doc = _class_doc(spec.description or f"The {spec.name!r} accelerator.", [f'Accelerator name: ``"{spec.name}"``.'], [])
+    cls = PyClass(spec.class_name, [ACCELERATOR_ROOT[1]], doc, attributes)
+    return PyModule(
+        path=f"accelerators/{accelerator.module}.py",
+        source=accelerator.source.path,
+        doc=f"The ``{spec.class_name}``.",
+        imports=imports,
+        classes=[cls],
+        all_names=[spec.class_name],
+    )
+
+
+# --- precision plugins ---------------------------------------------------------------------------
+
+
+def precision_module(plugin: PrecisionPlugin) -> PyModule:
+    imports = Imports(stdlib={"from __future__ import annotations"})
+    bases = []
+    parent = plugin.parent
+    if plugin.kind != "precision" and (parent is None or parent.kind != plugin.kind):
+        module, mixin = PRECISION_MIXINS[plugin.kind]
+        imports.add_local(module, mixin)
+        bases.append(mixin)
+    if parent is None:
+        imports.add_local(*PRECISION_ROOT)
+        bases.append(PRECISION_ROOT[1])
+    else:
+        imports.add_local(f"precision.{parent.module}", parent.class_name)
+        bases.append(parent.class_name)
+    facts = {
+        "plugin_name": plugin.name,
+        "modes": plugin.modes,
+        "wrappers": plugin.wrappers,
+        "accelerators": plugin.accelerators,
+        "grad_scaler_class": plugin.grad_scaler,
+        "requirements": plugin.requires,
+    }
+    parent_facts = (
+        {
+            "plugin_name": parent.name,
+            "modes": parent.modes,
+            "wrappers": parent.wrappers,
+            "accelerators": parent.accelerators,
+            "grad_scaler_class": parent.grad_scaler,
+            "requirements": parent.requires,
+        }
+        if parent
+        else {"modes": (), "wrappers": (), "accelerators": (), "grad_scaler_class": None, "requirements": ()}
+    )
+    attributes = []
+    for key, value in facts.items():
+        if key != "plugin_name" and parent_facts.get(key) == value:
+            continue
+        source = _requirements(value, imports) if key == "requirements" else literal(value)
+        attributes.append((key, source))
+    extra = [] if plugin.abstract or not plugin.modes else [
+        "Serves precision " + ", ".join(f'``"{m}"``' for m in plugin.modes) + "."
+    ]
+    doc = _class_doc(plugin.description or f"The {plugin.name!r} precision plugin.", extra, [])
+    cls = PyClass(plugin.class_name, bases, doc, attributes)
+    return PyModule(
+        path=f"precision/{plugin.module}.py",
+        source=plugin.source.path,
+        doc=f"The ``{plugin.class_name}``.",
+        imports=imports,
+        classes=[cls],
+        all_names=[plugin.class_name],
+    )
+
+
+# --- cluster environments ------------------------------------------------------------------------
+
+_ENV_VALUE_KEYS = ("world_size", "global_rank", "local_rank", "node_rank", "main_address", "main_port")
+
+
+def environment_module(env: ClusterEnvironment) -> PyModule:
+    imports = Imports(stdlib={"from __future__ import annotations"})
+    parent = env.parent
+    if parent is None:
+        imports.add_local(*ENVIRONMENT_ROOT)
+        bases = [ENVIRONMENT_ROOT[1]]
+    else:
+        imports.add_local(f"environments.{parent.module}", parent.class_name)
+        bases = [parent.class_name]
+    attributes: list[tuple[str, str]] = [("environment_name", literal(None if env.abstract else env.name))]
+    parent_values = parent.values if parent else {}
+    for key in ("detect", "creates_processes_externally", "settable", *_ENV_VALUE_KEYS, "requires"):
+        value = env.values.get(key)
+        if value is None or parent_values.get(key) == value:
+            continue
+        if key in ("detect", "creates_processes_externally"):
+            imports.add_local("core.environment", "Condition")
+            attr = "detection" if key == "detect" else "external_processes"
+            attributes.append((attr, _condition(value)))
+        elif key == "settable":
+            attributes.append(("settable", literal(value)))
+        elif key == "requires":
+            attributes.append(("requirements", _requirements(value, imports)))
+        else:
+            imports.add_local("core.environment", "ValueSource")
+            attributes.append((f"{key}_source", _value_source(value)))
+    doc = _class_doc(env.description or f"The {env.name!r} cluster environment.", [], [])
+    cls = PyClass(env.class_name, bases, doc, attributes)
+    return PyModule(
+        path=f"environments/{env.module}.py",
+        source=env.source.path,
+        doc=f"The ``{env.class_name}``.",
+        imports=imports,
+        classes=[cls],
+        all_names=[env.class_name],
+    )
+
+
+def _condition(condition: Condition) -> str:
+    args = []
+    if condition.always:
+        args.append("always=True")
+    if condition.all_set:
+        args.append(f"all_set={literal(condition.all_set)}")
+    if condition.any_set:
+        args.append(f"any_set={literal(condition.any_set)}")
+    if condition.not_equal:
+        args.append(f"not_equal={literal(condition.not_equal)}")
+    return f"Condition({', '.join(args)})"
+
+
+def _value_source(source: ValueSource) -> str:
+    args = []
+    if source.env:
+        args.append(f"env={literal(source.env)}")
+    if source.parse is not None:
+        args.append(f"parse={literal(source.parse)}")
+    if source.default is not None:
+        args.append(f"default={literal(source.default)}")
+    if source.fallback is not None:
+        args.append(f"fallback={literal(source.fallback)}")
+    return f"ValueSource({', '.join(args)})"
+
+
+# --- package-level modules -------------------------------------------------------------------
+
+
+def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyModule:
+    imports = Imports(stdlib={"from __future__ import annotations"})
+    imports.add_local("core.collectives", "CollectiveBackend")
+    body = []
+    all_names = []
+    for name in names:
+        backend = catalog.backends[name]
+        args = [f"name={literal(backend.name)}"]
+        args.append(f"reduce_ops=frozenset({literal(tuple(backend.reduce_ops))})")
+        if backend.casts:
+            args.append(f"casts={literal(backend.casts)}")
+        if backend.init_hook:
+            args.append(f"init_hook={literal(backend.init_hook)}")
+        if backend.requires:
+            args.append(f"requirements={_requirements(backend.requires, imports)}")
+        constant = backend_constant(name)
+        comment = f"#: {backend.description}\n" if backend.description else ""
+        body.append(f"{comment}{constant} = CollectiveBackend({', '.join(args)})")
+        all_names.append(constant)
+    return PyModule(
+        path="backends.py",
+        source=source,
+        doc="Collective backends and what each can reduce natively.",
+        imports=imports,
+        classes=[],
+        body=body,
+        all_names=all_names,
+    )
+
+
+def describe_sources(sources: Iterable[Source]) -> str:
+    paths = sorted({s.path for s in sources})
+    return ", ".join(paths) if len(paths) <= 3 else f"{len(paths)} spec files under specs/"
