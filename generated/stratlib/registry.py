@@ -47,9 +47,9 @@ STRATEGIES: dict[str, StrategyEntry] = {
 
 #: Accelerator name -> class, in order of preference for accelerator="auto".
 ACCELERATORS = {
-    "cpu": CPUAccelerator,
     "cuda": CUDAAccelerator,
     "mps": MPSAccelerator,
+    "cpu": CPUAccelerator,
 }
 
 #: Precision plugins that can be selected; the most specific match wins.

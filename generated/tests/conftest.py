@@ -4,7 +4,7 @@
 
 import pytest
 
-from stratlib.testing import isolated_environment
+from stratlib.core.testing import isolated_environment
 
 
 @pytest.fixture(autouse=True)

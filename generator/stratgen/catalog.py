@@ -82,6 +82,8 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
     "xla": (frozenset({"single_device", "parallel"}), {}),
 }
 
+WRAPPERS["ddp2"] = WRAPPERS["ddp"]
+
 #: Options every parallel strategy's core reads.
 PARALLEL_OPTIONS: dict[str, tuple[str, ...]] = {
     "timeout": ("float", "int"),

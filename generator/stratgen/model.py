@@ -93,6 +93,7 @@ Wrapper = Literal[
     "none",
     "dp",
     "ddp",
+    "ddp2",
     "fsdp",
     "fairscale_sharded",
     "fairscale_fsdp",

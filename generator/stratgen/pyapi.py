@@ -35,6 +35,7 @@ TOPOLOGY_MIXINS = {
 WRAPPER_MIXINS = {
     "dp": ("core.wrappers.dp", "DataParallelMixin"),
     "ddp": ("core.wrappers.ddp", "DDPMixin"),
+    "ddp2": ("core.wrappers.ddp", "DDP2Mixin"),
     "fsdp": ("core.wrappers.fsdp", "FSDPMixin"),
     "fairscale_sharded": ("core.wrappers.sharded", "ShardedMixin"),
     "fairscale_fsdp": ("core.wrappers.fairscale_fsdp", "FairscaleFSDPMixin"),
@@ -652,3 +653,170 @@ def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyMo
 def describe_sources(sources: Iterable[Source]) -> str:
     paths = sorted({s.path for s in sources})
     return ", ".join(paths) if len(paths) <= 3 else f"{len(paths)} spec files under specs/"
+
+
+# --- facts the generated tests check -----------------------------------------------------------
+
+
+@dataclass
+class StrategyTestFacts:
+    """What a strategy's spec says, as literals for its generated test."""
+
+    strategy: Strategy
+    registry: list[tuple[str, str]]  # (registry name, preset literal)
+    option_defaults: list[tuple[str, str]]  # (option, default literal)
+    class_facts: list[tuple[str, str]]  # (class attribute, expected literal)
+    precision_cases: list[tuple[str, str, str]]  # (accelerator class, precision, plugin class)
+    backend_cases: list[tuple[str, str]]  # (accelerator class, backend name)
+    run_devices: int  # processes per node in the real-run tests
+    parallel: bool
+
+    @property
+    def name(self) -> str:
+        return self.strategy.name
+
+    @property
+    def class_name(self) -> str:
+        return self.strategy.class_name
+
+
+def strategy_test_facts(catalog: Catalog, strategy: Strategy, accelerators: Iterable[str]) -> StrategyTestFacts:
+    registry = [(strategy.name, "{}")] if not strategy.abstract else []
+    registry += [(alias, literal(preset)) for alias, preset in strategy.aliases.items()]
+    facts = _strategy_facts(strategy)
+    class_facts = [
+        (key, literal(facts[key]))
+        for key in (
+            "strategy_name",
+            "wrapper",
+            "launcher_name",
+            "default_precision",
+            "supported_precisions",
+            "cluster_environments",
+            "supported_accelerators",
+        )
+    ]
+    precision_cases = []
+    backend_cases = []
+    chosen = set(accelerators)
+    for name in strategy.accelerators:
+        if name not in chosen:
+            continue
+        accelerator = catalog.accelerators[name]
+        on_device = accelerator.spec.precision.supported or PRECISIONS
+        for mode in strategy.supported_precisions:
+            plugin = catalog.select_precision(strategy, name, mode)
+            if mode in on_device and plugin is not None:
+                precision_cases.append((accelerator.class_name, mode, plugin.class_name))
+        backend = strategy.backend or accelerator.backend
+        backend_cases.append((accelerator.class_name, backend.name))
+    single_process = strategy.base != "parallel" or strategy.wrapper in ("dp", "ddp2") or strategy.launcher == "none"
+    return StrategyTestFacts(
+        strategy=strategy,
+        registry=registry,
+        option_defaults=[(n, literal(o.default)) for n, o in strategy.options.items()],
+        class_facts=class_facts,
+        precision_cases=precision_cases,
+        backend_cases=backend_cases,
+        run_devices=1 if single_process else 2,
+        parallel=strategy.base == "parallel",
+    )
+
+
+@dataclass
+class EnvironmentTestCase:
+    """A consistent set of variables under which an environment must be detected, and the
+    values it must then read (literals for its generated test)."""
+
+    name: str
+    class_name: str
+    abstract: bool
+    environ: str
+    files: str
+    expected: str
+    external: bool
+    negatives: list[tuple[str, str | None]]
+
+
+# Example values for each reading, and the inputs special parsers turn into them.
+_EXAMPLES: dict[str, tuple[str, Any]] = {
+    "world_size": ("4", 4),
+    "global_rank": ("3", 3),
+    "local_rank": ("1", 1),
+    "node_rank": ("1", 1),
+    "main_address": ("10.1.2.3", "10.1.2.3"),
+    "main_port": ("29400", 29400),
+}
+_PARSER_EXAMPLES: dict[str, tuple[str, str, Any]] = {
+    # parser: (variable it is meant for, input, expected reading)
+    "slurm_first_host": ("SLURM_NODELIST", "node[07-09],gpu1", "node07"),
+    "slurm_job_port": ("SLURM_JOB_ID", "1234567", 19567),
+    "lsf_first_host": ("LSB_DJOB_RANKFILE", "<rankfile>", "<hostname>"),
+    "lsf_node_rank": ("LSB_DJOB_RANKFILE", "<rankfile>", 0),
+    "lsf_job_port": ("LSB_JOBID", "98765", 23765),
+}
+RANKFILE = "launchhost\n<hostname>\n<hostname>\notherhost\notherhost\n"
+
+
+def environment_test_case(env: ClusterEnvironment) -> EnvironmentTestCase:
+    values = env.values
+    environ: dict[str, str] = {}
+    files: dict[str, str] = {}
+    expected: dict[str, Any] = {}
+    for key, (raw, reading) in _EXAMPLES.items():
+        source: ValueSource | None = values.get(key)
+        if source is None:
+            continue
+        if source.parse in _PARSER_EXAMPLES:
+            variable, raw, reading = _PARSER_EXAMPLES[source.parse]
+            if variable not in source.env:
+                variable = source.env[0]
+        elif source.env:
+            variable = source.env[0]
+        elif source.default is not None:
+            expected[key] = source.default
+            continue
+        else:
+            continue
+        if raw == "<rankfile>":
+            files[variable] = RANKFILE
+        elif variable in environ:
+            # Two readings from one variable (Kubeflow's RANK is rank and node rank).
+            reading = int(environ[variable]) if isinstance(reading, int) else environ[variable]
+        else:
+            environ[variable] = raw
+        expected[key] = reading
+    detect: Condition = values["detect"] or Condition()
+    negatives: list[tuple[str, str | None]] = []
+    for variable in detect.all_set:
+        if variable not in environ and variable not in files:
+            environ[variable] = "1"
+        negatives.append((variable, None))
+    if detect.any_set and not any(v in environ or v in files for v in detect.any_set):
+        environ[detect.any_set[0]] = "4"
+    for variable, refused in detect.not_equal.items():
+        environ.setdefault(variable, "training-job")
+        negatives.extend((variable, value) for value in refused)
+    external = values["creates_processes_externally"] or Condition(always=True)
+    return EnvironmentTestCase(
+        name=env.name,
+        class_name=env.class_name,
+        abstract=env.abstract,
+        environ=literal(environ),
+        files=literal(files),
+        expected=literal(expected),
+        external=_holds(external, environ),
+        negatives=[] if detect.always else negatives,
+    )
+
+
+def _holds(condition: Condition, environ: dict[str, str]) -> bool:
+    if condition.always:
+        return True
+    if not (condition.all_set or condition.any_set):
+        return False
+    if not all(v in environ for v in condition.all_set):
+        return False
+    if condition.any_set and not any(v in environ for v in condition.any_set):
+        return False
+    return all(environ.get(v) not in values for v, values in condition.not_equal.items())

@@ -7,6 +7,7 @@ built-in ones; the core runtime (``templates/core``) is copied as it is, under a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,7 @@ class Renderer:
             lstrip_blocks=True,
         )
         self.env.filters["pyrepr"] = literal
+        self.env.filters["re_escape"] = re.escape
 
     def template(self, name: str) -> jinja2.Template:
         return self.env.get_template(name)
@@ -205,7 +207,8 @@ def _registry(
         header=header(source),
         imports=sorted(imports),
         strategies=entries,
-        accelerators=[(a.name, a.class_name) for a in accelerators],
+        # In order of preference for accelerator="auto": devices first, the CPU last.
+        accelerators=[(a.name, a.class_name) for a in sorted(accelerators, key=lambda a: a.name == "cpu")],
         precision_plugins=[p.class_name for p in selectable],
         environments=[(e.name, e.class_name) for e in concrete_envs],
         backends=[{"name": n, "constant": pyapi.backend_constant(n)} for n in selection.backends],
@@ -260,16 +263,25 @@ def _tests(
         envs = [catalog.environments[e.name] for e in spec.cluster_environments if e.name in chosen["cluster_environments"]]
         if not (strategies or accelerator or plugins or envs):
             continue
+        imports = [s.class_name for s in strategies] + [p.class_name for p in plugins]
+        imports += [e.class_name for e in envs]
+        accelerator_classes = {
+            catalog.accelerators[a].class_name
+            for s in strategies
+            for a in s.accelerators
+            if a in selection.accelerators
+        }
+        if accelerator is not None:
+            accelerator_classes.add(accelerator.class_name)
         text = template.render(
             header=header(source_label(source)),
             package=package,
             source=source,
-            strategies=strategies,
+            imports=sorted(set(imports) | accelerator_classes),
+            strategies=[pyapi.strategy_test_facts(catalog, s, selection.accelerators) for s in strategies],
             accelerator=accelerator,
             precision_plugins=plugins,
-            environments=envs,
-            catalog=catalog,
-            literal=literal,
+            environments=[pyapi.environment_test_case(e) for e in envs],
         )
         files.append(RenderedFile(f"{tests_dir}/test_{source.stem}.py", text, True))
     conftest = renderer.template("tests/conftest.py.j2").render(header=header("stratgen's test template"), package=package)

@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
+from ..core.wrappers.ddp import DDP2Mixin
 from .ddp import DDPStrategy
 
 __all__ = ["DDP2Strategy"]
 
 
-class DDP2Strategy(DDPStrategy):
+class DDP2Strategy(DDP2Mixin, DDPStrategy):
     """DDP2 behaves like DP inside a node and like DDP across nodes: one process per node
     drives every device of the node, and gradients are averaged across nodes. With one
     device per node it is DDP.
@@ -30,3 +31,4 @@ class DDP2Strategy(DDPStrategy):
     """
 
     strategy_name = "ddp2"
+    wrapper = "ddp2"

@@ -1,0 +1,116 @@
+"""Collective operations over torch.distributed, shaped by what each backend can do.
+
+A ``CollectiveBackend`` records which reductions a backend performs natively and which dtypes
+it cannot reduce. ``all_reduce`` emulates the rest: 'mean' becomes a sum divided by the world
+size, and unsupported dtypes are reduced in a wider one and cast back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .exceptions import MisconfigurationError
+from .imports import Requirement
+
+REDUCE_OPS = ("sum", "product", "min", "max", "mean")
+_ALIASES = {"avg": "mean", "add": "sum", "prod": "product", "mul": "product"}
+
+
+@dataclass(frozen=True)
+class CollectiveBackend:
+    """A torch.distributed backend and its capabilities."""
+
+    name: str
+    reduce_ops: frozenset[str] = frozenset(REDUCE_OPS)
+    casts: Mapping[str, str] = field(default_factory=dict)
+    init_hook: str | None = None
+    requirements: tuple[Requirement, ...] = ()
+
+    def cast_for(self, dtype: torch.dtype) -> torch.dtype | None:
+        """The dtype to reduce ``dtype`` in, or None if the backend handles it as is."""
+        target = self.casts.get(str(dtype).removeprefix("torch."))
+        return getattr(torch, target) if target else None
+
+
+def normalize_reduce_op(op: Any) -> str:
+    """Accept 'mean', 'sum', ..., their aliases ('avg'), or a torch ReduceOp."""
+    if op is None:
+        return "mean"
+    if isinstance(op, dist.ReduceOp) or type(op).__name__ == "RedOpType":
+        name = str(op).rsplit(".", 1)[-1].lower()
+    else:
+        name = str(op).lower()
+    name = _ALIASES.get(name, name)
+    if name not in REDUCE_OPS:
+        raise MisconfigurationError(
+            f"reduce_op={op!r} is not supported; use one of {', '.join(REDUCE_OPS)}"
+        )
+    return name
+
+
+_TORCH_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "product": dist.ReduceOp.PRODUCT,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "mean": dist.ReduceOp.AVG,
+}
+
+
+def all_reduce(
+    tensor: torch.Tensor,
+    op: Any,
+    backend: CollectiveBackend,
+    group: Any = None,
+) -> torch.Tensor:
+    """Reduce ``tensor`` over every process and return the result (the input is untouched)."""
+    name = normalize_reduce_op(op)
+    world_size = dist.get_world_size(group)
+    result = tensor.detach().clone()
+    if name == "mean" and not result.is_floating_point() and not result.is_complex():
+        result = result.to(torch.get_default_dtype())
+    out_dtype = result.dtype
+    wider = backend.cast_for(result.dtype)
+    if wider is not None:
+        result = result.to(wider)
+    if name == "mean" and "mean" not in backend.reduce_ops:
+        dist.all_reduce(result, op=dist.ReduceOp.SUM, group=group)
+        result = result / world_size
+    elif name not in backend.reduce_ops:
+        raise MisconfigurationError(
+            f"backend {backend.name!r} cannot reduce with {name!r}; it supports "
+            f"{', '.join(sorted(backend.reduce_ops))} (and 'mean' by emulation)"
+        )
+    else:
+        dist.all_reduce(result, op=_TORCH_OPS[name], group=group)
+    return result.to(out_dtype) if result.dtype != out_dtype else result
+
+
+def all_gather(
+    tensor: torch.Tensor, backend: CollectiveBackend, group: Any = None, sync_grads: bool = False
+) -> torch.Tensor:
+    """Gather ``tensor`` from every process into a new leading dimension of size world_size."""
+    if sync_grads:
+        from torch.distributed.nn.functional import all_gather as differentiable_all_gather
+
+        return torch.stack(differentiable_all_gather(tensor.contiguous(), group=group or dist.group.WORLD))
+    tensor = tensor.detach().contiguous()
+    out_dtype = tensor.dtype
+    wider = backend.cast_for(tensor.dtype)
+    if wider is not None:
+        tensor = tensor.to(wider)
+    gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, tensor, group=group)
+    return torch.stack(gathered).to(out_dtype)
+
+
+def broadcast_object(obj: Any, src: int, group: Any = None, device: torch.device | None = None) -> Any:
+    """Send a picklable object from rank ``src`` to every process and return it."""
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=src, group=group, device=device)
+    return holder[0]

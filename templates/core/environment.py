@@ -1,0 +1,247 @@
+"""Cluster environments, described by data: when they apply and where each value comes from.
+
+A generated environment sets ``detection`` (a ``Condition`` on environment variables) and one
+``ValueSource`` per value: world size, global/local/node rank, and the rendezvous address and
+port. Scheduler-specific formats (SLURM node lists, LSF rank files, job-id-derived ports) are
+read by the named parsers below.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .exceptions import MisconfigurationError
+from .imports import Requirement, require
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A test on environment variables; the default condition never holds."""
+
+    always: bool = False
+    all_set: tuple[str, ...] = ()
+    any_set: tuple[str, ...] = ()
+    not_equal: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def holds(self, environ: Mapping[str, str] | None = None) -> bool:
+        env = os.environ if environ is None else environ
+        if self.always:
+            return True
+        if not (self.all_set or self.any_set):
+            return False
+        if not all(name in env for name in self.all_set):
+            return False
+        if self.any_set and not any(name in env for name in self.any_set):
+            return False
+        return all(env.get(name) not in values for name, values in self.not_equal.items())
+
+
+# --- parsers -----------------------------------------------------------------------------------
+
+
+def _slurm_first_host(variable: str, value: str) -> str:
+    """First host of a SLURM node list: 'gpu[003-007,9],cpu1' -> 'gpu003'."""
+    value = value.strip()
+    match = re.match(r"^([^,\[]+)(\[([^\]]*)\])?", value)
+    if match is None:
+        raise ValueError(f"cannot read a host from {variable}={value!r}")
+    prefix, bracket = match.group(1), match.group(3)
+    if bracket is None:
+        return prefix
+    first = bracket.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def _job_port(job_variable: str) -> Any:
+    def parse(variable: str, value: str) -> int:
+        if variable != job_variable:
+            return int(value)
+        digits = re.sub(r"\D", "", value)
+        if not digits:
+            raise ValueError(f"{variable}={value!r} has no digits to derive a port from")
+        return 15000 + int(digits[-4:])
+
+    return parse
+
+
+def _lsf_hosts(variable: str, value: str) -> list[str]:
+    """Compute hosts from an LSF rank file; its first line is the launch node and is skipped."""
+    with open(value, encoding="utf-8") as handle:
+        hosts = [line.strip() for line in handle if line.strip()]
+    if len(hosts) < 2:
+        raise ValueError(f"the rank file {variable}={value} lists no compute host")
+    return hosts[1:]
+
+
+def _lsf_first_host(variable: str, value: str) -> str:
+    return _lsf_hosts(variable, value)[0]
+
+
+def _lsf_node_rank(variable: str, value: str) -> int:
+    nodes = list(dict.fromkeys(_lsf_hosts(variable, value)))
+    here = socket.gethostname()
+    for index, host in enumerate(nodes):
+        if host == here or host.split(".")[0] == here.split(".")[0]:
+            return index
+    raise ValueError(f"this host ({here}) is not in the rank file {value}")
+
+
+PARSERS: dict[str, Any] = {
+    "int": lambda variable, value: int(value),
+    "str": lambda variable, value: value,
+    "slurm_first_host": _slurm_first_host,
+    "slurm_job_port": _job_port("SLURM_JOB_ID"),
+    "lsf_first_host": _lsf_first_host,
+    "lsf_node_rank": _lsf_node_rank,
+    "lsf_job_port": _job_port("LSB_JOBID"),
+}
+
+
+def find_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ValueSource:
+    """Where a value comes from: the first of ``env`` that is set, parsed; else a default."""
+
+    env: tuple[str, ...] = ()
+    parse: str | None = None
+    default: int | str | None = None
+    fallback: str | None = None
+
+
+# --- the base class ------------------------------------------------------------------------------
+
+
+class ClusterEnvironmentBase:
+    """Base class of cluster environments.
+
+    ``detect()`` says whether this process runs under the environment. The rank and size
+    methods read the variables the scheduler set; environments marked ``settable`` (the
+    default one, filled in by the strategy's own launcher) accept values from the strategy.
+    """
+
+    environment_name: ClassVar[str | None] = None
+    detection: ClassVar[Condition] = Condition()
+    external_processes: ClassVar[Condition] = Condition(always=True)
+    settable: ClassVar[bool] = False
+    world_size_source: ClassVar[ValueSource] = ValueSource(default=1)
+    global_rank_source: ClassVar[ValueSource] = ValueSource(default=0)
+    local_rank_source: ClassVar[ValueSource] = ValueSource(default=0)
+    node_rank_source: ClassVar[ValueSource] = ValueSource(default=0)
+    main_address_source: ClassVar[ValueSource] = ValueSource(default="127.0.0.1")
+    main_port_source: ClassVar[ValueSource] = ValueSource(fallback="free_port")
+    requirements: ClassVar[tuple[Requirement, ...]] = ()
+
+    def __init__(self) -> None:
+        require(self.requirements, type(self).__name__)
+        self._world_size: int | None = None
+        self._global_rank: int | None = None
+        self._computed: dict[str, Any] = {}
+
+    @classmethod
+    def detect(cls) -> bool:
+        """Whether the current process runs under this environment."""
+        return cls.detection.holds() and all(r.available for r in cls.requirements)
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        """Whether processes are started by the environment rather than the strategy."""
+        return self.external_processes.holds()
+
+    # -- reading values -------------------------------------------------------------------
+
+    def _read(self, key: str, as_int: bool) -> Any:
+        source: ValueSource = getattr(self, f"{key}_source")
+        for variable in source.env:
+            value = os.environ.get(variable)
+            if value is None or value == "":
+                continue
+            parser = PARSERS[source.parse or ("int" if as_int else "str")]
+            try:
+                result = parser(variable, value)
+                return int(result) if as_int else result
+            except (ValueError, OSError) as exc:
+                raise MisconfigurationError(
+                    f"{type(self).__name__}: cannot read {key} from {variable}={value!r}: {exc}"
+                ) from None
+        if source.default is not None:
+            return int(source.default) if as_int else source.default
+        if source.fallback is not None:
+            if key not in self._computed:
+                self._computed[key] = self._fallback(source.fallback)
+            return self._computed[key]
+        names = ", ".join(source.env) or "(no variable)"
+        raise MisconfigurationError(f"{type(self).__name__}: {key} is not set; expected {names}")
+
+    def _fallback(self, name: str) -> Any:
+        if name == "free_port":
+            return find_free_port()
+        if name == "hostname":
+            return socket.gethostname()
+        if name == "ranks_per_node":
+            for variable in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
+                if os.environ.get(variable):
+                    return self.global_rank() // max(1, int(os.environ[variable]))
+            return 0
+        raise MisconfigurationError(f"unknown fallback {name!r}")  # pragma: no cover
+
+    @property
+    def main_address(self) -> str:
+        return str(self._read("main_address", as_int=False))
+
+    @property
+    def main_port(self) -> int:
+        return int(self._read("main_port", as_int=True))
+
+    def world_size(self) -> int:
+        if self._world_size is not None:
+            return self._world_size
+        return int(self._read("world_size", as_int=True))
+
+    def set_world_size(self, size: int) -> None:
+        """Set by the strategy; ignored where the scheduler decides the world size."""
+        if self.settable:
+            self._world_size = size
+
+    def global_rank(self) -> int:
+        if self._global_rank is not None:
+            return self._global_rank
+        return int(self._read("global_rank", as_int=True))
+
+    def set_global_rank(self, rank: int) -> None:
+        """Set by the strategy; ignored where the scheduler decides ranks."""
+        if self.settable:
+            self._global_rank = rank
+
+    def local_rank(self) -> int:
+        return int(self._read("local_rank", as_int=True))
+
+    def node_rank(self) -> int:
+        return int(self._read("node_rank", as_int=True))
+
+    def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        """Fail if the devices and nodes asked for contradict what the scheduler started."""
+        if self.settable:
+            return
+        expected = num_devices * num_nodes
+        actual = self.world_size()
+        if actual != expected:
+            raise MisconfigurationError(
+                f"num_nodes={num_nodes} with {num_devices} device(s) per node means {expected} "
+                f"processes, but {type(self).__name__} started {actual}; make them agree"
+            )
+
+    def teardown(self) -> None:
+        """Release what the environment holds. Ranks stay readable after training."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

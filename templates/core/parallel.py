@@ -1,0 +1,205 @@
+"""Behaviour of strategies that train with several processes.
+
+Ranks and the world size come from the cluster environment. Collectives run on a
+torch.distributed process group created in ``setup_environment`` with the strategy's backend
+(the accelerator's by default), and honour what that backend can do natively.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Generator
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import collectives
+from .accelerator import Accelerator
+from .checkpoint_io import CheckpointIO
+from .collectives import CollectiveBackend
+from .environment import ClusterEnvironmentBase
+from .exceptions import MisconfigurationError
+from .imports import import_object, require
+from .precision import PrecisionBase
+from .strategy import StrategyBase
+
+
+class ParallelMixin(StrategyBase):
+    """Multi-process training; see the module documentation."""
+
+    #: Seconds a collective may wait for its peers.
+    timeout: float = 1800.0
+    #: Backend name overriding the strategy's and the accelerator's.
+    process_group_backend: str | None = None
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironmentBase | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: PrecisionBase | None = None,
+        num_nodes: int = 1,
+    ) -> None:
+        super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise MisconfigurationError(f"num_nodes={num_nodes!r} is not allowed; use a positive number")
+        self._parallel_devices = list(parallel_devices) if parallel_devices is not None else None
+        self._cluster_environment = cluster_environment
+        self.num_nodes = num_nodes
+        self._owns_process_group = False
+
+    # -- composition ---------------------------------------------------------------------
+
+    @property
+    def cluster_environment(self) -> ClusterEnvironmentBase:
+        if self._cluster_environment is None:
+            from .factory import detect_environment
+
+            self._cluster_environment = detect_environment(type(self))
+        return self._cluster_environment
+
+    @cluster_environment.setter
+    def cluster_environment(self, environment: ClusterEnvironmentBase) -> None:
+        self._cluster_environment = environment
+
+    @property
+    def parallel_devices(self) -> list[torch.device]:
+        if self._parallel_devices is None:
+            accelerator = self.accelerator
+            self._parallel_devices = accelerator.get_parallel_devices(accelerator.parse_devices("auto"))
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device]) -> None:
+        self._parallel_devices = list(devices)
+
+    @property
+    def num_processes(self) -> int:
+        """Processes per node."""
+        return len(self.parallel_devices)
+
+    @property
+    def collective_backend(self) -> CollectiveBackend:
+        """The backend the process group uses, with its capabilities."""
+        if self.process_group_backend is not None:
+            from .factory import backend_named
+
+            return backend_named(self.process_group_backend)
+        return self.backend or self.accelerator.backend
+
+    # -- ranks ---------------------------------------------------------------------------
+
+    @property
+    def root_device(self) -> torch.device:
+        devices = self.parallel_devices
+        return devices[self.local_rank % len(devices)]
+
+    @property
+    def global_rank(self) -> int:
+        return self.cluster_environment.global_rank()
+
+    @property
+    def local_rank(self) -> int:
+        return self.cluster_environment.local_rank()
+
+    @property
+    def node_rank(self) -> int:
+        return self.cluster_environment.node_rank()
+
+    @property
+    def world_size(self) -> int:
+        return self.cluster_environment.world_size()
+
+    def configure_ranks(self) -> None:
+        """Tell an environment the strategy's own launcher fills in who is who."""
+        environment = self.cluster_environment
+        environment.set_world_size(self.num_nodes * self.num_processes)
+        environment.set_global_rank(self.node_rank * self.num_processes + self.local_rank)
+
+    # -- environment ---------------------------------------------------------------------
+
+    def setup_environment(self) -> None:
+        if self._environment_ready:
+            return
+        self.configure_ranks()
+        super().setup_environment()
+        self.setup_distributed()
+
+    def setup_distributed(self) -> None:
+        """Create the default process group (unless one exists already)."""
+        if dist.is_initialized():
+            return
+        backend = self.collective_backend
+        require(backend.requirements, f"backend {backend.name!r}")
+        if backend.init_hook is not None:
+            import_object(backend.init_hook)()
+        environment = self.cluster_environment
+        os.environ["MASTER_ADDR"] = environment.main_address
+        os.environ["MASTER_PORT"] = str(environment.main_port)
+        dist.init_process_group(
+            backend.name,
+            rank=self.global_rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=self.timeout),
+        )
+        self._owns_process_group = True
+
+    # -- collectives ---------------------------------------------------------------------
+
+    @staticmethod
+    def _distributed() -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        if not isinstance(tensor, torch.Tensor):
+            tensor = torch.tensor(tensor, device=self.root_device)
+        if not self._distributed():
+            collectives.normalize_reduce_op(reduce_op)
+            return tensor
+        return collectives.all_reduce(tensor, reduce_op, self.collective_backend, group)
+
+    def all_gather(self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False) -> torch.Tensor:
+        if not self._distributed():
+            return tensor.unsqueeze(0) if sync_grads else tensor.detach().unsqueeze(0)
+        return collectives.all_gather(tensor, self.collective_backend, group, sync_grads)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if not self._distributed():
+            return obj
+        device = self.root_device if self.collective_backend.name == "nccl" else None
+        return collectives.broadcast_object(obj, src, device=device)
+
+    def barrier(self, name: str | None = None) -> None:
+        if not self._distributed():
+            return
+        if self.collective_backend.name == "nccl":
+            dist.barrier(device_ids=[self.root_device.index or 0])
+        else:
+            dist.barrier()
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    @contextlib.contextmanager
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        no_sync = getattr(self._model, "no_sync", None)
+        if callable(no_sync):
+            with no_sync():
+                yield
+        else:
+            yield
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        super().teardown()
+        if self._owns_process_group and self._distributed():
+            dist.destroy_process_group()
+        self._owns_process_group = False
+        if self._cluster_environment is not None:
+            self._cluster_environment.teardown()

@@ -1,0 +1,464 @@
+"""The base of every strategy.
+
+A strategy composes an Accelerator, a precision plugin and a CheckpointIO (parallel strategies
+add a ClusterEnvironment). It launches the training processes, sets up communication, owns the
+model and its optimizers, and offers one collective interface: ``reduce``, ``all_gather``,
+``broadcast``, ``barrier`` and ``reduce_boolean_decision``.
+
+Generated strategy classes derive from this class through mixins that choose the topology
+(single device or parallel) and the model wrapper (DDP, FSDP, DeepSpeed, ...). Their class
+attributes carry the facts of their spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from .accelerator import PRECISIONS, Accelerator
+from .checkpoint_io import CheckpointIO, PathLike, TorchCheckpointIO
+from .collectives import CollectiveBackend
+from .exceptions import MisconfigurationError
+from .imports import Requirement, require
+from .layer_sync import LayerSync
+from .precision import PrecisionBase
+
+if TYPE_CHECKING:
+    from .launchers import Launcher
+
+_PACKAGE = __name__.rsplit(".", 2)[0]
+
+
+class StrategyBase(ABC):
+    """Base class of all strategies; see the module documentation."""
+
+    #: Registry name of the strategy (None for abstract bases).
+    strategy_name: ClassVar[str | None] = None
+    #: How the model is wrapped: 'none', 'ddp', 'fsdp', 'deepspeed', ...
+    wrapper: ClassVar[str] = "none"
+    #: How processes start: 'none', 'popen', 'spawn', 'fork', 'forkserver', 'external', ...
+    launcher_name: ClassVar[str] = "none"
+    #: Collective backend; None to use the accelerator's.
+    backend: ClassVar[CollectiveBackend | None] = None
+    default_precision: ClassVar[str | None] = None
+    supported_precisions: ClassVar[tuple[str, ...]] = PRECISIONS
+    #: Cluster environments in detection order.
+    cluster_environments: ClassVar[tuple[str, ...]] = ()
+    #: Accelerators the strategy runs on, in order of preference.
+    supported_accelerators: ClassVar[tuple[str, ...]] = ()
+    requirements: ClassVar[tuple[Requirement, ...]] = ()
+    #: Module of hand-written hooks called at named points (see ``call_hook``).
+    hooks: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: PrecisionBase | None = None,
+    ) -> None:
+        require(self.requirements, f"{type(self).__name__}")
+        self._accelerator = accelerator
+        self._checkpoint_io = checkpoint_io
+        self._precision_plugin = precision_plugin
+        self._launcher: Launcher | None = None
+        self._model: nn.Module | None = None
+        self._optimizers: list[Optimizer] = []
+        self._layer_sync: LayerSync | None = None
+        self._environment_ready = False
+        self._forward_hooks: list[Any] = []
+        self._hooks_module: ModuleType | None = None
+
+    # -- composition ---------------------------------------------------------------------
+
+    @property
+    def accelerator(self) -> Accelerator:
+        if self._accelerator is None:
+            self._accelerator = self._default_accelerator()
+        return self._accelerator
+
+    @accelerator.setter
+    def accelerator(self, accelerator: Accelerator) -> None:
+        self._accelerator = accelerator
+
+    def _default_accelerator(self) -> Accelerator:
+        from .factory import default_accelerator
+
+        return default_accelerator(type(self))
+
+    @property
+    def precision_plugin(self) -> PrecisionBase:
+        if self._precision_plugin is None:
+            from .factory import select_precision_plugin
+
+            precision = self.default_precision or self.accelerator.default_precision
+            self._precision_plugin = select_precision_plugin(type(self), self.accelerator, precision)
+        return self._precision_plugin
+
+    @precision_plugin.setter
+    def precision_plugin(self, plugin: PrecisionBase) -> None:
+        self._precision_plugin = plugin
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        if self._checkpoint_io is None:
+            self._checkpoint_io = TorchCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO) -> None:
+        self._checkpoint_io = io
+
+    @property
+    def layer_sync(self) -> LayerSync | None:
+        return self._layer_sync
+
+    @layer_sync.setter
+    def layer_sync(self, layer_sync: LayerSync | None) -> None:
+        self._layer_sync = layer_sync
+
+    @property
+    def cluster_environment(self) -> Any:
+        """The cluster environment (None for strategies that use a single process)."""
+        return None
+
+    @property
+    def launcher(self) -> Launcher:
+        if self._launcher is None:
+            self._launcher = self._configure_launcher()
+        return self._launcher
+
+    def _configure_launcher(self) -> Launcher:
+        from .launchers import create_launcher
+
+        return create_launcher(self)
+
+    @property
+    def model(self) -> nn.Module | None:
+        """The model as set up by ``setup`` (wrapped for the backend)."""
+        return self._model
+
+    @model.setter
+    def model(self, model: nn.Module | None) -> None:
+        self._model = model
+
+    @property
+    def optimizers(self) -> list[Optimizer]:
+        return self._optimizers
+
+    @optimizers.setter
+    def optimizers(self, optimizers: list[Optimizer]) -> None:
+        self._optimizers = list(optimizers)
+
+    @property
+    def lightning_module(self) -> nn.Module | None:
+        """The user's module inside any wrapper (named after the seeds' API)."""
+        return self.unwrap(self._model) if self._model is not None else None
+
+    # -- devices and ranks ---------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def root_device(self) -> torch.device:
+        """The device this process trains on."""
+
+    @property
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    def node_rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    @property
+    def parallel_devices(self) -> list[torch.device]:
+        return [self.root_device]
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        """Arguments for ``torch.utils.data.DistributedSampler``."""
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    # -- launching and environment -------------------------------------------------------
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``function(strategy, *args, **kwargs)`` in every training process.
+
+        Returns rank 0's return value. If any process fails, every process is stopped and the
+        failure is raised here (as ``ProcessFailedError`` when another process failed).
+        """
+        return self.launcher.launch(function, *args, **kwargs)
+
+    def run_worker(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """Run one process's share of ``launch``: set up, call ``function``, tear down."""
+        self.setup_environment()
+        try:
+            result = function(self, *args, **kwargs)
+            # No process may close its connections while another is still communicating.
+            self.barrier("teardown")
+            return result
+        finally:
+            self.teardown()
+
+    def setup_environment(self) -> None:
+        """Prepare this process: claim the device (parallel strategies also connect)."""
+        if self._environment_ready:
+            return
+        self.accelerator.check_available()
+        self.accelerator.setup_device(self.root_device)
+        self.precision_plugin.connect(self.root_device, self.accelerator.needs_grad_scaler)
+        self.call_hook("setup_environment")
+        self._environment_ready = True
+
+    # -- model and optimizers ------------------------------------------------------------
+
+    def setup(self, module: nn.Module, *optimizers: Optimizer) -> Any:
+        """Convert, move and wrap ``module`` and set up ``optimizers``; the strategy owns them.
+
+        Returns the wrapped module, or the module and the optimizers as a tuple when
+        optimizers are given.
+        """
+        self.setup_environment()
+        module = self.precision_plugin.convert_module(module)
+        if self._layer_sync is not None:
+            module = self._layer_sync.apply(module)
+        module = self.model_to_device(module)
+        hook = self.hook("setup")
+        if hook is not None:
+            module, optimizer_list = hook(self, module, list(optimizers))
+        else:
+            module, optimizer_list = self.setup_module_and_optimizers(module, list(optimizers))
+        self._install_precision_forward(module)
+        self._model = module
+        self._optimizers = list(optimizer_list)
+        return (module, *optimizer_list) if optimizers else module
+
+    def setup_module_and_optimizers(
+        self, module: nn.Module, optimizers: list[Optimizer]
+    ) -> tuple[nn.Module, list[Optimizer]]:
+        """Wrap the module for the backend; wrapper mixins override this."""
+        return module, optimizers
+
+    def model_to_device(self, module: nn.Module) -> nn.Module:
+        return module.to(self.root_device)
+
+    def _install_precision_forward(self, module: nn.Module) -> None:
+        """Run every forward pass inside the precision plugin's context, inputs converted."""
+        plugin = self.precision_plugin
+        if not plugin.wraps_forward:
+            return
+        contexts: list[Any] = []
+
+        def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            context = plugin.forward_context()
+            context.__enter__()
+            contexts.append(context)
+            return plugin.convert_input(args), plugin.convert_input(kwargs)
+
+        def after(_: nn.Module, args: Any, kwargs: Any, output: Any) -> Any:
+            if contexts:
+                contexts.pop().__exit__(None, None, None)
+            return plugin.convert_output(output)
+
+        self._forward_hooks = [
+            module.register_forward_pre_hook(before, with_kwargs=True),
+            module.register_forward_hook(after, with_kwargs=True, always_call=True),
+        ]
+
+    @staticmethod
+    def unwrap(module: nn.Module) -> nn.Module:
+        """The user's module inside DDP, DataParallel or similar wrappers."""
+        while hasattr(module, "module") and isinstance(module.module, nn.Module):
+            module = module.module
+        return module
+
+    # -- training steps ------------------------------------------------------------------
+
+    def backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backpropagate ``tensor`` (scaled by the precision plugin where needed)."""
+        tensor = self.precision_plugin.pre_backward(tensor)
+        hook = self.hook("backward")
+        if hook is not None:
+            hook(self, tensor, *args, **kwargs)
+        else:
+            self._backward(tensor, *args, **kwargs)
+        self.accelerator.after_backward()
+
+    def _backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        self.precision_plugin.backward(tensor, *args, **kwargs)
+
+    def optimizer_step(self, optimizer: Optimizer | None = None, *, zero_grad: bool = True, **kwargs: Any) -> Any:
+        """Step ``optimizer`` (the first one set up by default), then clear its gradients.
+
+        Pass ``zero_grad=False`` to keep gradients, e.g. to inspect them.
+        """
+        if optimizer is None:
+            if not self._optimizers:
+                raise MisconfigurationError("optimizer_step() needs an optimizer: pass one or set it up with setup()")
+            optimizer = self._optimizers[0]
+        hook = self.hook("optimizer_step")
+        result = hook(self, optimizer, **kwargs) if hook is not None else self._optimizer_step(optimizer, **kwargs)
+        self.accelerator.after_optimizer_step()
+        if zero_grad:
+            optimizer.zero_grad(set_to_none=True)
+        return result
+
+    def _optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        return self.precision_plugin.optimizer_step(optimizer, **kwargs)
+
+    def clip_gradients(self, module: nn.Module, optimizer: Optimizer, max_norm: float) -> torch.Tensor:
+        """Clip the gradient norm of ``module``'s parameters to ``max_norm``."""
+        return self.precision_plugin.clip_gradients(module.parameters(), optimizer, max_norm)
+
+    @contextlib.contextmanager
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        """Skip gradient synchronisation in backward passes inside this block (for gradient
+        accumulation); the first backward after the block synchronises again."""
+        yield
+
+    # -- collectives ---------------------------------------------------------------------
+
+    @abstractmethod
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Reduce ``tensor`` over all processes ('mean', 'sum', 'min', 'max', 'product')."""
+
+    @abstractmethod
+    def all_gather(self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False) -> torch.Tensor:
+        """Gather ``tensor`` from all processes into a new leading dimension."""
+
+    @abstractmethod
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Send ``obj`` from rank ``src`` to every process and return it."""
+
+    @abstractmethod
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process reaches this point."""
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """Combine a decision of every process: ``all`` (default) or ``any``."""
+        tensor = torch.tensor(int(decision), device=self.root_device)
+        total = self.reduce(tensor, reduce_op="sum")
+        return bool(total == self.world_size) if all else bool(total > 0)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """The full, unsharded state dict of ``module`` (wrappers removed)."""
+        return self.unwrap(module).state_dict()
+
+    def load_module_state_dict(self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True) -> None:
+        self.unwrap(module).load_state_dict(state_dict, strict=strict)
+
+    def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        """The optimizer's complete state (consolidated from every rank where it is sharded)."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, optimizer: Optimizer, state_dict: Mapping[str, Any]) -> None:
+        optimizer.load_state_dict(dict(state_dict))
+
+    def _state_to_save(self, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+        converted: dict[str, Any] = {}
+        for key, value in checkpoint.items():
+            if isinstance(value, nn.Module):
+                converted[key] = self.get_module_state_dict(value)
+            elif isinstance(value, Optimizer):
+                converted[key] = self.get_optimizer_state(value)
+            elif isinstance(value, PrecisionBase):
+                converted[key] = value.state_dict()
+            else:
+                converted[key] = value
+        return converted
+
+    def save_checkpoint(self, checkpoint: Mapping[str, Any], filepath: PathLike, storage_options: Any = None) -> None:
+        """Save ``checkpoint`` to ``filepath`` from rank 0; returns once the file is complete.
+
+        Modules and optimizers in the mapping are replaced by their full state dicts.
+        """
+        state = self._state_to_save(checkpoint)
+        if self.is_global_zero:
+            self.checkpoint_io.save_checkpoint(state, filepath, storage_options=storage_options)
+        self.barrier("save_checkpoint")
+
+    def load_checkpoint(
+        self, filepath: PathLike, state: Mapping[str, Any] | None = None, strict: bool = True
+    ) -> dict[str, Any]:
+        """Load a checkpoint on every rank.
+
+        With ``state``, modules and optimizers in it are restored in place from the entries of
+        the same name, and the remaining entries are returned. Without it, the whole
+        checkpoint is returned.
+        """
+        self.barrier("load_checkpoint")
+        checkpoint = self.checkpoint_io.load_checkpoint(filepath, map_location="cpu")
+        if state is None:
+            return checkpoint
+        remaining = dict(checkpoint)
+        for key, target in state.items():
+            if key not in checkpoint:
+                if strict:
+                    raise KeyError(f"the checkpoint {filepath} has no entry {key!r}")
+                continue
+            if isinstance(target, nn.Module):
+                self.load_module_state_dict(target, checkpoint[key], strict=strict)
+            elif isinstance(target, Optimizer):
+                self.load_optimizer_state_dict(target, checkpoint[key])
+            elif isinstance(target, PrecisionBase):
+                target.load_state_dict(checkpoint[key])
+            else:
+                continue
+            remaining.pop(key)
+        return remaining
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        """The function ``name`` of the strategy's hooks module, if it defines one."""
+        if self.hooks is None:
+            return None
+        if self._hooks_module is None:
+            self._hooks_module = importlib.import_module(self.hooks, package=_PACKAGE)
+        return getattr(self._hooks_module, name, None)
+
+    def call_hook(self, name: str, *args: Any) -> Any:
+        hook = self.hook(name)
+        return hook(self, *args) if hook is not None else None
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        """Release what the strategy holds; the unwrapped model moves back to the CPU."""
+        self.call_hook("teardown")
+        for handle in self._forward_hooks:
+            handle.remove()
+        self._forward_hooks = []
+        if self._model is not None:
+            self.unwrap(self._model).to("cpu")
+        if self._precision_plugin is not None:
+            self._precision_plugin.teardown()
+        if self._environment_ready:
+            self.accelerator.teardown()
+        self.checkpoint_io.teardown()
+        self._environment_ready = False
+
+    def __repr__(self) -> str:
+        name = f" {self.strategy_name!r}" if self.strategy_name else ""
+        return f"<{type(self).__name__}{name} on {self.accelerator.accelerator_name or 'cpu'}>"

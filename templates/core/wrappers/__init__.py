@@ -1,0 +1,1 @@
+"""Model wrappers: how each backend wraps the model, steps the optimizer and saves state."""
