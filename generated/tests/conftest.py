@@ -2,9 +2,15 @@
 # change the spec or template, then run `stratgen generate`.
 """Shared settings for the generated tests of stratlib."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from stratlib.core.testing import isolated_environment
+# Import the package from this checkout even when it is not installed.
+sys.path.insert(0, str((Path(__file__).parent / "..").resolve()))
+
+from stratlib.core.testing import isolated_environment  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -156,12 +156,15 @@ def test_single_device_backend_selection(accelerator: type, backend: str) -> Non
     assert (SingleDeviceStrategy.backend or accelerator.backend).name == backend
 
 
-SKIP_SINGLE_DEVICE = testing.unavailable_reason(SingleDeviceStrategy, "cpu")
+ACCELERATOR_SINGLE_DEVICE = testing.runnable_accelerator(SingleDeviceStrategy)
+SKIP_SINGLE_DEVICE = testing.unavailable_reason(SingleDeviceStrategy, ACCELERATOR_SINGLE_DEVICE)
 
 
 @pytest.mark.skipif(SKIP_SINGLE_DEVICE is not None, reason=str(SKIP_SINGLE_DEVICE))
 def test_single_device_trains_like_one_process() -> None:
-    process, result = testing.run_scenario("train", "single_device", devices=1, steps=3)
+    process, result = testing.run_scenario(
+        "train", "single_device", accelerator=ACCELERATOR_SINGLE_DEVICE, devices=1, steps=3
+    )
     assert process.returncode == 0, process.stderr
     assert result["world_size"] == 1
     testing.assert_parameters_close(result["params"], testing.reference_parameters(steps=3))
@@ -169,7 +172,9 @@ def test_single_device_trains_like_one_process() -> None:
 
 @pytest.mark.skipif(SKIP_SINGLE_DEVICE is not None, reason=str(SKIP_SINGLE_DEVICE))
 def test_single_device_collectives() -> None:
-    process, result = testing.run_scenario("collectives", "single_device", devices=1)
+    process, result = testing.run_scenario(
+        "collectives", "single_device", accelerator=ACCELERATOR_SINGLE_DEVICE, devices=1
+    )
     assert process.returncode == 0, process.stderr
     testing.assert_collectives(result, world_size=1)
 
@@ -177,7 +182,11 @@ def test_single_device_collectives() -> None:
 @pytest.mark.skipif(SKIP_SINGLE_DEVICE is not None, reason=str(SKIP_SINGLE_DEVICE))
 def test_single_device_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None:
     process, result = testing.run_scenario(
-        "checkpoint", "single_device", devices=1, folder=tmp_path
+        "checkpoint",
+        "single_device",
+        accelerator=ACCELERATOR_SINGLE_DEVICE,
+        devices=1,
+        folder=tmp_path,
     )
     assert process.returncode == 0, process.stderr
     assert result == {"restored": True, "remaining": {"step": 1}, "exists": True, "rank": 0}

@@ -100,12 +100,15 @@ def test_ddp_backend_selection(accelerator: type, backend: str) -> None:
     assert (DDPStrategy.backend or accelerator.backend).name == backend
 
 
-SKIP_DDP = testing.unavailable_reason(DDPStrategy, "cpu")
+ACCELERATOR_DDP = testing.runnable_accelerator(DDPStrategy)
+SKIP_DDP = testing.unavailable_reason(DDPStrategy, ACCELERATOR_DDP)
 
 
 @pytest.mark.skipif(SKIP_DDP is not None, reason=str(SKIP_DDP))
 def test_ddp_trains_like_one_process() -> None:
-    process, result = testing.run_scenario("train", "ddp", devices=2, steps=3)
+    process, result = testing.run_scenario(
+        "train", "ddp", accelerator=ACCELERATOR_DDP, devices=2, steps=3
+    )
     assert process.returncode == 0, process.stderr
     assert result["world_size"] == 2
     testing.assert_parameters_close(result["params"], testing.reference_parameters(steps=3))
@@ -113,21 +116,27 @@ def test_ddp_trains_like_one_process() -> None:
 
 @pytest.mark.skipif(SKIP_DDP is not None, reason=str(SKIP_DDP))
 def test_ddp_collectives() -> None:
-    process, result = testing.run_scenario("collectives", "ddp", devices=2)
+    process, result = testing.run_scenario(
+        "collectives", "ddp", accelerator=ACCELERATOR_DDP, devices=2
+    )
     assert process.returncode == 0, process.stderr
     testing.assert_collectives(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_DDP is not None, reason=str(SKIP_DDP))
 def test_ddp_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None:
-    process, result = testing.run_scenario("checkpoint", "ddp", devices=2, folder=tmp_path)
+    process, result = testing.run_scenario(
+        "checkpoint", "ddp", accelerator=ACCELERATOR_DDP, devices=2, folder=tmp_path
+    )
     assert process.returncode == 0, process.stderr
     assert result == {"restored": True, "remaining": {"step": 1}, "exists": True, "rank": 0}
 
 
 @pytest.mark.skipif(SKIP_DDP is not None, reason=str(SKIP_DDP))
 def test_ddp_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario("fail", "ddp", devices=2, rank=1, how="raise", timeout=120)
+    process, _ = testing.run_scenario(
+        "fail", "ddp", accelerator=ACCELERATOR_DDP, devices=2, rank=1, how="raise", timeout=120
+    )
     assert process.returncode != 0
     assert "rank 1" in process.stderr
     assert "deliberate failure on rank 1" in process.stderr
@@ -218,12 +227,15 @@ def test_ddp_spawn_backend_selection(accelerator: type, backend: str) -> None:
     assert (DDPSpawnStrategy.backend or accelerator.backend).name == backend
 
 
-SKIP_DDP_SPAWN = testing.unavailable_reason(DDPSpawnStrategy, "cpu")
+ACCELERATOR_DDP_SPAWN = testing.runnable_accelerator(DDPSpawnStrategy)
+SKIP_DDP_SPAWN = testing.unavailable_reason(DDPSpawnStrategy, ACCELERATOR_DDP_SPAWN)
 
 
 @pytest.mark.skipif(SKIP_DDP_SPAWN is not None, reason=str(SKIP_DDP_SPAWN))
 def test_ddp_spawn_trains_like_one_process() -> None:
-    process, result = testing.run_scenario("train", "ddp_spawn", devices=2, steps=3)
+    process, result = testing.run_scenario(
+        "train", "ddp_spawn", accelerator=ACCELERATOR_DDP_SPAWN, devices=2, steps=3
+    )
     assert process.returncode == 0, process.stderr
     assert result["world_size"] == 2
     testing.assert_parameters_close(result["params"], testing.reference_parameters(steps=3))
@@ -231,14 +243,18 @@ def test_ddp_spawn_trains_like_one_process() -> None:
 
 @pytest.mark.skipif(SKIP_DDP_SPAWN is not None, reason=str(SKIP_DDP_SPAWN))
 def test_ddp_spawn_collectives() -> None:
-    process, result = testing.run_scenario("collectives", "ddp_spawn", devices=2)
+    process, result = testing.run_scenario(
+        "collectives", "ddp_spawn", accelerator=ACCELERATOR_DDP_SPAWN, devices=2
+    )
     assert process.returncode == 0, process.stderr
     testing.assert_collectives(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_DDP_SPAWN is not None, reason=str(SKIP_DDP_SPAWN))
 def test_ddp_spawn_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None:
-    process, result = testing.run_scenario("checkpoint", "ddp_spawn", devices=2, folder=tmp_path)
+    process, result = testing.run_scenario(
+        "checkpoint", "ddp_spawn", accelerator=ACCELERATOR_DDP_SPAWN, devices=2, folder=tmp_path
+    )
     assert process.returncode == 0, process.stderr
     assert result == {"restored": True, "remaining": {"step": 1}, "exists": True, "rank": 0}
 
@@ -246,7 +262,13 @@ def test_ddp_spawn_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> No
 @pytest.mark.skipif(SKIP_DDP_SPAWN is not None, reason=str(SKIP_DDP_SPAWN))
 def test_ddp_spawn_rank_failure_stops_the_job() -> None:
     process, _ = testing.run_scenario(
-        "fail", "ddp_spawn", devices=2, rank=1, how="raise", timeout=120
+        "fail",
+        "ddp_spawn",
+        accelerator=ACCELERATOR_DDP_SPAWN,
+        devices=2,
+        rank=1,
+        how="raise",
+        timeout=120,
     )
     assert process.returncode != 0
     assert "rank 1" in process.stderr
@@ -324,12 +346,15 @@ def test_dp_backend_selection(accelerator: type, backend: str) -> None:
     assert (DataParallelStrategy.backend or accelerator.backend).name == backend
 
 
-SKIP_DP = testing.unavailable_reason(DataParallelStrategy, "cpu")
+ACCELERATOR_DP = testing.runnable_accelerator(DataParallelStrategy)
+SKIP_DP = testing.unavailable_reason(DataParallelStrategy, ACCELERATOR_DP)
 
 
 @pytest.mark.skipif(SKIP_DP is not None, reason=str(SKIP_DP))
 def test_dp_trains_like_one_process() -> None:
-    process, result = testing.run_scenario("train", "dp", devices=1, steps=3)
+    process, result = testing.run_scenario(
+        "train", "dp", accelerator=ACCELERATOR_DP, devices=1, steps=3
+    )
     assert process.returncode == 0, process.stderr
     assert result["world_size"] == 1
     testing.assert_parameters_close(result["params"], testing.reference_parameters(steps=3))
@@ -337,14 +362,18 @@ def test_dp_trains_like_one_process() -> None:
 
 @pytest.mark.skipif(SKIP_DP is not None, reason=str(SKIP_DP))
 def test_dp_collectives() -> None:
-    process, result = testing.run_scenario("collectives", "dp", devices=1)
+    process, result = testing.run_scenario(
+        "collectives", "dp", accelerator=ACCELERATOR_DP, devices=1
+    )
     assert process.returncode == 0, process.stderr
     testing.assert_collectives(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_DP is not None, reason=str(SKIP_DP))
 def test_dp_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None:
-    process, result = testing.run_scenario("checkpoint", "dp", devices=1, folder=tmp_path)
+    process, result = testing.run_scenario(
+        "checkpoint", "dp", accelerator=ACCELERATOR_DP, devices=1, folder=tmp_path
+    )
     assert process.returncode == 0, process.stderr
     assert result == {"restored": True, "remaining": {"step": 1}, "exists": True, "rank": 0}
 
@@ -428,12 +457,15 @@ def test_ddp2_backend_selection(accelerator: type, backend: str) -> None:
     assert (DDP2Strategy.backend or accelerator.backend).name == backend
 
 
-SKIP_DDP2 = testing.unavailable_reason(DDP2Strategy, "cpu")
+ACCELERATOR_DDP2 = testing.runnable_accelerator(DDP2Strategy)
+SKIP_DDP2 = testing.unavailable_reason(DDP2Strategy, ACCELERATOR_DDP2)
 
 
 @pytest.mark.skipif(SKIP_DDP2 is not None, reason=str(SKIP_DDP2))
 def test_ddp2_trains_like_one_process() -> None:
-    process, result = testing.run_scenario("train", "ddp2", devices=1, steps=3)
+    process, result = testing.run_scenario(
+        "train", "ddp2", accelerator=ACCELERATOR_DDP2, devices=1, steps=3
+    )
     assert process.returncode == 0, process.stderr
     assert result["world_size"] == 1
     testing.assert_parameters_close(result["params"], testing.reference_parameters(steps=3))
@@ -441,13 +473,17 @@ def test_ddp2_trains_like_one_process() -> None:
 
 @pytest.mark.skipif(SKIP_DDP2 is not None, reason=str(SKIP_DDP2))
 def test_ddp2_collectives() -> None:
-    process, result = testing.run_scenario("collectives", "ddp2", devices=1)
+    process, result = testing.run_scenario(
+        "collectives", "ddp2", accelerator=ACCELERATOR_DDP2, devices=1
+    )
     assert process.returncode == 0, process.stderr
     testing.assert_collectives(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_DDP2 is not None, reason=str(SKIP_DDP2))
 def test_ddp2_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None:
-    process, result = testing.run_scenario("checkpoint", "ddp2", devices=1, folder=tmp_path)
+    process, result = testing.run_scenario(
+        "checkpoint", "ddp2", accelerator=ACCELERATOR_DDP2, devices=1, folder=tmp_path
+    )
     assert process.returncode == 0, process.stderr
     assert result == {"restored": True, "remaining": {"step": 1}, "exists": True, "rank": 0}

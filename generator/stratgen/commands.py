@@ -111,12 +111,12 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     specs_dir = (project.config.root / project.config.specs).resolve()
     outside = [p for p in args.files if p.resolve().parent != specs_dir]
     for path in outside:
-        if not path.exists():
+        if not path.is_file():
             raise StratgenError(f"{path}: no such file")
     # Files inside the specs folder are validated with the project; others are added to it.
     from .catalog import resolve
 
-    sources = project.sources(extra=outside)
+    sources = project.sources(extra=[(p, str(p)) for p in outside])
     catalog = resolve(sources)
     names = {p.resolve() for p in args.files}
     checked = [s for s in sources if (project.config.root / s.path).resolve() in names or Path(s.path).resolve() in names]

@@ -145,11 +145,19 @@ class Project:
         local = (self.config.root / self.config.specs).resolve()
         return local == resource_dir("specs").resolve()
 
-    def sources(self, extra: list[Path] | None = None) -> list[Source]:
+    def sources(
+        self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None
+    ) -> list[Source]:
+        """Every spec of the project (built-in ones too) but ``skip``, plus ``extra`` (path,
+        label) files."""
         started = time.perf_counter()
         problems: list[Any] = []
         sources: list[Source] = []
-        paths = self.spec_paths() + list(extra or [])
+        skipped = skip.resolve() if skip is not None else None
+        paths: list[tuple[Path, str | None]] = [
+            (p, None) for p in self.spec_paths() if p.resolve() != skipped
+        ]
+        paths += list(extra or [])
         builtin_local = self.builtin_is_local()
         if self.config.builtin_specs and not builtin_local:
             for path in sorted(resource_dir("specs").glob("*.yaml")):
@@ -157,11 +165,15 @@ class Project:
                     sources.append(self.load_file(path, True, f"specs/{path.name}"))
                 except SpecError as exc:  # pragma: no cover - built-in specs are tested
                     problems.extend(exc.problems)
-        for path in paths:
+        for path, label in paths:
             try:
-                sources.append(self.load_file(path, builtin_local))
+                source = self.load_file(path, builtin_local, label)
             except SpecError as exc:
                 problems.extend(exc.problems)
+                continue
+            if label is not None:  # a file about to be copied: hooks stay next to the original
+                source = Source(source.path, Path(label).stem, source.spec, source.builtin, str(path.parent))
+            sources.append(source)
         self.timings.add("load", started)
         if problems:
             raise SpecError(problems)
@@ -169,8 +181,8 @@ class Project:
 
     # -- planning -----------------------------------------------------------------------------
 
-    def plan(self, extra: list[Path] | None = None) -> Plan:
-        sources = self.sources(extra)
+    def plan(self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None) -> Plan:
+        sources = self.sources(extra, skip)
         started = time.perf_counter()
         catalog = resolve(sources)
         selection = select(catalog)

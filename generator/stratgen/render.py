@@ -7,6 +7,7 @@ built-in ones; the core runtime (``templates/core``) is copied as it is, under a
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -159,7 +160,7 @@ def render(
     emit(f"{package_dir}/registry.py", _registry(renderer, catalog, strategies, accelerators, plugins, environments, selection, all_sources))
     emit(f"{package_dir}/__init__.py", _package_init(renderer, package, families, all_sources))
     emit(f"{package_dir}/py.typed", "", python=False)
-    files.extend(_tests(renderer, catalog, selection, package, tests_dir))
+    files.extend(_tests(renderer, catalog, selection, package, package_dir, tests_dir))
     return files
 
 
@@ -244,7 +245,12 @@ CORE_EXPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def _tests(
-    renderer: Renderer, catalog: Catalog, selection: Selection, package: str, tests_dir: str
+    renderer: Renderer,
+    catalog: Catalog,
+    selection: Selection,
+    package: str,
+    package_dir: str,
+    tests_dir: str,
 ) -> list[RenderedFile]:
     """One test module per spec file that declares anything selected, plus a conftest."""
     chosen = {
@@ -284,6 +290,9 @@ def _tests(
             environments=[pyapi.environment_test_case(e) for e in envs],
         )
         files.append(RenderedFile(f"{tests_dir}/test_{source.stem}.py", text, True))
-    conftest = renderer.template("tests/conftest.py.j2").render(header=header("stratgen's test template"), package=package)
+    package_parent = os.path.relpath(package_dir.rsplit("/", 1)[0] or ".", tests_dir)
+    conftest = renderer.template("tests/conftest.py.j2").render(
+        header=header("stratgen's test template"), package=package, package_parent=Path(package_parent).as_posix()
+    )
     files.append(RenderedFile(f"{tests_dir}/conftest.py", conftest, True))
     return files

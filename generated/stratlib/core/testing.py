@@ -83,6 +83,7 @@ __all__ = [
     "isolated_environment",
     "main",
     "option_defaults",
+    "runnable_accelerator",
     "precision_plugin_class",
     "reference_parameters",
     "run_scenario",
@@ -334,9 +335,23 @@ def option_defaults(cls: type) -> dict[str, Any]:
     return {name: p.default for name, p in strategy_options(cls).items()}
 
 
-def unavailable_reason(cls: type, accelerator: str) -> str | None:
-    """Why ``cls`` cannot run on ``accelerator`` here, or None if it can."""
+def runnable_accelerator(cls: type) -> str:
+    """The first accelerator ``cls`` supports that is present here ('cpu' if none is)."""
     from .registry import generated_registry
+
+    accelerators = generated_registry().ACCELERATORS
+    for name in cls.supported_accelerators or tuple(accelerators):  # type: ignore[attr-defined]
+        if name in accelerators and accelerators[name].is_available():
+            return str(name)
+    return "cpu"
+
+
+def unavailable_reason(cls: type, accelerator: str | None = None) -> str | None:
+    """Why ``cls`` cannot run (on ``accelerator``, by default its first available one) here,
+    or None if it can."""
+    from .registry import generated_registry
+
+    accelerator = accelerator or runnable_accelerator(cls)
 
     missing = [r for r in cls.requirements if not r.available]  # type: ignore[attr-defined]
     if missing:
