@@ -10,6 +10,7 @@ from __future__ import annotations
 import keyword
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .errors import Location, SpecError, SpecProblem, did_you_mean, one_of
@@ -104,9 +105,80 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "num_nodes",
     ),
 }
+#: Public attributes of the core strategy classes (StrategyBase, the topology mixins and the
+#: wrapper mixins) that are not options the core reads. An option is stored as an instance
+#: attribute, so one of these names would shadow a method or a fact of the class.
+#: tests/test_reserved_names.py keeps this list complete.
+CORE_ATTRIBUTES = frozenset(
+    {
+        "accelerator",
+        "all_gather",
+        "backend",
+        "backward",
+        "barrier",
+        "block_backward_sync",
+        "broadcast",
+        "call_hook",
+        "checkpoint_io",
+        "clip_gradients",
+        "cluster_environment",
+        "cluster_environments",
+        "collective_backend",
+        "configure_ddp",
+        "configure_ranks",
+        "ddp_device_ids",
+        "ddp_kwargs",
+        "default_precision",
+        "distributed_sampler_kwargs",
+        "get_module_state_dict",
+        "get_optimizer_state",
+        "global_rank",
+        "hook",
+        "hooks",
+        "is_global_zero",
+        "launch",
+        "launcher",
+        "launcher_name",
+        "layer_sync",
+        "lightning_module",
+        "load_checkpoint",
+        "load_module_state_dict",
+        "load_optimizer_state_dict",
+        "local_rank",
+        "model",
+        "model_to_device",
+        "node_rank",
+        "num_nodes",
+        "num_processes",
+        "optimizer_step",
+        "optimizers",
+        "parallel_devices",
+        "precision_plugin",
+        "reduce",
+        "reduce_boolean_decision",
+        "requirements",
+        "root_device",
+        "run_worker",
+        "save_checkpoint",
+        "setup",
+        "setup_distributed",
+        "setup_environment",
+        "setup_module_and_optimizers",
+        "strategy_name",
+        "supported_accelerators",
+        "supported_precisions",
+        "teardown",
+        "unwrap",
+        "world_size",
+        "wrapper",
+    }
+)
+#: Names an option may not take: constructor arguments of the core, keyword arguments of
+#: get_strategy, and the core attributes above.
 RESERVED_OPTION_NAMES = frozenset(
     {name for names in PLUMBING.values() for name in names}
-    | {"self", "strategy", "precision", "devices", "layer_sync", "sync_batchnorm"}
+    | {"self", "strategy", "precision", "devices", "sync_batchnorm"}
+    | CORE_ATTRIBUTES
 )
 
 ROOT_STRATEGY = "strategy"
@@ -268,8 +340,15 @@ class _Problems:
     def __init__(self) -> None:
         self.items: list[SpecProblem] = []
 
-    def add(self, loc: Location, path: str, message: str, related: Location | None = None) -> None:
-        self.items.append(SpecProblem(loc, path, message, related))
+    def add(
+        self,
+        loc: Location,
+        path: str,
+        message: str,
+        related: Location | None = None,
+        related_label: str = "the other definition",
+    ) -> None:
+        self.items.append(SpecProblem(loc, path, message, related, related_label))
 
     def raise_if_any(self) -> None:
         if self.items:
@@ -283,8 +362,12 @@ class _Entry(Generic[E]):
     path: str  # field path within its file, e.g. 'strategies[2]'
 
 
-def _field_loc(spec: Any, key: str) -> Location:
-    return spec.locs.get(key, spec.loc)
+def _field_loc(spec: Any, key: str, *more: str) -> Location:
+    """Where ``key`` (or the first of ``more`` found, most precise first) is in the spec."""
+    for candidate in (*more, key):
+        if candidate in spec.locs:
+            return spec.locs[candidate]  # type: ignore[no-any-return]
+    return spec.loc  # type: ignore[no-any-return]
 
 
 def _collect(
@@ -313,6 +396,7 @@ def _lineage(
     parent_of: Any,
     problems: _Problems,
     what: str,
+    plural: str,
 ) -> list[str]:
     """Names ordered parents first; reports missing parents and cycles."""
     order: list[str] = []
@@ -328,8 +412,9 @@ def _lineage(
             problems.add(
                 _field_loc(first.spec, "extends"),
                 f"{first.path}.extends",
-                f"{what}s inherit from each other in a cycle: {' -> '.join(cycle)}",
+                f"{plural} inherit from each other in a cycle: {' -> '.join(cycle)}",
                 related=_field_loc(entry.spec, "extends"),
+                related_label=f"where {name!r} extends {cycle[1]!r}",
             )
             return False
         state[name] = "active"
@@ -442,7 +527,7 @@ def _check_precision_defaults(
 ) -> None:
     if default is not None and default not in supported:
         problems.add(
-            spec.loc,
+            _field_loc(spec, "default"),
             f"{path}.default",
             f"default precision {default!r} is not among the supported ones: {one_of(supported)}",
         )
@@ -484,7 +569,13 @@ def _resolve_accelerators(catalog: Catalog, problems: _Problems) -> None:
 
 def _resolve_environments(catalog: Catalog, problems: _Problems) -> None:
     entries = _collect(catalog.sources, "cluster_environments", problems, "cluster environment")
-    order = _lineage(entries, lambda s: (s.extends, "extends"), problems, "cluster environment")
+    order = _lineage(
+        entries,
+        lambda s: (s.extends, "extends"),
+        problems,
+        "cluster environment",
+        "cluster environments",
+    )
     for name in order:
         entry = entries[name]
         spec: ClusterEnvironmentSpec = entry.spec
@@ -526,7 +617,9 @@ def _resolve_environments(catalog: Catalog, problems: _Problems) -> None:
 
 def _resolve_precision_plugins(catalog: Catalog, problems: _Problems) -> None:
     entries = _collect(catalog.sources, "precision_plugins", problems, "precision plugin")
-    order = _lineage(entries, lambda s: (s.extends, "extends"), problems, "precision plugin")
+    order = _lineage(
+        entries, lambda s: (s.extends, "extends"), problems, "precision plugin", "precision plugins"
+    )
     for name in order:
         entry = entries[name]
         spec: PrecisionPluginSpec = entry.spec
@@ -607,7 +700,7 @@ def _resolve_strategies(catalog: Catalog, problems: _Problems) -> None:
                 f"the base strategy {name!r} is missing; the built-in specs define it",
             )
     problems.raise_if_any()
-    order = _lineage(entries, _strategy_parent, problems, "strategy")
+    order = _lineage(entries, _strategy_parent, problems, "strategy", "strategies")
     for name in order:
         entry = entries[name]
         resolved = _resolve_strategy(catalog, problems, entry)
@@ -688,13 +781,13 @@ def _resolve_strategy(
         resolved_env = catalog.environments.get(env)
         if resolved_env is None:
             problems.add(
-                _field_loc(spec, "cluster"),
+                _field_loc(spec, "cluster", f"cluster[{index}]"),
                 f"{path}.cluster[{index}]",
                 f"no cluster environment named {env!r}{did_you_mean(env, catalog.environments)}",
             )
         elif resolved_env.abstract:
             problems.add(
-                _field_loc(spec, "cluster"),
+                _field_loc(spec, "cluster", f"cluster[{index}]"),
                 f"{path}.cluster[{index}]",
                 f"cluster environment {env!r} is abstract and can never be detected",
             )
@@ -705,7 +798,7 @@ def _resolve_strategy(
     for index, accelerator in enumerate(accelerators):
         if accelerator not in catalog.accelerators:
             problems.add(
-                _field_loc(spec, "accelerators"),
+                _field_loc(spec, "accelerators", f"accelerators[{index}]"),
                 f"{path}.accelerators[{index}]",
                 f"no accelerator named {accelerator!r}{did_you_mean(accelerator, catalog.accelerators)}",
             )
@@ -717,26 +810,35 @@ def _resolve_strategy(
 
     for alias, preset in spec.aliases.items():
         alias_path = f"{path}.aliases.{alias}"
-        alias_loc = spec.locs.get("aliases", spec.loc)
+        alias_loc = _field_loc(spec, "aliases", f"aliases.{alias}")
         if spec.abstract:
             problems.add(alias_loc, alias_path, "an abstract strategy cannot have registry aliases")
         for key, value in preset.items():
+            key_loc = _field_loc(spec, "aliases", f"aliases.{alias}", f"aliases.{alias}.{key}")
             if key not in options:
                 problems.add(
-                    alias_loc,
+                    key_loc,
                     f"{alias_path}.{key}",
                     f"{spec.name!r} has no option {key!r}{did_you_mean(key, options)}; options: "
                     f"{', '.join(options) or 'none'}",
                 )
             elif not _option_value_ok(options[key], value):
                 problems.add(
-                    alias_loc,
+                    key_loc,
                     f"{alias_path}.{key}",
                     f"{value!r} does not fit option {key!r} ({_option_summary(options[key])})",
                 )
 
     requires = pick("requires", ())
     hooks = pick("hooks", None)
+    if spec.hooks is not None and spec.hooks.endswith(".py"):
+        hooks_file = Path(entry.source.hooks_dir, spec.hooks)
+        if not hooks_file.is_file():
+            problems.add(
+                _field_loc(spec, "hooks"),
+                f"{path}.hooks",
+                f"hooks file {spec.hooks!r} does not exist next to {entry.source.path}",
+            )
     return Strategy(
         spec=spec,
         source=entry.source,
@@ -788,7 +890,10 @@ def _check_option(
     opt_path = f"{path}.options.{name}"
     if name in RESERVED_OPTION_NAMES:
         problems.add(
-            option.loc, opt_path, f"{name!r} is a constructor argument of every strategy; pick another name"
+            option.loc,
+            opt_path,
+            f"{name!r} is reserved: the core strategy classes use the name (as a constructor "
+            "argument, method or attribute); pick another name",
         )
     if keyword.iskeyword(name):
         problems.add(option.loc, opt_path, f"{name!r} is a Python keyword")
@@ -798,14 +903,12 @@ def _check_option(
             f"{opt_path}.default",
             f"default {option.default!r} is not of type {' or '.join(option.types)}",
         )
-    if option.default is not None and set(option.types) & {"mapping", "sequence"} and isinstance(
-        option.default, dict | list
-    ):
+    if isinstance(option.default, dict | list):
         problems.add(
             option.locs.get("default", option.loc),
             f"{opt_path}.default",
-            "mapping and sequence options must default to null (a shared mutable default "
-            "would leak between strategies)",
+            "an option cannot default to a mapping or a list (one shared mutable default "
+            "would leak between strategies); default to null and fill it in at run time",
         )
     if option.choices is not None:
         for choice in option.choices:
@@ -837,7 +940,11 @@ def _check_names(catalog: Catalog, problems: _Problems) -> None:
     registry: dict[str, tuple[Location, str]] = {}
     for strategy in catalog.strategies.values():
         for alias in strategy.registry_names:
-            loc = strategy.spec.locs.get("aliases", strategy.spec.loc) if alias != strategy.name else _field_loc(strategy.spec, "name")
+            loc = (
+                _field_loc(strategy.spec, "aliases", f"aliases.{alias}")
+                if alias != strategy.name
+                else _field_loc(strategy.spec, "name")
+            )
             if alias in registry:
                 other_loc, owner = registry[alias]
                 problems.add(

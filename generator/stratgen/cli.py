@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 drift (``check``, ``generate --dry-run`` with changes),
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -19,6 +20,17 @@ from .fmt import FormatError
 EXIT_OK, EXIT_DRIFT, EXIT_ERROR = 0, 1, 2
 
 
+def wants_color(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set to anything (no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
 class Console:
     """Writes to stdout and stderr, in colour only on a terminal and never with NO_COLOR."""
 
@@ -26,7 +38,7 @@ class Console:
         self.out = out
         self.err = err
         if color is None:
-            color = "NO_COLOR" not in os.environ and hasattr(err, "isatty") and err.isatty()
+            color = wants_color(err)
         self.color = color
 
     def paint(self, text: str, code: str) -> str:
@@ -153,9 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
     parser = build_parser()
-    args = parser.parse_args(argv)
-    console = Console(out or sys.stdout, err or sys.stderr, False if args.no_color else None)
+    try:
+        # argparse prints help, usage and its errors to sys.stdout / sys.stderr.
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    console = Console(out, err, False if args.no_color else None)
     from . import commands  # noqa: PLC0415 - keeps `stratgen --help` fast
 
     try:

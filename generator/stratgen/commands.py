@@ -109,10 +109,10 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
 def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     project = Project(config_from(args))
     specs_dir = (project.config.root / project.config.specs).resolve()
-    outside = [p for p in args.files if p.resolve().parent != specs_dir]
-    for path in outside:
+    for path in args.files:
         if not path.is_file():
-            raise StratgenError(f"{path}: no such file")
+            raise StratgenError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
+    outside = list(dict.fromkeys(p for p in args.files if p.resolve().parent != specs_dir))
     # Files inside the specs folder are validated with the project; others are added to it.
     from .catalog import resolve
 

@@ -37,12 +37,13 @@ class SpecProblem:
     path: str
     message: str
     related: Location | None = None
+    related_label: str = "the other definition"
 
     def __str__(self) -> str:
         where = f"{self.location}: {self.path}: " if self.path else f"{self.location}: "
         text = where + self.message
         if self.related is not None:
-            text += f"\n  {self.related}: the other definition"
+            text += f"\n  {self.related}: {self.related_label}"
         return text
 
 
@@ -58,6 +59,9 @@ class SpecError(StratgenError):
         cls, location: Location, path: str, message: str, related: Location | None = None
     ) -> SpecError:
         return cls([SpecProblem(location, path, message, related)])
+
+    def __reduce__(self) -> tuple[type[SpecError], tuple[list[SpecProblem]]]:
+        return (type(self), (list(self.problems),))
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

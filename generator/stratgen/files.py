@@ -5,6 +5,11 @@ whose content changed, so modification times of unchanged files stay put. A mani
 every generated file and its hash: files that an earlier run generated and no spec produces
 any more are removed, unless they were edited by hand since; files stratgen never generated
 are never touched. Concurrent runs are serialised by a lock file.
+
+A run that is killed part way leaves every file either as it was or as it should be. Before
+the first write, the manifest is extended with the hashes about to be written, so that the
+next run still recognises (and may remove) a file this run created; the final manifest is
+written last.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +29,9 @@ MANIFEST_NAME = ".stratgen-manifest.json"
 LOCK_NAME = ".stratgen.lock"
 IGNORED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 IGNORED_SUFFIXES = (".pyc", ".pyo")
+TEMP_MARK = ".stratgen-"
+# Temporary files of atomic_write: '.<name>.stratgen-<random>.tmp' next to their target.
+_TEMP_FILE = re.compile(r"^\..+\.stratgen-[A-Za-z0-9_]+\.tmp$")
 
 
 def digest(data: bytes) -> str:
@@ -31,8 +40,11 @@ def digest(data: bytes) -> str:
 
 def manifest_bytes(files: Mapping[str, bytes]) -> bytes:
     """The manifest for a plan: every generated path with the hash of its content."""
-    entries = {path: digest(data) for path, data in sorted(files.items())}
-    document = {"generator": "stratgen", "files": entries}
+    return _manifest_document({path: digest(data) for path, data in files.items()})
+
+
+def _manifest_document(entries: Mapping[str, str | list[str]]) -> bytes:
+    document = {"generator": "stratgen", "files": dict(sorted(entries.items()))}
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -72,8 +84,11 @@ class Tree:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
-    def recorded(self) -> dict[str, str]:
-        """Paths and hashes from the manifest of the previous run (empty if none)."""
+    def recorded(self) -> dict[str, frozenset[str]]:
+        """Paths from the manifest of the previous run, each with the hashes it may have had
+        when stratgen wrote it (one, or two after an interrupted run). Entries outside the
+        generated folders are ignored, so an edited manifest cannot make stratgen delete
+        anything else."""
         data = self.read(self.manifest)
         if data is None:
             return {}
@@ -83,7 +98,18 @@ class Tree:
             return {}
         if not isinstance(files, dict):
             return {}
-        return {str(k): str(v) for k, v in files.items() if _is_safe_relative(str(k))}
+        recorded = {}
+        for path, value in files.items():
+            hashes = value if isinstance(value, list) else [value]
+            if self.owns(str(path)) and all(isinstance(h, str) for h in hashes):
+                recorded[str(path)] = frozenset(hashes)
+        return recorded
+
+    def owns(self, path: str) -> bool:
+        """Whether ``path`` (relative to the root) lies inside one of the generated folders."""
+        if not _is_safe_relative(path):
+            return False
+        return any(path.startswith(folder.rstrip("/") + "/") for folder in self.owned_dirs)
 
     def present(self) -> set[str]:
         """Files currently in the owned folders, relative to the root."""
@@ -139,20 +165,29 @@ class Tree:
         """Bring the tree in line with ``plan``; the manifest is written last."""
         report = WriteReport()
         with self.locked():
+            self._remove_stale_temporaries()
             previous = self.recorded()
-            for path in sorted(plan):
-                if path == self.manifest:
-                    continue
-                if self.read(path) == plan[path]:
-                    report.unchanged.append(path)
-                    continue
-                atomic_write(self.root / path, plan[path])
+            pending = {
+                path: data
+                for path, data in sorted(plan.items())
+                if path != self.manifest and self.read(path) != data
+            }
+            report.unchanged = sorted(set(plan) - set(pending) - {self.manifest})
+            if pending:
+                # Record what is about to be written first: if this run dies part way, the
+                # next one still knows every file it may find as generated.
+                journal: dict[str, list[str]] = {p: sorted(h) for p, h in previous.items()}
+                for path, data in pending.items():
+                    journal[path] = sorted(set(journal.get(path, [])) | {digest(data)})
+                atomic_write(self.root / self.manifest, _manifest_document(journal))
+            for path, data in pending.items():
+                atomic_write(self.root / path, data)
                 report.written.append(path)
             for path in sorted(set(previous) - set(plan)):
                 current = self.read(path)
                 if current is None:
                     continue
-                if digest(current) != previous[path]:
+                if digest(current) not in previous[path]:
                     report.kept.append(path)
                     continue
                 (self.root / path).unlink()
@@ -163,11 +198,24 @@ class Tree:
                 report.written.append(self.manifest)
         return report
 
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary files left by a run that was killed (only runs holding the lock write)."""
+        for folder in {*self.owned_dirs, str(Path(self.manifest).parent)}:
+            base = self.root / folder
+            if not base.is_dir():
+                continue
+            for dirpath, dirnames, filenames in os.walk(base):
+                dirnames[:] = [d for d in dirnames if d not in IGNORED_PARTS]
+                for name in filenames:
+                    if _TEMP_FILE.match(name):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(os.path.join(dirpath, name))
+
 
 def atomic_write(target: Path, data: bytes) -> None:
     """Write ``data`` so that readers see either the old file or the whole new one."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}{TEMP_MARK}", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -53,8 +53,9 @@ EnvVar = Annotated[
 HooksRef = Annotated[
     str,
     Pattern(
-        r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*|[A-Za-z0-9_./-]+\.py)$",
-        "a module path 'pkg.hooks' or a file 'hooks/ipu.py' next to the spec",
+        r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+        r"|([A-Za-z0-9_-][A-Za-z0-9_.-]*/)*[A-Za-z0-9_-][A-Za-z0-9_.-]*\.py)$",
+        "a module path 'pkg.hooks' or a file 'hooks/ipu.py' in or below the spec's folder",
     ),
 ]
 

@@ -254,8 +254,39 @@ class Converter:
                 failed = True
         if failed:
             raise _Invalid()
-        locs = {key: value.loc for key, value in node.value.items()}
+        locs: dict[str, Location] = {}
+        for key, value in node.value.items():
+            locs[key] = value.loc
+            if not dataclasses.is_dataclass(_inner(hints[key])):
+                _nested_locs(key, value, locs)
         return cls(**kwargs, loc=node.loc, locs=locs)
+
+
+def _inner(tp: Any) -> Any:
+    """The dataclass a field holds (directly, optionally or in a list), else ``tp``."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _inner(tp.__origin__)
+    if origin in (Union, types.UnionType):
+        members = [_inner(m) for m in typing.get_args(tp) if m is not type(None)]
+        return next((m for m in members if dataclasses.is_dataclass(m)), tp)
+    if origin is tuple:
+        return _inner(typing.get_args(tp)[0])
+    if origin is dict:
+        return _inner(typing.get_args(tp)[1])
+    return tp
+
+
+def _nested_locs(prefix: str, node: Node, locs: dict[str, Location]) -> None:
+    """Locations inside plain-data fields: 'aliases.fast.option' (the key), 'cluster[1]'."""
+    if node.is_map:
+        for key, value in node.value.items():
+            locs[f"{prefix}.{key}"] = node.key_locs[key]
+            _nested_locs(f"{prefix}.{key}", value, locs)
+    elif node.is_seq:
+        for index, item in enumerate(node.value):
+            locs[f"{prefix}[{index}]"] = item.loc
+            _nested_locs(f"{prefix}[{index}]", item, locs)
 
 
 def parse_spec_file(node: Node) -> SpecFile:

@@ -7,15 +7,17 @@ write or compare.
 
 from __future__ import annotations
 
+import keyword
 import os
+import re
 import time
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .catalog import Catalog, Source, resolve
-from .errors import SpecError, StratgenError, did_you_mean
+from .errors import Location, SpecError, StratgenError, did_you_mean
 from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
 from .fmt import Formatter
 from .parse import parse_spec_file
@@ -33,6 +35,7 @@ def resource_dir(name: str) -> Path:
     raise StratgenError(f"stratgen's {name}/ folder is missing from this installation")
 
 
+SPEC_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 CONFIG_KEYS = ("specs", "output", "package", "tests", "templates", "builtin-specs")
 
 
@@ -92,9 +95,26 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value
+    for key in ("specs", "output", "tests", "templates"):
+        if isinstance(values.get(key), str) and values[key]:
+            values[key] = PurePosixPath(values[key].replace("\\", "/")).as_posix()
     config = Config(root=root, **values)
-    if not config.package.isidentifier() or not config.package.islower():
-        raise StratgenError(f"package name {config.package!r} must be a lower-case Python identifier")
+    package = config.package
+    if not package.isidentifier() or not package.islower() or keyword.iskeyword(package):
+        raise StratgenError(
+            f"package name {package!r} must be a lower-case Python identifier that is not a "
+            "keyword, such as 'mystrategies'"
+        )
+    for key in ("output", "tests"):
+        folder = getattr(config, key)
+        parts = PurePosixPath(folder).parts
+        if not parts or PurePosixPath(folder).is_absolute() or ".." in parts or parts == (".",):
+            raise StratgenError(
+                f"{key} folder {folder!r} must be a folder inside the project, given relative "
+                "to it (stratgen removes files it generated there)"
+            )
+    if config.templates is not None and not (root / config.templates).is_dir():
+        raise StratgenError(f"templates folder {config.templates}/ does not exist")
     return config
 
 
@@ -131,6 +151,14 @@ class Project:
 
     def load_file(self, path: Path, builtin: bool, label: str | None = None) -> Source:
         display = label or self.display(path)
+        stem = Path(display).stem
+        if not SPEC_STEM.fullmatch(stem):
+            raise SpecError.single(
+                Location(display),
+                "",
+                f"spec file name {Path(display).name!r} must be letters, digits, '_' and '-' "
+                f"before .yaml (its tests are generated as test_<name>.py)",
+            )
         node = load_yaml_file(path, display)
         spec = parse_spec_file(node)
         return Source(display, path.stem, spec, builtin, hooks_dir=str(path.parent))

@@ -110,23 +110,43 @@ def literal(value: Any) -> str:
     raise TypeError(f"cannot render {type(value).__name__} as a literal")
 
 
-_DOC_ESCAPES = {"\\": "\\\\", '"': '\\"', "\t": "\\t", "\r": "\\r"}
+_DOC_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\r": "\\r"}
 
 
 def docstring_body(text: str, indent: str) -> str:
-    """Escape ``text`` so that it sits verbatim inside a triple-quoted docstring.
+    """Escape ``text`` so that it sits verbatim inside a triple-quoted docstring, through black.
 
-    Backslashes, quotes, tabs and control characters are escaped; trailing white space (which
-    formatters strip) is escaped too. Continuation lines are indented by ``indent``, which
-    ``inspect.cleandoc`` removes again.
+    Backslashes, control characters and white space other than plain spaces are escaped. So
+    are quotes that could end the docstring or that black would pad (one followed by another,
+    one at the start or the end of the text), and the spaces that black strips or re-indents:
+    leading spaces of the first line, trailing spaces of every line, and the first leading
+    space of continuation lines when every one of them is indented. Continuation lines are
+    indented by ``indent``, which ``inspect.cleandoc`` removes again.
     """
+    raw_lines = text.split("\n")
+    rest = [line for line in raw_lines[1:] if line.strip(" ")]
+    indented = bool(rest) and all(line.startswith(" ") for line in rest)
     lines = []
-    for raw in text.split("\n"):
-        line = "".join(_escape_doc_char(c) for c in raw)
-        stripped = line.rstrip(" ")
-        if stripped != line:
-            line = stripped + "\\x20" * (len(line) - len(stripped))
-        lines.append(line)
+    for number, raw in enumerate(raw_lines):
+        last_line = number == len(raw_lines) - 1
+        chars = [_escape_doc_char(char) for char in raw]
+        for index, char in enumerate(raw):
+            if char != '"':
+                continue
+            if last_line and index == len(raw) - 1:
+                chars[index] = "\\x22"  # black pads a docstring that ends in a quote
+            elif (number == 0 and index == 0) or raw[index + 1 : index + 2] == '"':
+                chars[index] = '\\"'
+        content = raw.lstrip(" ")
+        lead = len(raw) - len(content)
+        if lead and (number == 0 or not content):
+            chars[:lead] = ["\\x20"] * lead
+        elif lead and indented:
+            chars[0] = "\\x20"
+        trail = len(raw) - len(raw.rstrip(" "))
+        if trail:
+            chars[len(raw) - trail :] = ["\\x20"] * trail
+        lines.append("".join(chars))
     body = lines[0]
     for line in lines[1:]:
         body += "\n" + (indent + line if line else "")
@@ -137,25 +157,39 @@ def _escape_doc_char(char: str) -> str:
     if char in _DOC_ESCAPES:
         return _DOC_ESCAPES[char]
     code = ord(char)
-    if code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or char in "\u2028\u2029\ufeff":
+    if (
+        code < 0x20
+        or code == 0x7F
+        or 0x80 <= code < 0xA0
+        or char in "\ufeff"
+        or (char.isspace() and char not in " \n")
+    ):
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
     return char
+
+
+def comment_text(text: str) -> str:
+    """``text`` made safe for one ``#`` comment line: line breaks and controls escaped."""
+    return "".join(_escape_doc_char(c) if c != "\\" else c for c in text.replace("\t", " "))
 
 
 DOC_WIDTH = 96
 
 
-def wrap_words(text: str, width: int) -> list[str]:
-    """Wrap one paragraph of plain prose; used for generated, not user-written, text."""
-    words, lines, current = text.split(), [], ""
-    for word in words:
-        if current and len(current) + 1 + len(word) > width:
+def wrap_exactly(text: str, first_width: int, width: int) -> list[str]:
+    """Wrap a one-line text at single spaces so that joining the lines with a space gives the
+    text back exactly (runs of spaces, leading and trailing ones included)."""
+    pieces = text.split(" ")
+    lines: list[str] = []
+    current = pieces[0]
+    for piece in pieces[1:]:
+        limit = width if lines else first_width
+        if current and piece and len(current) + 1 + len(piece) > limit:
             lines.append(current)
-            current = word
+            current = piece
         else:
-            current = f"{current} {word}" if current else word
-    if current:
-        lines.append(current)
+            current = f"{current} {piece}"
+    lines.append(current)
     return lines
 
 
@@ -270,7 +304,11 @@ def strategy_module(strategy: Strategy) -> PyModule:
 
     attributes = _strategy_attributes(strategy, imports)
     init = _strategy_init(strategy, imports)
-    doc = _class_doc(strategy.description or f"The {strategy.name!r} strategy.", _registry_lines(strategy), _args_lines(strategy))
+    doc = _class_doc(
+        strategy.description or f"The {strategy.name!r} strategy.",
+        _registry_lines(strategy),
+        _args_lines(strategy),
+    )
     cls = PyClass(strategy.class_name, bases, doc, attributes, init)
     return PyModule(
         path=f"strategies/{strategy.module}.py",
@@ -423,18 +461,31 @@ def _class_doc(description: str, extra: list[str], args: list[tuple[str, str]]) 
     """A docstring: the spec's description verbatim, then generated sections."""
     parts = [docstring_body(description, "    ")]
     if extra:
-        parts.append("\n".join("    " + line if line else "" for line in extra))
+        parts.append("\n".join("    " + docstring_body(line, "") if line else "" for line in extra))
     if args:
         arg_lines = ["    Args:"]
         for name, text in args:
-            first_width = DOC_WIDTH - 8 - len(name) - 2
-            words = wrap_words(text, first_width) if text else ["Documented in the spec."]
-            first, rest = words[0], " ".join(words[1:])
-            arg_lines.append(f"        {name}: {docstring_body(first, '')}")
-            for line in wrap_words(rest, DOC_WIDTH - 12):
-                arg_lines.append(f"            {docstring_body(line, '')}")
+            arg_lines.append(f"        {name}: " + option_doc(name, text))
         parts.append("\n".join(arg_lines))
     return "\n\n".join(parts)
+
+
+ARG_INDENT = " " * 12
+
+
+def option_doc(name: str, text: str) -> str:
+    """An option's text in the Args section, as docstring source.
+
+    A one-line text is wrapped at single spaces; a text with line breaks keeps its own. Either
+    way only line breaks and the indentation of continuation lines are added, so the text can
+    be read back exactly.
+    """
+    if not text:
+        return "Documented in the spec."
+    if "\n" in text:
+        return docstring_body(text, ARG_INDENT)
+    lines = wrap_exactly(text, DOC_WIDTH - 8 - len(name) - 2, DOC_WIDTH - len(ARG_INDENT))
+    return docstring_body("\n".join(lines), ARG_INDENT)
 
 
 # --- accelerators --------------------------------------------------------------------------------
@@ -636,7 +687,7 @@ def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyMo
         if backend.requires:
             args.append(f"requirements={_requirements(backend.requires, imports)}")
         constant = backend_constant(name)
-        comment = f"#: {backend.description}\n" if backend.description else ""
+        comment = "".join(f"#: {comment_text(line)}\n" for line in backend.description.split("\n"))
         body.append(f"{comment}{constant} = CollectiveBackend({', '.join(args)})")
         all_names.append(constant)
     return PyModule(

@@ -21,7 +21,14 @@ from .errors import Location, SpecError
 
 MAX_DEPTH = 50
 MAX_NODES = 20_000
-MAX_BYTES = 2_000_000
+MAX_BYTES = 512 * 1024  # spec files are a few kilobytes; pyyaml reads ~250 kB a second
+
+# What YAML allows in a stream (printable Unicode); everything else is refused up front with a
+# location, rather than by pyyaml's reader with a message about stream positions.
+_NOT_PRINTABLE = re.compile(
+    "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _CORE = "tag:yaml.org,2002:"
 _ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq")}
@@ -52,6 +59,13 @@ _Resolver.add_implicit_resolver(
 )
 
 
+class _LimitExceeded(Exception):
+    def __init__(self, mark: yaml.Mark | None, message: str) -> None:
+        super().__init__(message)
+        self.mark = mark
+        self.message = message
+
+
 class _Loader(
     yaml.reader.Reader,
     yaml.scanner.Scanner,
@@ -65,6 +79,23 @@ class _Loader(
         yaml.parser.Parser.__init__(self)
         yaml.composer.Composer.__init__(self)
         _Resolver.__init__(self)
+        self.depth = 0
+        self.composed = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        # pyyaml composes recursively: stop at the limits while the stack is still shallow and
+        # the position is known, instead of after a RecursionError or a long parse.
+        mark = self.peek_event().start_mark
+        self.depth += 1
+        self.composed += 1
+        if self.depth > MAX_DEPTH:
+            raise _LimitExceeded(mark, f"nesting deeper than {MAX_DEPTH} levels")
+        if self.composed > MAX_NODES:
+            raise _LimitExceeded(mark, f"more than {MAX_NODES} values in one spec file")
+        try:
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self.depth -= 1
 
 
 @dataclass
@@ -98,13 +129,18 @@ def _loc(file: str, mark: yaml.Mark | None) -> Location:
     return Location(file, mark.line + 1, mark.column + 1)
 
 
+def _position(text: str, index: int) -> tuple[int, int]:
+    line = text.count("\n", 0, index) + 1
+    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
 def _decode(data: bytes, file: str) -> str:
     if len(data) > MAX_BYTES:
         raise SpecError.single(
             Location(file), "", f"file is {len(data)} bytes; specs are limited to {MAX_BYTES}"
         )
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
@@ -113,25 +149,38 @@ def _decode(data: bytes, file: str) -> str:
             "",
             f"the file is not valid UTF-8 (byte 0x{data[exc.start]:02x}); save it as UTF-8",
         ) from None
-    bad = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", text)
+
+
+def _check_text(text: str, file: str) -> None:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_BYTES:
+        raise SpecError.single(
+            Location(file), "", f"file is {size} bytes; specs are limited to {MAX_BYTES}"
+        )
+    bad = _NOT_PRINTABLE.search(text)
     if bad:
-        line = text.count("\n", 0, bad.start()) + 1
-        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        line, column = _position(text, bad.start())
+        what = "control character" if ord(bad.group()) < 0xA0 else "character"
         raise SpecError.single(
             Location(file, line, column),
             "",
-            f"control character U+{ord(bad.group()):04X} is not allowed in a spec",
+            f"{what} U+{ord(bad.group()):04X} is not allowed in a spec; YAML files hold "
+            "printable text (write it as an escape in a double-quoted string if you must)",
         )
-    return text
 
 
 class _Converter:
     def __init__(self, file: str) -> None:
         self.file = file
         self.visited = 0
+        self.ancestors: set[int] = set()
 
     def convert(self, node: yaml.Node, depth: int) -> Node:
         loc = _loc(self.file, node.start_mark)
+        if id(node) in self.ancestors:
+            raise SpecError.single(
+                loc, "", "an alias refers to the value that contains it (a recursive anchor)"
+            )
         self.visited += 1
         if self.visited > MAX_NODES:
             raise SpecError.single(
@@ -149,11 +198,15 @@ class _Converter:
                 f"YAML tag {node.tag!r} is not allowed; specs hold plain data "
                 "(strings, numbers, booleans, null, lists and mappings)",
             )
-        if isinstance(node, yaml.MappingNode):
-            return self._mapping(node, loc, depth)
-        if isinstance(node, yaml.SequenceNode):
+        if isinstance(node, yaml.ScalarNode):
+            return Node(self._scalar(node, loc), loc)
+        self.ancestors.add(id(node))
+        try:
+            if isinstance(node, yaml.MappingNode):
+                return self._mapping(node, loc, depth)
             return Node([self.convert(item, depth + 1) for item in node.value], loc)
-        return Node(self._scalar(node, loc), loc)
+        finally:
+            self.ancestors.discard(id(node))
 
     def _mapping(self, node: yaml.MappingNode, loc: Location, depth: int) -> Node:
         values: dict[str, Node] = {}
@@ -185,31 +238,53 @@ class _Converter:
         text = node.value
         tag = node.tag
         if tag == _CORE + "str":
+            bad = _SURROGATE.search(text)
+            if bad:
+                raise SpecError.single(
+                    loc,
+                    "",
+                    f"the string holds U+{ord(bad.group()):04X}, half of a surrogate pair, which "
+                    "is not a character; write the character itself",
+                )
             return text
         if tag == _CORE + "null":
             return None
         if tag == _CORE + "bool":
             return text.lower() == "true"
         if tag == _CORE + "int":
-            return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
+            try:
+                return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
+            except ValueError:  # more digits than Python converts (sys.int_info)
+                raise SpecError.single(
+                    loc, "", f"integer with {len(text)} digits is too large for a spec"
+                ) from None
         if tag == _CORE + "float":
             return float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
         raise SpecError.single(loc, "", f"unsupported scalar {tag!r}")  # pragma: no cover
 
 
+def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    problem = exc.problem or exc.context or "invalid YAML"
+    if "'\\t'" in problem:
+        return "a tab character cannot indent YAML or start a value; use spaces"
+    return f"invalid YAML: {problem}"
+
+
 def load_yaml(data: bytes | str, file: str) -> Node:
     """Parse one YAML document into a located node tree; an empty file is an empty mapping."""
     text = data if isinstance(data, str) else _decode(data, file)
+    _check_text(text, file)
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
+    except _LimitExceeded as exc:
+        raise SpecError.single(_loc(file, exc.mark), "", exc.message) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise SpecError.single(_loc(file, mark), "", f"invalid YAML: {problem}") from None
+        raise SpecError.single(_loc(file, mark), "", _yaml_problem(exc)) from None
     except yaml.YAMLError as exc:
         raise SpecError.single(Location(file), "", f"invalid YAML: {exc}") from None
-    except RecursionError:
+    except RecursionError:  # pragma: no cover - the depth limit stops well before
         raise SpecError.single(
             Location(file), "", f"nesting deeper than {MAX_DEPTH} levels"
         ) from None
