@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import keyword
 import types
 import typing
 from typing import Any, Literal, Union
@@ -12,6 +13,8 @@ from .model import Pattern, SpecFile
 from .parse import spec_fields, type_hints
 
 SCHEMA_ID = "https://stratgen.dev/schema/spec-v1.json"
+#: Python keywords (soft ones too) that a name may not be.
+KEYWORDS = sorted(set(keyword.kwlist) | set(keyword.softkwlist))
 
 
 def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
@@ -24,6 +27,8 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
             if isinstance(meta, Pattern):
                 inner["pattern"] = meta.regex
                 inner["description"] = meta.what
+                if not meta.keyword_ok:
+                    inner["not"] = {"enum": KEYWORDS}
         return inner
     if origin is Literal:
         return {"enum": list(typing.get_args(tp))}
@@ -45,7 +50,7 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
             "propertyNames": _schema(key, defs),
             "additionalProperties": _schema(value, defs),
         }
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         name = tp.__name__
         if name not in defs:
             defs[name] = {}  # placeholder against recursion
