@@ -673,10 +673,11 @@ def _check_precision_ambiguity(catalog: Catalog, problems: _Problems) -> None:
             if wrappers_meet and accels_meet:
                 problems.add(
                     _field_loc(b.spec, "modes"),
-                    f"precision plugin {b.name}",
+                    f"{_spec_path(b)}.modes",
                     f"serves {one_of(sorted(shared))} in the same scope as {a.name!r}; narrow "
                     "one of them with 'wrappers' or 'accelerators'",
                     related=_field_loc(a.spec, "modes"),
+                    related_label=f"where {a.name!r} serves {one_of(sorted(shared))}",
                 )
 
 
@@ -814,7 +815,7 @@ def _resolve_strategy(
         if spec.abstract:
             problems.add(alias_loc, alias_path, "an abstract strategy cannot have registry aliases")
         for key, value in preset.items():
-            key_loc = _field_loc(spec, "aliases", f"aliases.{alias}", f"aliases.{alias}.{key}")
+            key_loc = _field_loc(spec, "aliases", f"aliases.{alias}.{key}", f"aliases.{alias}")
             if key not in options:
                 problems.add(
                     key_loc,
@@ -935,6 +936,22 @@ def _check_option(
         )
 
 
+def _spec_path(item: Any) -> str:
+    """The field path of a resolved entity in its file, e.g. 'strategies[2]'."""
+    spec_file = item.source.spec
+    if isinstance(item, Accelerator):
+        return "accelerator"
+    family = {
+        Strategy: "strategies",
+        PrecisionPlugin: "precision_plugins",
+        ClusterEnvironment: "cluster_environments",
+    }[type(item)]
+    for index, spec in enumerate(getattr(spec_file, family)):
+        if spec is item.spec:
+            return f"{family}[{index}]"
+    return family  # pragma: no cover - every entity comes from its source file
+
+
 def _check_names(catalog: Catalog, problems: _Problems) -> None:
     """Registry names, class names and modules must be unique across everything generated."""
     registry: dict[str, tuple[Location, str]] = {}
@@ -949,7 +966,9 @@ def _check_names(catalog: Catalog, problems: _Problems) -> None:
                 other_loc, owner = registry[alias]
                 problems.add(
                     loc,
-                    strategy.name,
+                    f"{_spec_path(strategy)}.name"
+                    if alias == strategy.name
+                    else f"{_spec_path(strategy)}.aliases.{alias}",
                     f"registry name {alias!r} is already taken by strategy {owner!r}",
                     related=other_loc,
                 )
@@ -968,7 +987,12 @@ def _check_names(catalog: Catalog, problems: _Problems) -> None:
             loc = _field_loc(item.spec, "class_name")
             if item.class_name in classes:
                 other_loc, owner = classes[item.class_name]
-                problems.add(loc, item.name, f"class {item.class_name!r} is already generated for {owner!r}", related=other_loc)
+                problems.add(
+                    loc,
+                    f"{_spec_path(item)}.class_name",
+                    f"class {item.class_name!r} is already generated for {owner!r}",
+                    related=other_loc,
+                )
             else:
                 classes[item.class_name] = (loc, item.name)
             key = (family, item.module)
@@ -976,7 +1000,7 @@ def _check_names(catalog: Catalog, problems: _Problems) -> None:
                 other_loc, owner = modules[key]
                 problems.add(
                     _field_loc(item.spec, "module") if "module" in item.spec.locs else loc,
-                    item.name,
+                    f"{_spec_path(item)}.module",
                     f"module {family}/{item.module}.py is already generated for {owner!r}",
                     related=other_loc,
                 )
@@ -996,7 +1020,7 @@ def _check_precision_coverage(catalog: Catalog, problems: _Problems) -> None:
                 if mode in on_device and catalog.select_precision(strategy, accelerator_name, mode) is None:
                     problems.add(
                         _field_loc(strategy.spec, "precision"),
-                        f"{strategy.name}.precision",
+                        f"{_spec_path(strategy)}.precision",
                         f"no precision plugin serves {mode!r} for strategy {strategy.name!r} on "
                         f"{accelerator_name!r}; declare one or drop {mode!r} from 'supported'",
                     )

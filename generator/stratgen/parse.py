@@ -9,6 +9,7 @@ are collected, each with its location and field path.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import keyword
 import re
 import types
@@ -228,9 +229,12 @@ class Converter:
         hints = type_hints(cls)
         kwargs: dict[str, Any] = {}
         failed = False
+        misspelt: set[str] = set()  # required keys an unknown key is a near miss of
         for key, value in node.value.items():
             sub = f"{path}.{key}" if path else key
             if key not in fields:
+                close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
+                misspelt.update(close)
                 self.fail(
                     node.key_locs[key],
                     sub,
@@ -246,6 +250,7 @@ class Converter:
         for name, f in fields.items():
             if (
                 name not in node.value
+                and name not in misspelt
                 and f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING
             ):

@@ -175,74 +175,86 @@ class _Converter:
         self.visited = 0
         self.ancestors: set[int] = set()
 
-    def convert(self, node: yaml.Node, depth: int) -> Node:
+    def fail(self, loc: Location, path: str, message: str) -> SpecError:
+        return SpecError.single(loc, path, message)
+
+    def convert(self, node: yaml.Node, depth: int, path: str) -> Node:
         loc = _loc(self.file, node.start_mark)
         if id(node) in self.ancestors:
-            raise SpecError.single(
-                loc, "", "an alias refers to the value that contains it (a recursive anchor)"
+            raise self.fail(
+                loc, path, "an alias refers to the value that contains it (a recursive anchor)"
             )
         self.visited += 1
         if self.visited > MAX_NODES:
-            raise SpecError.single(
+            raise self.fail(
                 loc,
-                "",
+                path,
                 f"the document expands to more than {MAX_NODES} values "
                 "(anchors and aliases that repeat without bound?)",
             )
         if depth > MAX_DEPTH:
-            raise SpecError.single(loc, "", f"nesting deeper than {MAX_DEPTH} levels")
+            raise self.fail(loc, path, f"nesting deeper than {MAX_DEPTH} levels")
         if node.tag not in _ALLOWED_TAGS:
-            raise SpecError.single(
+            raise self.fail(
                 loc,
-                "",
+                path,
                 f"YAML tag {node.tag!r} is not allowed; specs hold plain data "
                 "(strings, numbers, booleans, null, lists and mappings)",
             )
         if isinstance(node, yaml.ScalarNode):
-            return Node(self._scalar(node, loc), loc)
+            return Node(self._scalar(node, loc, path), loc)
         self.ancestors.add(id(node))
         try:
             if isinstance(node, yaml.MappingNode):
-                return self._mapping(node, loc, depth)
-            return Node([self.convert(item, depth + 1) for item in node.value], loc)
+                return self._mapping(node, loc, depth, path)
+            return Node(
+                [
+                    self.convert(item, depth + 1, f"{path}[{index}]")
+                    for index, item in enumerate(node.value)
+                ],
+                loc,
+            )
         finally:
             self.ancestors.discard(id(node))
 
-    def _mapping(self, node: yaml.MappingNode, loc: Location, depth: int) -> Node:
+    def _mapping(self, node: yaml.MappingNode, loc: Location, depth: int, path: str) -> Node:
         values: dict[str, Node] = {}
         key_locs: dict[str, Location] = {}
         for key_node, value_node in node.value:
             key_loc = _loc(self.file, key_node.start_mark)
             if key_node.tag == _CORE + "merge" or (
-                isinstance(key_node, yaml.ScalarNode) and key_node.value == "<<" and not key_node.style
+                isinstance(key_node, yaml.ScalarNode)
+                and key_node.value == "<<"
+                and not key_node.style
             ):
-                raise SpecError.single(
-                    key_loc, "", "merge keys ('<<') are not supported; use 'extends:' instead"
+                raise self.fail(
+                    key_loc, path, "merge keys ('<<') are not supported; use 'extends:' instead"
                 )
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _CORE + "str":
-                raise SpecError.single(
-                    key_loc, "", f"mapping keys must be plain strings, found {key_node.tag!r}"
+                raise self.fail(
+                    key_loc, path, f"mapping keys must be plain strings, found {key_node.tag!r}"
                 )
-            key = key_node.value
+            key = self._scalar(key_node, key_loc, path)
+            sub = f"{path}.{key}" if path else key
             if key in values:
-                raise SpecError.single(
+                raise self.fail(
                     key_loc,
-                    key,
+                    sub,
                     f"duplicate key {key!r}; the first is at line {key_locs[key].line}",
                 )
             key_locs[key] = key_loc
-            values[key] = self.convert(value_node, depth + 1)
+            values[key] = self.convert(value_node, depth + 1, sub)
         return Node(values, loc, key_locs)
 
-    def _scalar(self, node: yaml.Node, loc: Location) -> Any:
+    def _scalar(self, node: yaml.Node, loc: Location, path: str) -> Any:
         text = node.value
         tag = node.tag
         if tag == _CORE + "str":
             bad = _SURROGATE.search(text)
             if bad:
-                raise SpecError.single(
+                raise self.fail(
                     loc,
-                    "",
+                    path,
                     f"the string holds U+{ord(bad.group()):04X}, half of a surrogate pair, which "
                     "is not a character; write the character itself",
                 )
@@ -255,12 +267,12 @@ class _Converter:
             try:
                 return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
             except ValueError:  # more digits than Python converts (sys.int_info)
-                raise SpecError.single(
-                    loc, "", f"integer with {len(text)} digits is too large for a spec"
+                raise self.fail(
+                    loc, path, f"integer with {len(text)} digits is too large for a spec"
                 ) from None
         if tag == _CORE + "float":
             return float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
-        raise SpecError.single(loc, "", f"unsupported scalar {tag!r}")  # pragma: no cover
+        raise self.fail(loc, path, f"unsupported scalar {tag!r}")  # pragma: no cover
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
@@ -292,7 +304,7 @@ def load_yaml(data: bytes | str, file: str) -> Node:
         loader.dispose()
     if root is None:
         return Node({}, Location(file, 1, 1))
-    return _Converter(file).convert(root, 0)
+    return _Converter(file).convert(root, 0, "")
 
 
 def load_yaml_file(path: Path, display: str) -> Node:
