@@ -181,6 +181,55 @@ RESERVED_OPTION_NAMES = frozenset(
     | CORE_ATTRIBUTES
 )
 
+#: Names that generated modules import from the core, typing or the package itself: a
+#: generated class of the same name would shadow them. tests/test_reserved_names.py derives
+#: the names from the generator's tables and from generated code, so this cannot go stale.
+RESERVED_CLASS_NAMES = frozenset(
+    {
+        "Accelerator",
+        "Any",
+        "ApexPrecisionMixin",
+        "AsyncCheckpointIO",
+        "BaguaMixin",
+        "CheckpointIO",
+        "ClusterEnvironmentBase",
+        "CollectiveBackend",
+        "Condition",
+        "DDP2Mixin",
+        "DDPMixin",
+        "DataParallelMixin",
+        "DeepSpeedMixin",
+        "DeepSpeedPrecisionMixin",
+        "DoublePrecisionMixin",
+        "FSDPMixin",
+        "FSDPPrecisionMixin",
+        "FairscaleFSDPMixin",
+        "HalfPrecisionMixin",
+        "HorovodMixin",
+        "IPUPrecisionMixin",
+        "LayerSync",
+        "Literal",
+        "Mapping",
+        "MisconfigurationError",
+        "MissingDependencyError",
+        "MixedPrecisionMixin",
+        "ParallelMixin",
+        "PrecisionBase",
+        "ProcessFailedError",
+        "Requirement",
+        "Sequence",
+        "ShardedMixin",
+        "SingleDeviceMixin",
+        "StrategyBase",
+        "StrategyEntry",
+        "TorchCheckpointIO",
+        "TorchSyncBatchNorm",
+        "ValueSource",
+        "XLAMixin",
+        "XLAPrecisionMixin",
+    }
+)
+
 ROOT_STRATEGY = "strategy"
 BASE_SPECS = ("strategy", "single_device", "parallel")
 
@@ -976,6 +1025,7 @@ def _check_names(catalog: Catalog, problems: _Problems) -> None:
                 registry[alias] = (loc, strategy.name)
     classes: dict[str, tuple[Location, str]] = {}
     modules: dict[tuple[str, str], tuple[Location, str]] = {}
+    constants = {name.upper() for name in catalog.backends}  # backends.py's names
     families: list[tuple[str, Iterable[Any]]] = [
         ("strategies", catalog.strategies.values()),
         ("accelerators", catalog.accelerators.values()),
@@ -985,7 +1035,14 @@ def _check_names(catalog: Catalog, problems: _Problems) -> None:
     for family, items in families:
         for item in items:
             loc = _field_loc(item.spec, "class_name")
-            if item.class_name in classes:
+            if item.class_name in RESERVED_CLASS_NAMES or item.class_name in constants:
+                problems.add(
+                    loc,
+                    f"{_spec_path(item)}.class_name",
+                    f"{item.class_name!r} is reserved: generated modules import a core or "
+                    "typing name of that name; pick another class name",
+                )
+            elif item.class_name in classes:
                 other_loc, owner = classes[item.class_name]
                 problems.add(
                     loc,

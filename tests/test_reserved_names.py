@@ -1,0 +1,136 @@
+"""Reserved names cannot go stale: they are compared with the core classes of the generated
+package and with what generated modules import."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+from sgtest import REPO, STRATEGY_SPEC, make_project, run_cli
+
+from stratgen import pyapi, render
+from stratgen.catalog import (
+    PARALLEL_OPTIONS,
+    RESERVED_CLASS_NAMES,
+    RESERVED_OPTION_NAMES,
+    WRAPPERS,
+)
+
+#: Options the core reads on purpose: mixins declare them as class-level defaults.
+CORE_READ_OPTIONS = set(PARALLEL_OPTIONS) | {o for _, options in WRAPPERS.values() for o in options}
+
+
+def _core_strategy_classes() -> list[type]:
+    """StrategyBase, the topology mixins and every wrapper mixin the generated package has."""
+    classes = []
+    for module, name in [
+        pyapi.STRATEGY_ROOT,
+        *pyapi.TOPOLOGY_MIXINS.values(),
+        *pyapi.WRAPPER_MIXINS.values(),
+    ]:
+        try:
+            imported = importlib.import_module(f"stratlib.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"stratlib.{module}":
+                raise
+            continue  # a wrapper whose core module this package does not ship
+        classes.append(getattr(imported, name))
+    return classes
+
+
+def _instance_attributes(cls: type) -> set[str]:
+    """Public attributes that methods of ``cls`` (and its core bases) assign on ``self``."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("stratlib.core"):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+                targets = [node.target]
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                    and not target.attr.startswith("_")
+                ):
+                    names.add(target.attr)
+    return names
+
+
+def test_every_public_core_attribute_is_a_reserved_option_name() -> None:
+    classes = _core_strategy_classes()
+    names = {"StrategyBase", "ParallelMixin", "SingleDeviceMixin", "DDPMixin"}
+    assert names <= {c.__name__ for c in classes}
+    unreserved = {}
+    for cls in classes:
+        public = {n for n in dir(cls) if not n.startswith("_")} | _instance_attributes(cls)
+        missing = public - RESERVED_OPTION_NAMES - CORE_READ_OPTIONS
+        if missing:
+            unreserved[cls.__name__] = sorted(missing)
+    assert not unreserved, f"add these to CORE_ATTRIBUTES in catalog.py: {unreserved}"
+
+
+def test_get_strategy_arguments_are_reserved() -> None:
+    factory = importlib.import_module("stratlib.core.factory")
+    parameters = inspect.signature(factory.get_strategy).parameters
+    named = {n for n, p in parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    assert named <= RESERVED_OPTION_NAMES
+
+
+def test_names_generated_modules_import_are_reserved_class_names() -> None:
+    tables = [
+        pyapi.STRATEGY_ROOT,
+        pyapi.PRECISION_ROOT,
+        pyapi.ENVIRONMENT_ROOT,
+        pyapi.ACCELERATOR_ROOT,
+        *pyapi.TOPOLOGY_MIXINS.values(),
+        *pyapi.WRAPPER_MIXINS.values(),
+        *pyapi.PRECISION_MIXINS.values(),
+        *pyapi.PLUMBING_IMPORTS.values(),
+    ]
+    names = {name for _, name in tables}
+    names |= {n for _, exported in render.CORE_EXPORTS for n in exported if n[0].isupper()}
+    # Whatever the checked-in generated modules import besides generated classes.
+    package = REPO / "generated" / "stratlib"
+    generated_classes = set()
+    imported = set()
+    for path in package.rglob("*.py"):
+        if "core" in path.relative_to(package).parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                generated_classes.add(node.name)
+            if isinstance(node, ast.ImportFrom):
+                imported |= {a.name for a in node.names if a.name[0].isupper()}
+    backend_constants = {n for n in imported if n.isupper()}  # checked against the catalog
+    names |= imported - generated_classes - backend_constants
+    assert names - RESERVED_CLASS_NAMES == set()
+
+
+@pytest.mark.parametrize("name", ["model", "launch", "reduce", "root_device", "accelerator"])
+def test_a_reserved_option_name_is_refused(tmp_path: Path, name: str) -> None:
+    spec = STRATEGY_SPEC.replace("      level:", f"      {name}:").replace("{level: 3}", "{}")
+    root = make_project(tmp_path, {"mine.yaml": spec})
+    result = run_cli("generate", "--project", root)
+    assert result.code == 2
+    assert f"strategies[0].options.{name}: {name!r} is reserved" in result.err
+    assert not (root / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["CheckpointIO", "Literal", "DDPMixin", "GLOO"])
+def test_a_reserved_class_name_is_refused(tmp_path: Path, name: str) -> None:
+    spec = STRATEGY_SPEC.replace("MyStrategy", name)
+    root = make_project(tmp_path, {"mine.yaml": spec})
+    result = run_cli("validate", "--project", root, root / "specs" / "mine.yaml")
+    assert result.code == 2
+    assert f"strategies[0].class_name: {name!r} is reserved" in result.err
