@@ -125,14 +125,14 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         counts = []
         if spec.accelerator:
             counts.append(f"accelerator {spec.accelerator.name}")
-        for label, items in (
-            ("strategies", spec.strategies),
-            ("precision plugins", spec.precision_plugins),
-            ("cluster environments", spec.cluster_environments),
-            ("backends", spec.backends),
+        for singular, plural, items in (
+            ("strategy", "strategies", spec.strategies),
+            ("precision plugin", "precision plugins", spec.precision_plugins),
+            ("cluster environment", "cluster environments", spec.cluster_environments),
+            ("backend", "backends", spec.backends),
         ):
             if items:
-                counts.append(f"{len(items)} {label}")
+                counts.append(f"{len(items)} {singular if len(items) == 1 else plural}")
         console.say(f"{source.path}: ok ({', '.join(counts) or 'empty'})")
     del catalog
     return EXIT_OK

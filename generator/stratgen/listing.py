@@ -25,19 +25,24 @@ def _call(path: str) -> object:
     return getattr(importlib.import_module(module), attribute)()
 
 
-@cache
 def _accelerator_available(accelerator: Accelerator) -> tuple[bool, str]:
     spec = accelerator.spec
-    missing = [r.module for r in spec.requires if not module_present(r.module)]
+    return _probe(spec.name, tuple(r.module for r in spec.requires), spec.is_available)
+
+
+@cache
+def _probe(name: str, requires: tuple[str, ...], is_available: str | None) -> tuple[bool, str]:
+    """Whether an accelerator is usable here; probing may import its runtime, so once only."""
+    missing = [module for module in requires if not module_present(module)]
     if missing:
         return False, f"needs {', '.join(missing)}"
-    if spec.is_available is None:
+    if is_available is None:
         return True, ""
-    module = spec.is_available.partition(":")[0]
+    module = is_available.partition(":")[0]
     if not module_present(module.split(".")[0]):
         return False, f"needs {module.split('.')[0]}"
     try:
-        return (True, "") if _call(spec.is_available) else (False, f"no {spec.name} device")
+        return (True, "") if _call(is_available) else (False, f"no {name} device")
     except Exception as exc:  # a probe that fails means "not here"
         return False, f"probe failed: {type(exc).__name__}"
 

@@ -71,7 +71,7 @@ def _describe(tp: Any) -> str:
         parts = [_describe(a) for a in typing.get_args(tp) if a is not type(None)]
         return " or ".join(parts)
     if origin is tuple:
-        return f"a list of {_describe(typing.get_args(tp)[0])}"
+        return f"a list whose items are each {_describe(typing.get_args(tp)[0])}"
     if origin is dict:
         return "a mapping"
     if dataclasses.is_dataclass(tp):
@@ -185,7 +185,12 @@ class Converter:
 
     def _tuple(self, node: Node, tp: Any, path: str) -> tuple[Any, ...]:
         item_type = typing.get_args(tp)[0]
-        if not node.is_seq and not node.is_map and node.value is not None:
+        if (
+            not node.is_seq
+            and not node.is_map
+            and node.value is not None
+            and self._fits_shape(node, item_type)
+        ):
             node = Node([node], node.loc)  # a single value stands for a list of one
         if not node.is_seq:
             raise self.fail(node.loc, path, f"expected {_describe(tp)}, found {_kind(node.value)}")
