@@ -17,7 +17,6 @@ from sgtest import (
     run_cli,
     run_process,
 )
-
 from stratgen import __version__
 from stratgen.catalog import resolve
 from stratgen.cli import build_parser, main

@@ -25,7 +25,7 @@ SEEDS = [
     (FIXTURES / "golden" / "minimal" / "specs" / "local.yaml").read_bytes(),
     (FIXTURES / "golden" / "hostile" / "specs" / "hostile.yaml").read_bytes(),
 ]
-YAML_BYTES = list(b":-[]{}&*!|>'\"#%@`,?\t\n \\") + [0x00, 0x80, 0xC3, 0xE9, 0xFF]
+YAML_BYTES = [*b":-[]{}&*!|>'\"#%@`,?\t\n \\", 0x00, 0x80, 0xC3, 0xE9, 0xFF]
 MAX_SECONDS = 5.0
 
 

@@ -27,7 +27,6 @@ from sgtest import (
     indented,
     option_text,
 )
-
 from stratgen.project import Project, load_config, resource_dir
 from stratgen.render import header
 

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sgtest import MINIMAL_BASE, args_section, indented, option_text
-
 from stratgen.catalog import PARALLEL_OPTIONS, RESERVED_CLASS_NAMES, RESERVED_OPTION_NAMES, WRAPPERS
 from stratgen.fmt import Formatter
 from stratgen.project import Project, load_config

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from sgtest import REPO, STRATEGY_SPEC, make_project, run_cli
-
 from stratgen import pyapi, render
 from stratgen.catalog import (
     PARALLEL_OPTIONS,

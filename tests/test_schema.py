@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from sgtest import BAD, FIXTURES, REPO, bad_files, run_cli
-
 from stratgen.yamlload import load_yaml
 
 SCHEMA_FILE = REPO / "specs" / "stratgen.schema.json"
@@ -148,8 +147,11 @@ def test_every_builtin_spec_points_editors_at_the_schema() -> None:
 
 def _accepted_specs() -> list[Path]:
     return sorted(
-        [*(REPO / "specs").glob("*.yaml"), *FIXTURES.glob("minimal/specs/*.yaml")]
-        + list(FIXTURES.glob("golden/*/specs/*.yaml"))
+        [
+            *(REPO / "specs").glob("*.yaml"),
+            *FIXTURES.glob("minimal/specs/*.yaml"),
+            *FIXTURES.glob("golden/*/specs/*.yaml"),
+        ]
     )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import sgtest  # noqa: E402
+import sgtest
 
 
 def update_goldens() -> int:

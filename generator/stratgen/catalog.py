@@ -415,8 +415,10 @@ def _field_loc(spec: Any, key: str, *more: str) -> Location:
     """Where ``key`` (or the first of ``more`` found, most precise first) is in the spec."""
     for candidate in (*more, key):
         if candidate in spec.locs:
-            return spec.locs[candidate]  # type: ignore[no-any-return]
-    return spec.loc  # type: ignore[no-any-return]
+            location: Location = spec.locs[candidate]
+            return location
+    location = spec.loc
+    return location
 
 
 def _collect(
@@ -455,7 +457,7 @@ def _lineage(
         if state.get(name) == "done":
             return True
         if state.get(name) == "active":
-            cycle = chain[chain.index(name) :] + [name]
+            cycle = [*chain[chain.index(name) :], name]
             entry = entries[name]
             first = entries[cycle[-2]]
             problems.add(

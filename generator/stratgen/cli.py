@@ -62,7 +62,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     group = common.add_argument_group("project")
     group.add_argument(
         "--project", type=Path, help="project folder (default: nearest with [tool.stratgen])"
@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     console = Console(out, err, False if args.no_color else None)
-    from . import commands  # noqa: PLC0415 - keeps `stratgen --help` fast
+    from . import commands
 
     try:
         return commands.run(args, console)

@@ -11,6 +11,7 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 LINE_LENGTH = 100
 
@@ -31,13 +32,13 @@ def cache_dir() -> Path | None:
 
 class Formatter:
     def __init__(self, cache: Path | None = None, use_cache: bool = True) -> None:
-        self._mode = None
+        self._mode: Any = None
         self._version = ""
         self.cache = (cache or cache_dir()) if use_cache else None
         self.hits = 0
         self.misses = 0
 
-    def _black(self):  # type: ignore[no-untyped-def]
+    def _black(self) -> Any:
         import black  # imported on first use: a warm cache never pays for it
 
         if self._mode is None:

@@ -8,6 +8,8 @@ Fields that may be inherited through ``extends`` default to ``None`` in the spec
 ``stratgen.resolve`` fills them in.
 """
 
+# ruff: noqa: RUF009 - required(), described() and internal() return dataclasses.field(...)
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

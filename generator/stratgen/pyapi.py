@@ -596,7 +596,7 @@ def precision_module(plugin: PrecisionPlugin) -> PyModule:
     for key, value in facts.items():
         if key != "plugin_name" and parent_facts.get(key) == value:
             continue
-        source = _requirements(value, imports) if key == "requirements" else literal(value)
+        source = _requirements(plugin.requires, imports) if key == "requirements" else literal(value)
         attributes.append((key, source))
     extra = [] if plugin.abstract or not plugin.modes else [
         "Serves precision " + ", ".join(f'``"{m}"``' for m in plugin.modes) + "."

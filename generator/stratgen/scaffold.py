@@ -31,12 +31,16 @@ def new_from_file(source: Path, project: Project, console: Console, force: bool 
     specs_dir = config.root / config.specs
     destination = specs_dir / source.name
     inside = source.resolve().parent == specs_dir.resolve()
-    if not inside and destination.exists():
-        if destination.read_bytes() != source.read_bytes() and not force:
-            raise StratgenError(
-                f"{project.display(destination)} already exists and differs from {source}; "
-                "rename your file or pass --force to replace it"
-            )
+    if (
+        not inside
+        and destination.exists()
+        and destination.read_bytes() != source.read_bytes()
+        and not force
+    ):
+        raise StratgenError(
+            f"{project.display(destination)} already exists and differs from {source}; "
+            "rename your file or pass --force to replace it"
+        )
     label = project.display(destination)
     replacing = not inside and destination.exists()
     extra = [] if inside else [(source, label)]

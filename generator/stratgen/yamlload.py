@@ -93,7 +93,7 @@ class _Loader(
         if self.composed > MAX_NODES:
             raise _LimitExceeded(mark, f"more than {MAX_NODES} values in one spec file")
         try:
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 
