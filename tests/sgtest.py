@@ -238,9 +238,11 @@ def args_section(doc: str) -> dict[str, str]:
     current = None
     for line in body.split("\n"):
         if line.startswith(" " * 8) and not line.startswith(" " * 9):
-            name, _, first = line[8:].partition(": ")
+            name, _, first = line[8:].partition(":")
             current = name
-            entries[name] = [first]
+            # "name: text"; black strips the space after the colon when the text's first
+            # line is empty.
+            entries[name] = [first[1:] if first.startswith(" ") else first]
         else:
             assert current is not None, f"Args section starts with {line!r}"
             assert line == "" or line.startswith(" " * 12), line

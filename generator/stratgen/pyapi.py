@@ -121,7 +121,8 @@ def docstring_body(text: str, indent: str) -> str:
     one at the start or the end of the text), and the spaces that black strips or re-indents:
     leading spaces of the first line, trailing spaces of every line, and the first leading
     space of continuation lines when every one of them is indented. Continuation lines are
-    indented by ``indent``, which ``inspect.cleandoc`` removes again.
+    indented by ``indent``, which ``inspect.cleandoc`` removes again; a text whose
+    continuation lines are all empty is written on one line, its line breaks as escapes.
     """
     raw_lines = text.split("\n")
     rest = [line for line in raw_lines[1:] if line.strip(" ")]
@@ -147,6 +148,10 @@ def docstring_body(text: str, indent: str) -> str:
         if trail:
             chars[len(raw) - trail :] = ["\\x20"] * trail
         lines.append("".join(chars))
+    if not any(lines[1:]):
+        # black drops the lines of a docstring whose continuation lines are all blank; as
+        # escapes, the line breaks survive.
+        return "\\n".join(lines)
     body = lines[0]
     for line in lines[1:]:
         body += "\n" + (indent + line if line else "")
