@@ -35,6 +35,7 @@ def resource_dir(name: str) -> Path:
     raise StratgenError(f"stratgen's {name}/ folder is missing from this installation")
 
 
+BUILTIN_PREFIX = "stratgen:"
 SPEC_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 CONFIG_KEYS = ("specs", "output", "package", "tests", "templates", "builtin-specs")
 
@@ -190,7 +191,9 @@ class Project:
         if self.config.builtin_specs and not builtin_local:
             for path in sorted(resource_dir("specs").glob("*.yaml")):
                 try:
-                    sources.append(self.load_file(path, True, f"specs/{path.name}"))
+                    # Named apart from the project's own specs/ in messages and headers.
+                    label = f"{BUILTIN_PREFIX}specs/{path.name}"
+                    sources.append(self.load_file(path, True, label))
                 except SpecError as exc:  # pragma: no cover - built-in specs are tested
                     problems.extend(exc.problems)
         for path, label in paths:

@@ -60,8 +60,11 @@ def header(source: str, comment: str = "#") -> str:
     )
 
 
-def source_label(source: Source) -> str:
-    return f"stratgen:{source.path}" if source.builtin and not source.path.startswith("specs/") else source.path
+def test_module_name(source: Source) -> str:
+    """test_<spec>.py; built-in specs rendered into a user's project are told apart from the
+    project's own specs of the same file name."""
+    prefix = "test_stratgen_" if source.path.startswith("stratgen:") else "test_"
+    return f"{prefix}{source.stem}.py"
 
 
 class Renderer:
@@ -330,7 +333,7 @@ def _tests(
         if accelerator is not None:
             accelerator_classes.add(accelerator.class_name)
         text = template.render(
-            header=header(source_label(source)),
+            header=header(source.path),
             package=package,
             source=source,
             imports=sorted(set(imports) | accelerator_classes),
@@ -339,7 +342,7 @@ def _tests(
             precision_plugins=plugins,
             environments=[pyapi.environment_test_case(e) for e in envs],
         )
-        files.append(RenderedFile(f"{tests_dir}/test_{source.stem}.py", text, True))
+        files.append(RenderedFile(f"{tests_dir}/{test_module_name(source)}", text, True))
     package_parent = os.path.relpath(package_dir.rsplit("/", 1)[0] or ".", tests_dir)
     conftest = renderer.template("tests/conftest.py.j2").render(
         header=header("stratgen's test template"), package=package, package_parent=Path(package_parent).as_posix()
