@@ -411,6 +411,15 @@ class _Entry(Generic[E]):
     path: str  # field path within its file, e.g. 'strategies[2]'
 
 
+def _listing(names: Iterable[str], limit: int = 12) -> str:
+    """Names for an 'allowed are ...' part of a message, sorted, the list cut at ``limit``."""
+    ordered = sorted(names)
+    if not ordered:
+        return "none"
+    shown = ", ".join(ordered[:limit])
+    return shown + (f" and {len(ordered) - limit} more" if len(ordered) > limit else "")
+
+
 def _field_loc(spec: Any, key: str, *more: str) -> Location:
     """Where ``key`` (or the first of ``more`` found, most precise first) is in the spec."""
     for candidate in (*more, key):
@@ -477,7 +486,8 @@ def _lineage(
                 problems.add(
                     _field_loc(entry.spec, key),
                     f"{entry.path}.{key}",
-                    f"no {what} named {parent!r}{did_you_mean(parent, entries)}",
+                    f"no {what} named {parent!r}{did_you_mean(parent, entries)}; "
+                    f"{plural} defined: {_listing(n for n in entries if n != name)}",
                 )
                 ok = False
             else:
@@ -687,7 +697,8 @@ def _resolve_precision_plugins(catalog: Catalog, problems: _Problems) -> None:
                     _field_loc(spec, "accelerators"),
                     f"{entry.path}.accelerators",
                     f"no accelerator named {accelerator!r}"
-                    f"{did_you_mean(accelerator, catalog.accelerators)}",
+                    f"{did_you_mean(accelerator, catalog.accelerators)}; "
+                    f"accelerators: {_listing(catalog.accelerators)}",
                 )
         if not spec.abstract and not values["modes"]:
             problems.add(spec.loc, f"{entry.path}.modes", "a plugin that is not abstract needs 'modes'")
@@ -835,7 +846,9 @@ def _resolve_strategy(
             problems.add(
                 _field_loc(spec, "cluster", f"cluster[{index}]"),
                 f"{path}.cluster[{index}]",
-                f"no cluster environment named {env!r}{did_you_mean(env, catalog.environments)}",
+                f"no cluster environment named {env!r}{did_you_mean(env, catalog.environments)}; "
+                "cluster environments: "
+                f"{_listing(n for n, e in catalog.environments.items() if not e.abstract)}",
             )
         elif resolved_env.abstract:
             problems.add(
@@ -852,7 +865,9 @@ def _resolve_strategy(
             problems.add(
                 _field_loc(spec, "accelerators", f"accelerators[{index}]"),
                 f"{path}.accelerators[{index}]",
-                f"no accelerator named {accelerator!r}{did_you_mean(accelerator, catalog.accelerators)}",
+                f"no accelerator named {accelerator!r}"
+                f"{did_you_mean(accelerator, catalog.accelerators)}; "
+                f"accelerators: {_listing(catalog.accelerators)}",
             )
 
     options = dict(parent.options) if parent else {}
