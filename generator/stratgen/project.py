@@ -192,8 +192,8 @@ class Project:
             for path in sorted(resource_dir("specs").glob("*.yaml")):
                 try:
                     # Named apart from the project's own specs/ in messages and headers.
-                    label = f"{BUILTIN_PREFIX}specs/{path.name}"
-                    sources.append(self.load_file(path, True, label))
+                    builtin_label = f"{BUILTIN_PREFIX}specs/{path.name}"
+                    sources.append(self.load_file(path, True, builtin_label))
                 except SpecError as exc:  # pragma: no cover - built-in specs are tested
                     problems.extend(exc.problems)
         for path, label in paths:
