@@ -205,6 +205,24 @@ def test_flags_override_the_config(project: Path) -> None:
     assert not (project / "out").exists()
 
 
+def test_specs_templates_and_builtin_flags_override_the_config(project: Path) -> None:
+    (project / "other").mkdir()
+    (project / "other" / "base.yaml").write_text(MINIMAL_BASE)
+    (project / "tpl" / "package").mkdir(parents=True)
+    builtin_init = (REPO / "templates" / "package" / "__init__.py.j2").read_text()
+    (project / "tpl" / "package" / "__init__.py.j2").write_text(
+        builtin_init.replace('"""{{ package }}:', '"""Flagged. {{ package }}:')
+    )
+    result = run_cli("generate", "--project", project, "--specs", "other", "--templates", "tpl")
+    assert result.code == 0, result.err
+    assert not (project / "out" / "minilib" / "strategies" / "mine.py").exists()
+    assert '"""Flagged. minilib:' in (project / "out" / "minilib" / "__init__.py").read_text()
+    # With the built-in specs too, the minimal base specs collide with them.
+    both = run_cli("validate", "--project", project, "--builtin-specs", project / "specs" / "mine.yaml")
+    assert both.code == 2 and "is already defined in stratgen:specs/" in both.err
+    assert run_cli("check", "--project", project, "--no-builtin-specs").code == 1
+
+
 def test_project_root_is_found_from_a_subfolder(project: Path) -> None:
     sub = project / "specs"
     result = run_cli("generate", cwd=sub)

@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--package", help="import name of the generated package")
     group.add_argument("--tests", help="folder for the generated tests")
     group.add_argument("--templates", help="folder of templates that override the built-in ones")
+    group.add_argument(
+        "--builtin-specs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whether stratgen's own specs join the project's (default: yes)",
+    )
     group.add_argument("--no-color", action="store_true", help="never colour the output")
 
     parser = _Parser(

@@ -20,7 +20,8 @@ def config_from(args: argparse.Namespace) -> Config:
     if not root.is_dir():
         raise StratgenError(f"project folder {root} does not exist")
     overrides = {
-        key: getattr(args, key, None) for key in ("specs", "output", "package", "tests", "templates")
+        key: getattr(args, key, None)
+        for key in ("specs", "output", "package", "tests", "templates", "builtin_specs")
     }
     if args.command == "schema":
         overrides["output"] = None
