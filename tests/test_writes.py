@@ -208,6 +208,16 @@ def test_nothing_is_written_when_a_template_is_broken(project: Path) -> None:
     assert snapshot(project) == before
 
 
+def test_a_file_system_error_is_a_clean_error(project: Path) -> None:
+    registry = project / "out" / "minilib" / "registry.py"
+    registry.unlink()
+    (registry / "blocker").mkdir(parents=True)  # a folder where a generated file belongs
+    result = run_cli("generate", "--project", project)
+    assert result.code == 2 and "Traceback" not in result.err
+    assert result.err.startswith("error: ") and "registry.py" in result.err
+    assert not [p for p in (project / "out").rglob("*.tmp")]
+
+
 def test_lock_and_temporary_files_do_not_linger(project: Path) -> None:
     names = [p.name for p in (project / "out").rglob("*") if p.is_file()]
     assert not [n for n in names if n.endswith(".tmp")]

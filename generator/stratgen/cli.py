@@ -199,6 +199,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as exc:  # the file system refused a read or write
+        where = f"{exc.filename}: " if exc.filename else ""
+        console.error(f"{where}{exc.strerror or exc}")
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover
