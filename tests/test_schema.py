@@ -142,7 +142,8 @@ def test_every_builtin_spec_points_editors_at_the_schema() -> None:
     specs = sorted((REPO / "specs").glob("*.yaml"))
     assert specs
     for spec in specs:
-        assert spec.read_text(encoding="utf-8").split("\n", 1)[0] == SCHEMA_COMMENT, spec.name
+        first = spec.read_text(encoding="utf-8").split("\n", 1)[0]
+        assert first == SCHEMA_COMMENT, f"specs/{spec.name} must start with {SCHEMA_COMMENT!r}"
 
 
 def _accepted_specs() -> list[Path]:
