@@ -86,9 +86,7 @@ def test_exit_codes_of_a_project_life(project: Path) -> None:
     assert run_cli("check", "--project", project).code == 0
     assert run_cli("generate", "--dry-run", "--project", project).code == 0
     ok = run_cli("validate", "--project", project, project / "specs" / "mine.yaml")
-    assert ok.code == 0 and ok.out == "specs/mine.yaml: ok (1 strategy, 0 ...)\n".replace(
-        ", 0 ...", ""
-    )
+    assert ok.code == 0 and ok.out == "specs/mine.yaml: ok (1 strategy)\n"
     missing = run_cli("validate", "--project", project, project / "specs" / "nope.yaml")
     assert missing.code == 2 and missing.err.endswith("nope.yaml: no such file\n")
     assert missing.out == ""
