@@ -11,10 +11,13 @@ import pytest
 from stratlib import (
     CPUAccelerator,
     CUDAAccelerator,
+    HPUAccelerator,
+    IPUAccelerator,
     MPSAccelerator,
     ParallelStrategy,
     SingleDeviceStrategy,
     Strategy,
+    TPUAccelerator,
     registry,
 )
 from stratlib.core import testing
@@ -40,7 +43,7 @@ def test_strategy_facts_match_the_spec() -> None:
         "bf16-true",
     )
     assert Strategy.cluster_environments == ()
-    assert Strategy.supported_accelerators == ("cpu", "cuda", "mps")
+    assert Strategy.supported_accelerators == ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")
     assert testing.option_defaults(Strategy) == {}
 
 
@@ -59,11 +62,18 @@ def test_strategy_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (HPUAccelerator, "32-true", "PrecisionPlugin"),
+        (HPUAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
+        (HPUAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (IPUAccelerator, "32-true", "IPUPrecisionPlugin"),
+        (IPUAccelerator, "16-true", "IPUPrecisionPlugin"),
         (MPSAccelerator, "32-true", "PrecisionPlugin"),
         (MPSAccelerator, "16-mixed", "NativeMixedPrecisionPlugin"),
         (MPSAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (MPSAccelerator, "16-true", "HalfPrecisionPlugin"),
         (MPSAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (TPUAccelerator, "32-true", "PrecisionPlugin"),
+        (TPUAccelerator, "bf16-true", "HalfPrecisionPlugin"),
     ],
 )
 def test_strategy_precision_selection(accelerator: type, precision: str, plugin: str) -> None:
@@ -75,7 +85,10 @@ def test_strategy_precision_selection(accelerator: type, precision: str, plugin:
     [
         (CPUAccelerator, "gloo"),
         (CUDAAccelerator, "nccl"),
+        (HPUAccelerator, "hccl"),
+        (IPUAccelerator, "gloo"),
         (MPSAccelerator, "gloo"),
+        (TPUAccelerator, "xla"),
     ],
 )
 def test_strategy_backend_selection(accelerator: type, backend: str) -> None:

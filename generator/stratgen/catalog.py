@@ -78,9 +78,18 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "config": ("mapping", "path"),
         },
     ),
-    "horovod": (frozenset({"parallel"}), {}),
-    "bagua": (frozenset({"parallel"}), {"algorithm": ("str",)}),
-    "xla": (frozenset({"single_device", "parallel"}), {}),
+    "horovod": (
+        frozenset({"parallel"}),
+        {"backward_passes_per_step": ("int",), "gradient_compression": ("str",)},
+    ),
+    "bagua": (
+        frozenset({"parallel"}),
+        {"algorithm": ("str",), "flatten": ("bool",), "algorithm_kwargs": ("mapping",)},
+    ),
+    "xla": (
+        frozenset({"single_device", "parallel"}),
+        {"sync_module_states": ("bool",), "debug": ("bool",)},
+    ),
 }
 
 WRAPPERS["ddp2"] = WRAPPERS["ddp"]

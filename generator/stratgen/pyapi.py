@@ -240,8 +240,9 @@ def relative_module(module_path: str, target: str) -> str:
     return "." * (len(here) - common + 1) + ".".join(there[common:])
 
 
-def _import_sort_key(line: str) -> tuple[int, str]:
-    return (0 if line.startswith("import ") else 1, line.split()[1])
+def _import_sort_key(line: str) -> tuple[int, str, str]:
+    # The whole line breaks ties between imports from one module: sets iterate in hash order.
+    return (0 if line.startswith("import ") else 1, line.split()[1], line)
 
 
 def _merged(lines: Iterable[str]) -> list[str]:

@@ -24,6 +24,6 @@ class Strategy(StrategyBase):
     default_precision = "32-true"
     supported_precisions = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
     cluster_environments = ()
-    supported_accelerators = ("cpu", "cuda", "mps")
+    supported_accelerators = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")
     requirements = ()
     hooks = None

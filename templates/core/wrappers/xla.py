@@ -1,0 +1,255 @@
+"""PyTorch/XLA (TPUs): strategies, precision and the launcher built on torch_xla.
+
+torch_xla starts one process per device itself (``xmp.spawn``), so the ``xla`` launcher hands
+the work to it and collects rank 0's result. The model is not wrapped: gradients are
+all-reduced across processes (``xm.reduce_gradients``) right before each optimizer step, and
+collectives run on torch_xla's process group (``init_method='xla://'``). torch_xla is imported
+only when a strategy, plugin or launcher of this module is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.optim import Optimizer
+
+from ..collectives import broadcast_object
+from ..exceptions import MisconfigurationError, ProcessFailedError
+from ..imports import Requirement, require
+from ..launchers import Launcher, register_launcher, run_reporting_errors
+from ..precision import PrecisionBase, apply_to_tensors, default_dtype
+from ..strategy import StrategyBase
+
+#: Set to print PyTorch/XLA's debug information.
+XLA_DEBUG_ENV = "PT_XLA_DEBUG"
+
+
+def _import(requirements: tuple[Requirement, ...], user: str, module: str) -> ModuleType:
+    require(requirements, user)
+    return importlib.import_module(module)
+
+
+class XLAMixin(StrategyBase):
+    """Runs on XLA devices; for parallel strategies, in processes started by torch_xla."""
+
+    #: Start every process from rank 0's parameters.
+    sync_module_states: bool = True
+    #: Print PyTorch/XLA debug information.
+    debug: bool = False
+
+    def xla_module(self, name: str = "torch_xla") -> ModuleType:
+        """A torch_xla module; a clear error names the package if it is missing."""
+        return _import(self.requirements, type(self).__name__, name)
+
+    @property
+    def _is_parallel(self) -> bool:
+        from ..parallel import ParallelMixin
+
+        return isinstance(self, ParallelMixin)
+
+    def _xla_distributed(self) -> bool:
+        return self._is_parallel and dist.is_available() and dist.is_initialized()
+
+    # -- devices, ranks, connection ------------------------------------------------------
+
+    @property
+    def root_device(self) -> torch.device:
+        if self._is_parallel:
+            # torch_xla gives each process its device; asking for it starts the XLA runtime,
+            # which must only happen in the spawned processes.
+            return torch.device(self.xla_module().device())
+        return super().root_device  # type: ignore[safe-super]
+
+    def setup_environment(self) -> None:
+        if self.debug:
+            os.environ[XLA_DEBUG_ENV] = "1"
+        super().setup_environment()
+
+    def configure_ranks(self) -> None:
+        """World size and global rank come from the XLA runtime of this process."""
+        runtime = self.xla_module("torch_xla.runtime")
+        environment = self.cluster_environment
+        environment.set_world_size(int(runtime.world_size()))
+        environment.set_global_rank(int(runtime.global_ordinal()))
+
+    def setup_distributed(self) -> None:
+        """Join torch_xla's process group; it finds ranks and the master itself."""
+        if dist.is_initialized():
+            return
+        backend: Any = getattr(self, "collective_backend", self.backend)
+        require(backend.requirements, f"backend {backend.name!r}")
+        # Importing the module registers the 'xla' backend and the 'xla://' rendezvous.
+        self.xla_module("torch_xla.distributed.xla_backend")
+        dist.init_process_group(backend.name, init_method="xla://")
+        self._owns_process_group = True
+
+    # -- model and optimizers ------------------------------------------------------------
+
+    def setup_module_and_optimizers(
+        self, module: nn.Module, optimizers: list[Optimizer]
+    ) -> tuple[nn.Module, list[Optimizer]]:
+        if self._xla_distributed() and self.sync_module_states:
+            self.xla_module("torch_xla.core.xla_model").broadcast_master_param(module)
+        return module, optimizers
+
+    def _optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        if self._xla_distributed():
+            self.xla_module("torch_xla.core.xla_model").reduce_gradients(optimizer)
+        return super()._optimizer_step(optimizer, **kwargs)
+
+    # -- collectives ---------------------------------------------------------------------
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if not self._xla_distributed():
+            return super().broadcast(obj, src)  # type: ignore[safe-super]
+        # The XLA process group only moves tensors that live on the XLA device.
+        return broadcast_object(obj, src, device=self.root_device)
+
+    def barrier(self, name: str | None = None) -> None:
+        if not self._xla_distributed():
+            super().barrier(name)  # type: ignore[safe-super]
+            return
+        self.xla_module("torch_xla.core.xla_model").rendezvous(name or "barrier")
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def _state_to_save(self, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+        """Checkpoints hold CPU tensors, so that they load without torch_xla."""
+        state = super()._state_to_save(checkpoint)
+        return apply_to_tensors(state, lambda tensor: tensor.detach().cpu())
+
+
+class XLAPrecisionMixin(PrecisionBase):
+    """Precision on XLA devices.
+
+    '32-true' changes nothing. The '-true' half precisions cast the module and floating-point
+    inputs, and set the torch_xla variable that stores float32 tensors in that type on the
+    device; the variable is set when the plugin is created, before torch_xla starts its
+    runtime in the spawned processes, and restored at teardown.
+    """
+
+    #: Precision -> (torch_xla environment variable, dtype).
+    XLA_DTYPES: dict[str, tuple[str, torch.dtype]] = {
+        "bf16-true": ("XLA_USE_BF16", torch.bfloat16),
+        "16-true": ("XLA_USE_F16", torch.float16),
+    }
+    wraps_forward = True
+
+    def __init__(self, precision: str | None = None, *, device_type: str | None = None) -> None:
+        super().__init__(precision, device_type=device_type)
+        self._saved_variable: tuple[str, str | None] | None = None
+        if self.precision in self.XLA_DTYPES:
+            variable, _ = self.XLA_DTYPES[self.precision]
+            self._saved_variable = (variable, os.environ.get(variable))
+            os.environ[variable] = "1"
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The dtype of parameters and inputs; None for float32."""
+        entry = self.XLA_DTYPES.get(self.precision)
+        return entry[1] if entry else None
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        return module.to(dtype=self.dtype) if self.dtype is not None else module
+
+    def convert_input(self, data: Any) -> Any:
+        dtype = self.dtype
+        if dtype is None:
+            return data
+        return apply_to_tensors(data, lambda t: t.to(dtype) if torch.is_floating_point(t) else t)
+
+    def forward_context(self) -> Any:
+        return default_dtype(self.dtype) if self.dtype is not None else super().forward_context()
+
+    def teardown(self) -> None:
+        if self._saved_variable is not None:
+            variable, previous = self._saved_variable
+            if previous is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = previous
+            self._saved_variable = None
+        super().teardown()
+
+
+# --- the launcher ---------------------------------------------------------------------------
+
+
+def _xla_worker(
+    index: int,
+    strategy: StrategyBase,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    results: Any,
+) -> None:
+    """One process started by torch_xla (``index`` is its ordinal)."""
+    result = strategy.run_worker(function, args, kwargs)
+    if strategy.is_global_zero:
+        results.put(pickle.dumps(apply_to_tensors(result, lambda t: t.detach().cpu())))
+
+
+class XLALauncher(Launcher):
+    """Starts the processes with torch_xla's ``xmp.spawn`` and returns rank 0's result.
+
+    torch_xla starts either one process or one per device of the host, nothing in between.
+    """
+
+    def __init__(self, strategy: StrategyBase) -> None:
+        super().__init__(strategy)
+        start_method = getattr(strategy, "start_method", None) or "fork"
+        if start_method not in ("fork", "spawn"):
+            raise MisconfigurationError(
+                f"start_method={start_method!r} is not allowed; use 'fork' or 'spawn'"
+            )
+        self.start_method = start_method
+
+    @property
+    def is_interactive_compatible(self) -> bool:
+        return self.start_method == "fork"
+
+    def spawn_arguments(self) -> dict[str, Any]:
+        """Keyword arguments for ``xmp.spawn`` besides the function and its arguments."""
+        strategy: Any = self.strategy
+        wanted = strategy.num_processes
+        available = strategy.accelerator.device_count()
+        if wanted == 1:
+            nprocs = 1
+        elif available is None or wanted == available:
+            nprocs = None  # torch_xla's way to say "every device"
+        else:
+            raise MisconfigurationError(
+                f"devices={wanted}: torch_xla starts one process or one per device; use "
+                f"devices=1 or devices={available}"
+            )
+        return {"nprocs": nprocs, "start_method": self.start_method}
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        strategy: Any = self.strategy
+        if strategy.cluster_environment.creates_processes_externally:
+            return run_reporting_errors(strategy, function, args, kwargs)
+        spawn_kwargs = self.spawn_arguments()
+        xmp = strategy.xla_module("torch_xla.distributed.xla_multiprocessing")
+        import torch.multiprocessing as mp
+
+        # A manager's queue, unlike a plain one, survives being pickled to the processes.
+        with mp.get_context(self.start_method).Manager() as manager:
+            results = manager.Queue()
+            try:
+                xmp.spawn(
+                    _xla_worker, args=(strategy, function, args, kwargs, results), **spawn_kwargs
+                )
+            except Exception as exc:
+                raise ProcessFailedError(f"an XLA process failed: {exc}", error=str(exc)) from exc
+            return pickle.loads(results.get()) if not results.empty() else None
+
+
+register_launcher("xla", XLALauncher)

@@ -1,0 +1,1 @@
+"""Stand-in for ``bagua.torch_api.data_parallel``."""

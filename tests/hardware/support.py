@@ -1,0 +1,94 @@
+"""Running scripts against stand-ins of hardware packages that cannot be installed here.
+
+The stand-ins under ``standins/`` are small CPU-only packages with the names and the functions
+of the real ones (habana_frameworks, horovod, torch_xla, poptorch, bagua). They record every
+call in a JSON-lines file, so that a test can check what stratlib called and in which order.
+They are copied into a temporary folder and put on the PYTHONPATH of a fresh process only:
+the test process itself never sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stratlib.core.testing import clean_environ
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+STANDINS = HERE / "standins"
+GENERATED = REPO / "generated"
+
+
+@dataclass
+class Run:
+    """A finished script: its process, rank 0's RESULT and the stand-ins' call log."""
+
+    process: subprocess.CompletedProcess[str]
+    result: Any
+    events: list[dict[str, Any]]
+
+    def check(self) -> Run:
+        assert self.process.returncode == 0, self.process.stdout + self.process.stderr
+        return self
+
+    def named(self, *names: str, pid: int | None = None) -> list[dict[str, Any]]:
+        """Events with one of these names (of one process, if given), in order."""
+        return [e for e in self.events if e["event"] in names and (pid is None or e["pid"] == pid)]
+
+    def pids(self) -> list[int]:
+        return sorted({e["pid"] for e in self.events})
+
+
+def install_standins(folder: Path, packages: tuple[str, ...]) -> Path:
+    site = folder / "standin-site"
+    site.mkdir(parents=True, exist_ok=True)
+    shutil.copy(STANDINS / "standin_events.py", site)
+    for package in packages:
+        shutil.copytree(STANDINS / package, site / package, dirs_exist_ok=True)
+    return site
+
+
+def run_script(
+    folder: Path,
+    source: str,
+    *,
+    standins: tuple[str, ...] = (),
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    timeout: float = 180,
+) -> Run:
+    """Run ``source`` as ``folder/script.py`` with the stand-ins and the generated package."""
+    folder.mkdir(parents=True, exist_ok=True)
+    site = install_standins(folder, standins)
+    script = folder / "script.py"
+    script.write_text(textwrap.dedent(source), encoding="utf-8")
+    events = folder / "events.jsonl"
+    environ = clean_environ(env)
+    environ["PYTHONPATH"] = os.pathsep.join([str(site), str(GENERATED)])
+    environ["STANDIN_EVENTS"] = str(events)
+    process = subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environ,
+    )
+    result = None
+    for line in process.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT ") :])
+    logged = []
+    if events.is_file():
+        logged = [
+            json.loads(line) for line in events.read_text(encoding="utf-8").splitlines() if line
+        ]
+    return Run(process, result, logged)

@@ -1,0 +1,136 @@
+"""Hardware backends that cannot be installed here stay out of the way until used.
+
+``import stratlib`` (and listing strategies, and importing the wrappers and hooks) imports
+none of them; using one raises MissingDependencyError with the package and the install
+command its spec names under ``requires:``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stratlib
+import yaml
+from stratlib import registry
+from stratlib.core.testing import clean_environ
+
+from .support import GENERATED, REPO
+
+HARDWARE_SPECS = ("horovod", "bagua", "xla", "ipu", "hpu")
+HEAVY = ("horovod", "bagua", "torch_xla", "poptorch", "habana_frameworks")
+
+
+def spec(name: str) -> dict[str, Any]:
+    return yaml.safe_load((REPO / "specs" / f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+def declared(kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """(name, entry) of every strategy, accelerator or precision plugin of the hardware specs."""
+    found = []
+    for name in HARDWARE_SPECS:
+        content = spec(name)
+        entries = (
+            [content["accelerator"]]
+            if kind == "accelerator" and "accelerator" in content
+            else content.get(kind, [])
+        )
+        found += [
+            (entry["name"], entry)
+            for entry in entries
+            if kind == "accelerator" or entry.get("requires")
+        ]
+    return found
+
+
+def test_importing_the_package_imports_no_backend(tmp_path: Path) -> None:
+    code = f"""
+import json, sys
+import stratlib
+stratlib.list_strategies()
+import stratlib.core.wrappers.horovod, stratlib.core.wrappers.bagua, stratlib.core.wrappers.xla
+import stratlib.core.ipu, stratlib.hooks.ipu
+print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
+"""
+    environ = clean_environ({"PYTHONPATH": str(GENERATED)})
+    process = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 0, process.stderr
+    assert json.loads(process.stdout) == []
+
+
+def test_backends_are_listed_as_unavailable() -> None:
+    infos = {info.name: info for info in stratlib.list_strategies()}
+    for name in (
+        "horovod",
+        "bagua",
+        "single_tpu",
+        "tpu_spawn",
+        "xla",
+        "ipu",
+        "hpu_single",
+        "hpu_parallel",
+    ):
+        assert infos[name].available is False, name
+    assert infos["tpu_spawn"].launcher == "xla"
+    assert infos["horovod"].launcher == "horovodrun"
+    assert infos["hpu_parallel"].backend == "hccl"
+
+
+@pytest.mark.parametrize(
+    ("name", "entry"), declared("strategies"), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_strategy_without_its_backend(name: str, entry: dict[str, Any]) -> None:
+    requirement = entry["requires"][0]
+    cls = registry.STRATEGIES[name].cls
+    with pytest.raises(stratlib.MissingDependencyError) as raised:
+        cls()
+    message = str(raised.value)
+    assert f"'{requirement['module']}'" in message
+    assert requirement["install"] in message
+    assert message.startswith(f"{cls.__name__} needs")
+
+
+@pytest.mark.parametrize(
+    ("name", "entry"), declared("accelerator"), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_accelerator_without_its_software(name: str, entry: dict[str, Any]) -> None:
+    requirement = entry["requires"][0]
+    cls = registry.ACCELERATORS[name]
+    assert not cls.is_available()
+    with pytest.raises(
+        stratlib.MissingDependencyError, match=f"accelerator='{name}' needs"
+    ) as raised:
+        stratlib.get_strategy("auto", accelerator=name)
+    assert requirement["install"] in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "entry"), declared("precision_plugins"), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_precision_plugin_without_its_backend(name: str, entry: dict[str, Any]) -> None:
+    requirement = entry["requires"][0]
+    plugin = next(p for p in registry.PRECISION_PLUGINS if p.plugin_name == name)
+    with pytest.raises(stratlib.MissingDependencyError) as raised:
+        plugin(entry["modes"][0])
+    assert f"'{requirement['module']}'" in str(raised.value)
+    assert requirement["install"] in str(raised.value)
+
+
+def test_backends_without_their_packages() -> None:
+    from stratlib.core.imports import require
+
+    for backend in ("horovod", "xla", "hccl"):
+        declared_backend = registry.BACKENDS[backend]
+        with pytest.raises(stratlib.MissingDependencyError, match=f"backend {backend!r} needs"):
+            require(declared_backend.requirements, f"backend {backend!r}")
