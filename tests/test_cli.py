@@ -141,7 +141,8 @@ def test_no_escape_codes_in_a_real_process(project: Path) -> None:
 def test_list_shows_every_strategy_and_alias_of_the_catalog() -> None:
     result = run_cli("list", "--project", REPO)
     assert result.code == 0 and result.err == ""
-    lines = result.out.splitlines()
+    strategy_table, accelerator_table = result.out.split("\n\n")
+    lines = strategy_table.splitlines()
     assert lines[0].split() == ["strategy", "class", "accelerators", "backend", "launcher", "available", "here"]
     catalog = resolve(Project(load_config(REPO)).sources())
     rows = {line.split()[0]: line for line in lines[2:] if line.strip()}
@@ -151,7 +152,7 @@ def test_list_shows_every_strategy_and_alias_of_the_catalog() -> None:
     for strategy in catalog.strategies.values():
         if not strategy.abstract and "cpu" in strategy.accelerators and not strategy.requires:
             assert "yes (" in rows[strategy.name], rows[strategy.name]
-    accelerators = result.out.split("\n\n")[1].splitlines()
+    accelerators = accelerator_table.splitlines()
     assert accelerators[0].split()[:3] == ["accelerator", "class", "backend"]
     assert {line.split()[0] for line in accelerators[2:]} == set(catalog.accelerators)
 

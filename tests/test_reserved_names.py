@@ -103,7 +103,7 @@ def test_names_generated_modules_import_are_reserved_class_names() -> None:
     generated_classes = set()
     imported = set()
     for path in package.rglob("*.py"):
-        if "core" in path.relative_to(package).parts:
+        if {"core", "hooks"} & set(path.relative_to(package).parts):  # written by hand
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:

@@ -121,9 +121,11 @@ PLUMBING: dict[str, tuple[str, ...]] = {
 CORE_ATTRIBUTES = frozenset(
     {
         "accelerator",
+        "algorithm_arguments",
         "all_gather",
         "backend",
         "backward",
+        "bagua_module",
         "barrier",
         "block_backward_sync",
         "broadcast",
@@ -139,11 +141,13 @@ CORE_ATTRIBUTES = frozenset(
         "ddp_kwargs",
         "default_precision",
         "distributed_sampler_kwargs",
+        "export_rendezvous_variables",
         "get_module_state_dict",
         "get_optimizer_state",
         "global_rank",
         "hook",
         "hooks",
+        "hvd",
         "is_global_zero",
         "launch",
         "launcher",
@@ -180,6 +184,7 @@ CORE_ATTRIBUTES = frozenset(
         "unwrap",
         "world_size",
         "wrapper",
+        "xla_module",
     }
 )
 #: Names an option may not take: constructor arguments of the core, keyword arguments of

@@ -5,8 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
