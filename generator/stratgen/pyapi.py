@@ -177,11 +177,11 @@ class Imports:
         """Import blocks for the module at ``module_path`` (e.g. 'strategies/ddp.py')."""
         future = "from __future__ import annotations"
         blocks = [[future]] if future in self.stdlib else []
-        stdlib = sorted(self.stdlib - {future}, key=_import_sort_key)
+        stdlib = _merged(self.stdlib - {future})
         if stdlib:
             blocks.append(stdlib)
         if self.third_party:
-            blocks.append(sorted(self.third_party, key=_import_sort_key))
+            blocks.append(_merged(self.third_party))
         local = []
         for module in sorted(self.local, key=lambda m: relative_module(module_path, m)):
             names = ", ".join(sorted(self.local[module]))
@@ -203,6 +203,17 @@ def relative_module(module_path: str, target: str) -> str:
 
 def _import_sort_key(line: str) -> tuple[int, str]:
     return (0 if line.startswith("import ") else 1, line.split()[1])
+
+
+def _merged(lines: set[str]) -> list[str]:
+    """Sorted import lines, with the names imported from one module on one line."""
+    plain = {line for line in lines if not line.startswith("from ")}
+    names: dict[str, set[str]] = {}
+    for line in lines - plain:
+        module, _, imported = line[len("from ") :].partition(" import ")
+        names.setdefault(module, set()).update(n.strip() for n in imported.split(","))
+    merged = plain | {f"from {m} import {', '.join(sorted(n))}" for m, n in names.items()}
+    return sorted(merged, key=_import_sort_key)
 
 
 @dataclass
