@@ -75,6 +75,7 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "offload_optimizer": ("bool",),
             "offload_parameters": ("bool",),
             "config": ("mapping", "path"),
+            "logging_batch_size_per_gpu": ("int",),
         },
     ),
     "horovod": (frozenset({"parallel"}), {}),
