@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sgtest import MINIMAL_BASE, args_section, indented, option_text
-from stratgen.catalog import PARALLEL_OPTIONS, RESERVED_CLASS_NAMES, RESERVED_OPTION_NAMES, WRAPPERS
+from stratgen.catalog import PARALLEL_OPTIONS, RESERVED_CLASS_NAMES, WRAPPERS, reserved_option_names
 from stratgen.fmt import Formatter
 from stratgen.project import Project, load_config
 
@@ -49,7 +49,7 @@ CORE_OPTIONS = set(PARALLEL_OPTIONS) | {o for _, opts in WRAPPERS.values() for o
 names = st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True).filter(
     lambda n: not keyword.iskeyword(n)
     and not keyword.issoftkeyword(n)
-    and n not in RESERVED_OPTION_NAMES
+    and n not in reserved_option_names()
     and n not in TAKEN_NAMES
     and n not in CORE_OPTIONS
 )

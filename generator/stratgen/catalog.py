@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .corefacts import strategy_attributes
 from .errors import Location, SpecError, SpecProblem, did_you_mean, one_of
 from .model import (
     PRECISIONS,
@@ -76,6 +77,7 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "offload_optimizer": ("bool",),
             "offload_parameters": ("bool",),
             "config": ("mapping", "path"),
+            "logging_batch_size_per_gpu": ("int",),
         },
     ),
     "horovod": (
@@ -114,86 +116,24 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "num_nodes",
     ),
 }
-#: Public attributes of the core strategy classes (StrategyBase, the topology mixins and the
-#: wrapper mixins) that are not options the core reads. An option is stored as an instance
-#: attribute, so one of these names would shadow a method or a fact of the class.
-#: tests/test_reserved_names.py keeps this list complete.
-CORE_ATTRIBUTES = frozenset(
-    {
-        "accelerator",
-        "algorithm_arguments",
-        "all_gather",
-        "backend",
-        "backward",
-        "bagua_module",
-        "barrier",
-        "block_backward_sync",
-        "broadcast",
-        "call_hook",
-        "checkpoint_io",
-        "clip_gradients",
-        "cluster_environment",
-        "cluster_environments",
-        "collective_backend",
-        "configure_ddp",
-        "configure_ranks",
-        "ddp_device_ids",
-        "ddp_kwargs",
-        "default_precision",
-        "distributed_sampler_kwargs",
-        "export_rendezvous_variables",
-        "get_module_state_dict",
-        "get_optimizer_state",
-        "global_rank",
-        "hook",
-        "hooks",
-        "hvd",
-        "is_global_zero",
-        "launch",
-        "launcher",
-        "launcher_name",
-        "layer_sync",
-        "lightning_module",
-        "load_checkpoint",
-        "load_module_state_dict",
-        "load_optimizer_state_dict",
-        "local_rank",
-        "model",
-        "model_to_device",
-        "node_rank",
-        "num_nodes",
-        "num_processes",
-        "optimizer_step",
-        "optimizers",
-        "parallel_devices",
-        "precision_plugin",
-        "reduce",
-        "reduce_boolean_decision",
-        "requirements",
-        "root_device",
-        "run_worker",
-        "save_checkpoint",
-        "setup",
-        "setup_distributed",
-        "setup_environment",
-        "setup_module_and_optimizers",
-        "strategy_name",
-        "supported_accelerators",
-        "supported_precisions",
-        "teardown",
-        "unwrap",
-        "world_size",
-        "wrapper",
-        "xla_module",
-    }
-)
-#: Names an option may not take: constructor arguments of the core, keyword arguments of
-#: get_strategy, and the core attributes above.
-RESERVED_OPTION_NAMES = frozenset(
+#: Names an option may not take besides the core's own attributes (see ``reserved_option_names``):
+#: constructor arguments of the core and keyword arguments of get_strategy.
+RESERVED_ARGUMENTS = frozenset(
     {name for names in PLUMBING.values() for name in names}
     | {"self", "strategy", "precision", "devices", "sync_batchnorm"}
-    | CORE_ATTRIBUTES
 )
+
+
+def core_read_options() -> frozenset[str]:
+    """Options the core itself reads (a spec may declare them, with a matching type)."""
+    return frozenset(PARALLEL_OPTIONS) | {o for _, options in WRAPPERS.values() for o in options}
+
+
+def reserved_option_names() -> frozenset[str]:
+    """Names an option may not take: an option is stored as an instance attribute, so a name
+    the core's strategy classes use would shadow one of their methods or facts."""
+    return RESERVED_ARGUMENTS | (strategy_attributes() - core_read_options())
+
 
 #: Names that generated modules import from the core, typing or the package itself: a
 #: generated class of the same name would shadow them. tests/test_reserved_names.py derives
@@ -969,7 +909,7 @@ def _check_option(
     wrapper_options: dict[str, tuple[str, ...]],
 ) -> None:
     opt_path = f"{path}.options.{name}"
-    if name in RESERVED_OPTION_NAMES:
+    if name in reserved_option_names():
         problems.add(
             option.loc,
             opt_path,

@@ -377,12 +377,17 @@ class StrategyBase(ABC):
     def load_optimizer_state_dict(self, optimizer: Optimizer, state_dict: Mapping[str, Any]) -> None:
         optimizer.load_state_dict(dict(state_dict))
 
+    def _is_optimizer(self, value: Any) -> bool:
+        """Torch optimizers, and the optimizers ``setup`` returned (engines such as DeepSpeed
+        return their own optimizer classes)."""
+        return isinstance(value, Optimizer) or any(value is o for o in self._optimizers)
+
     def _state_to_save(self, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
         converted: dict[str, Any] = {}
         for key, value in checkpoint.items():
             if isinstance(value, nn.Module):
                 converted[key] = self.get_module_state_dict(value)
-            elif isinstance(value, Optimizer):
+            elif self._is_optimizer(value):
                 converted[key] = self.get_optimizer_state(value)
             elif isinstance(value, PrecisionBase):
                 converted[key] = value.state_dict()
@@ -421,7 +426,7 @@ class StrategyBase(ABC):
                 continue
             if isinstance(target, nn.Module):
                 self.load_module_state_dict(target, checkpoint[key], strict=strict)
-            elif isinstance(target, Optimizer):
+            elif self._is_optimizer(target):
                 self.load_optimizer_state_dict(target, checkpoint[key])
             elif isinstance(target, PrecisionBase):
                 target.load_state_dict(checkpoint[key])

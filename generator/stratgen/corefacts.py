@@ -1,0 +1,49 @@
+"""Facts about the runtime core that the generator must respect, read from its source.
+
+The core (templates/core) is plain Python. Parsing it, rather than keeping a list by hand,
+tells which attribute names its strategy classes use: an option stored under such a name
+would shadow a method or a fact of the class.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+
+def _public_names(tree: ast.Module) -> set[str]:
+    """Public methods, class attributes and ``self.x`` attributes of every class."""
+    names: set[str] = set()
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+        for node in ast.walk(cls):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
+                names.add(node.attr)
+    return {n for n in names if not n.startswith("_")}
+
+
+@cache
+def strategy_attributes() -> frozenset[str]:
+    """Public attribute names of the core's strategy classes and mixins."""
+    from .project import resource_dir
+
+    core = resource_dir("templates") / "core"
+    paths = [core / "strategy.py", core / "single_device.py", core / "parallel.py"]
+    paths += sorted((core / "wrappers").glob("*.py"))
+    names: set[str] = set()
+    for path in paths:
+        if path.is_file():
+            names |= _public_names(ast.parse(Path(path).read_text(encoding="utf-8")))
+    return frozenset(names)

@@ -1,0 +1,712 @@
+"""DeepSpeed's ZeRO engine: optimizer states, gradients and parameters partitioned across the
+processes (ZeRO stages 1, 2 and 3), optionally offloaded to CPU memory.
+
+``deepspeed`` is imported only when a strategy sets up its environment, never when the
+package is imported. On the CPU, DeepSpeed must run on its CPU accelerator, which it picks from
+the ``DS_ACCELERATOR`` variable when it is first imported; the strategy sets that variable
+before it launches processes, so every process it starts inherits it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+from collections.abc import Callable, Generator, Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.optim import Optimizer
+
+from ..exceptions import MisconfigurationError
+from ..imports import import_optional
+from ..parallel import ParallelMixin
+from ..precision import PrecisionBase, apply_to_tensors, default_dtype
+
+#: Variable DeepSpeed reads, once, to choose its accelerator.
+DS_ACCELERATOR_ENV = "DS_ACCELERATOR"
+ZERO_STAGES = (0, 1, 2, 3)
+#: Settings the strategy adds to every config that does not set them itself.
+CONFIG_DEFAULTS: dict[str, Any] = {
+    # DeepSpeed clips the gradient norm to 1.0 unless told otherwise; training should only
+    # differ from plain PyTorch where the user asks for it.
+    "gradient_clipping": 0.0,
+    # Optimizers passed to ``setup`` are ordinary torch optimizers.
+    "zero_allow_untested_optimizer": True,
+    "zero_force_ds_cpu_optimizer": False,
+    # ``optimizer_step`` is the accumulation boundary: every backward before it accumulates.
+    "managed_gradient_accumulation": False,
+}
+#: Ops DeepSpeed compiles on first use for a config's optimizer: (type, offloaded) -> builder.
+_OPTIMIZER_OPS: dict[tuple[str, bool], str] = {
+    ("adam", False): "FusedAdamBuilder",
+    ("adamw", False): "FusedAdamBuilder",
+    ("adam", True): "CPUAdamBuilder",
+    ("adamw", True): "CPUAdamBuilder",
+    ("adagrad", True): "CPUAdagradBuilder",
+    ("lion", False): "FusedLionBuilder",
+    ("lion", True): "CPULionBuilder",
+}
+
+
+def import_deepspeed(user: str = "DeepSpeedStrategy") -> ModuleType:
+    """Import deepspeed, or raise MissingDependencyError saying how to install it."""
+    return import_optional("deepspeed", user, "pip install deepspeed")
+
+
+def read_config(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> dict[str, Any]:
+    """A private copy of a DeepSpeed config given as a mapping or as the path of a JSON file."""
+    if config is None:
+        return {}
+    if isinstance(config, Mapping):
+        return copy.deepcopy(dict(config))
+    if not isinstance(config, str | os.PathLike):
+        raise MisconfigurationError(
+            f"config={config!r} is not allowed; give a mapping or the path of a JSON file"
+        )
+    path = Path(config)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MisconfigurationError(
+            f"config={os.fspath(config)!r}: there is no such file"
+        ) from None
+    except OSError as exc:
+        raise MisconfigurationError(
+            f"config={os.fspath(config)!r} cannot be read: {exc.strerror}"
+        ) from None
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MisconfigurationError(
+            f"config={os.fspath(config)!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
+    if not isinstance(loaded, dict):
+        raise MisconfigurationError(
+            f"config={os.fspath(config)!r} must hold a JSON object, found {type(loaded).__name__}"
+        )
+    return loaded
+
+
+@contextlib.contextmanager
+def extension_build_lock(name: str) -> Iterator[None]:
+    """Hold a machine-wide lock while the torch extension ``name`` is built or loaded.
+
+    DeepSpeed compiles some ops the first time a process needs them. When every rank of a job
+    starts at once, they would all compile into the same folder; under this lock the first
+    one compiles and the others load the finished library.
+    """
+    from torch.utils.cpp_extension import get_default_build_root
+
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here; torch's own build lock remains
+        yield
+        return
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.build.lock", "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_ops_in_turn(builder_names: list[str]) -> None:
+    """Build (the first time) and load DeepSpeed's JIT-compiled ops one process at a time."""
+    from deepspeed.accelerator import get_accelerator
+
+    for name in builder_names:
+        builder = get_accelerator().create_op_builder(name)
+        if builder is None or not builder.is_compatible(verbose=False):
+            continue  # DeepSpeed falls back to plain PyTorch where an op cannot be built
+        with extension_build_lock(builder.NAME):
+            builder.load(verbose=False)
+
+
+class DeepSpeedPrecisionMixin(PrecisionBase):
+    """Precision through the DeepSpeed config rather than autocast.
+
+    The engine casts the module to float16 or bfloat16, keeps float32 master weights in its
+    optimizer and scales the loss for float16; this plugin supplies the config section and
+    casts floating-point inputs to the engine's dtype.
+    """
+
+    wraps_forward = True
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The engine's 16-bit dtype, or None for float32."""
+        if self.precision.startswith("bf16"):
+            return torch.bfloat16
+        if self.precision.startswith("16"):
+            return torch.float16
+        return None
+
+    def deepspeed_config(self) -> dict[str, Any]:
+        """The fp16 or bf16 section of the DeepSpeed config for this precision."""
+        if self.dtype is torch.float16:
+            # loss_scale 0 selects dynamic loss scaling.
+            return {"fp16": {"enabled": True, "loss_scale": 0}}
+        if self.dtype is torch.bfloat16:
+            return {"bf16": {"enabled": True}}
+        return {}
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        if self.dtype is not None and self.precision.endswith("-true"):
+            return module.to(dtype=self.dtype)
+        return module
+
+    def convert_input(self, data: Any) -> Any:
+        dtype = self.dtype
+        if dtype is None:
+            return data
+        return apply_to_tensors(data, lambda t: t.to(dtype) if torch.is_floating_point(t) else t)
+
+    def convert_output(self, data: Any) -> Any:
+        if self.dtype is None or self.precision.endswith("-true"):
+            return data
+        target = torch.get_default_dtype()
+        return apply_to_tensors(data, lambda t: t.to(target) if torch.is_floating_point(t) else t)
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        if self.dtype is not None and self.precision.endswith("-true"):
+            return default_dtype(self.dtype)
+        return contextlib.nullcontext()
+
+
+class DeepSpeedMixin(ParallelMixin):
+    """Trains through a DeepSpeed engine (``deepspeed.initialize``).
+
+    ``setup(model, optimizer)`` returns the engine, which is the module to call, and the
+    engine's optimizer; ``backward`` runs ``engine.backward`` and ``optimizer_step`` runs
+    ``engine.step``, which also clears the gradients. One model and at most one optimizer can
+    be set up. The optimizer is the one given to ``setup`` or, without one, the one the
+    config's ``optimizer`` section names.
+
+    The config is the user's ``config`` (a mapping or a JSON file) with the options filling in
+    what it leaves out: ``zero_optimization.stage`` from ``zero_stage``, the offload sections
+    from ``offload_optimizer`` and ``offload_parameters``, the fp16/bf16 section from the
+    precision plugin, ``train_micro_batch_size_per_gpu`` from ``logging_batch_size_per_gpu``
+    (1 by default), and ``CONFIG_DEFAULTS``. ``deepspeed_config()`` returns the result.
+
+    Gradient accumulation: unless the config sets ``managed_gradient_accumulation``, every
+    ``optimizer_step`` is an accumulation boundary, so calling ``backward`` several times
+    before it sums the gradients (divided by the config's ``gradient_accumulation_steps``,
+    1 by default). Stages 0 and 1 communicate once, in the step; stages 2 and 3 reduce each
+    gradient partition as backward produces it, which ``block_backward_sync`` cannot defer.
+
+    Checkpoints: ``save_checkpoint`` writes one ordinary file from rank 0, readable with
+    ``torch.load(weights_only=True)``, that does not depend on the number of processes:
+
+    - a module is stored as its full state dict, gathered from every rank under stage 3,
+      with the float32 master weights of the engine's optimizer in place of 16-bit
+      parameters;
+    - an optimizer is stored in ``torch.optim.Optimizer.state_dict()`` form: ``param_groups``
+      with their hyperparameters and parameter indices (numbered through the groups in
+      order, as PyTorch does), and ``state`` with each parameter's full state (momentum
+      buffers, Adam moments, ...) gathered from the partitions.
+
+    Loading scatters both back into the partitions of every rank, so a checkpoint saved with
+    one ZeRO stage or number of processes loads into another, and into a plain PyTorch
+    model and optimizer with the same parameter groups. Gathering is collective: every rank
+    takes part in ``save_checkpoint``, ``get_module_state_dict`` and ``get_optimizer_state``.
+    """
+
+    zero_stage: int = 2
+    offload_optimizer: bool = False
+    offload_parameters: bool = False
+    config: Mapping[str, Any] | str | os.PathLike[str] | None = None
+    logging_batch_size_per_gpu: int | None = None
+
+    _engine: Any = None
+    _optimizer_groups: list[list[nn.Parameter]] | None = None
+    #: The LOCAL_RANK variable before setup_environment set it, while it is set.
+    _saved_local_rank: tuple[str | None] | None = None
+
+    # -- config ----------------------------------------------------------------------------
+
+    def deepspeed_config(self) -> dict[str, Any]:
+        """The config handed to ``deepspeed.initialize``; raises for contradictory settings."""
+        config = read_config(self.config)
+        if not isinstance(config.get("zero_optimization", {}), dict):
+            raise MisconfigurationError("config: 'zero_optimization' must be a mapping")
+        zero = config.setdefault("zero_optimization", {})
+        zero.setdefault("stage", self.zero_stage)
+        stage = zero["stage"]
+        if isinstance(stage, bool) or stage not in ZERO_STAGES:
+            raise MisconfigurationError(
+                f"ZeRO stage {stage!r} is not allowed; use one of {', '.join(map(str, ZERO_STAGES))}"
+            )
+        if self.offload_optimizer:
+            zero.setdefault("offload_optimizer", {"device": "cpu"})
+        if self.offload_parameters:
+            zero.setdefault("offload_param", {"device": "cpu"})
+        if _offloads(zero, "offload_optimizer") and stage == 0:
+            raise MisconfigurationError(
+                "offload_optimizer needs ZeRO stage 1, 2 or 3, which partition the optimizer; "
+                "stage 0 was chosen"
+            )
+        if _offloads(zero, "offload_param") and stage != 3:
+            raise MisconfigurationError(
+                f"offload_parameters needs ZeRO stage 3, which partitions the parameters; stage {stage} "
+                "was chosen (use 'deepspeed_stage_3_offload' or zero_stage=3)"
+            )
+        if "train_batch_size" not in config and "train_micro_batch_size_per_gpu" not in config:
+            config["train_micro_batch_size_per_gpu"] = self.logging_batch_size_per_gpu or 1
+        for key, value in CONFIG_DEFAULTS.items():
+            config.setdefault(key, value)
+        self._merge_precision(config)
+        return config
+
+    def _merge_precision(self, config: dict[str, Any]) -> None:
+        plugin = self.precision_plugin
+        sections = plugin.deepspeed_config() if isinstance(plugin, DeepSpeedPrecisionMixin) else {}
+        enabled = {key for key in ("fp16", "bf16") if _enabled(config.get(key))}
+        if enabled and enabled != set(sections):
+            raise MisconfigurationError(
+                f"the DeepSpeed config enables {' and '.join(sorted(enabled))} but precision="
+                f"{plugin.precision!r}; choose the precision with the precision argument "
+                "('16-mixed', 'bf16-mixed', ...) or make the config agree with it"
+            )
+        for key, section in sections.items():
+            own = config.get(key)
+            config[key] = {**section, **own} if isinstance(own, dict) else section
+
+    # -- environment -----------------------------------------------------------------------
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.select_deepspeed_accelerator()
+        # Mistakes in the options or the config surface here, before any process starts.
+        self.deepspeed_config()
+        return super().launch(function, *args, **kwargs)
+
+    def select_deepspeed_accelerator(self) -> None:
+        """Make DeepSpeed pick its CPU accelerator when this strategy trains on the CPU.
+
+        DeepSpeed reads ``DS_ACCELERATOR`` once, when it is first imported; processes started
+        afterwards inherit the variable. A value set by the user is kept.
+        """
+        if self.accelerator.device_type == "cpu":
+            os.environ.setdefault(DS_ACCELERATOR_ENV, "cpu")
+
+    def setup_environment(self) -> None:
+        if self._environment_ready:
+            return
+        self.select_deepspeed_accelerator()
+        super().setup_environment()
+        deepspeed = import_deepspeed(type(self).__name__)
+        self._check_deepspeed_accelerator()
+        # deepspeed.initialize reads the local rank from the environment; teardown restores it,
+        # because a LOCAL_RANK left behind would make the next launch think it was started for
+        # a rank.
+        self._saved_local_rank = (os.environ.get("LOCAL_RANK"),)
+        os.environ["LOCAL_RANK"] = str(self.local_rank)
+        load_ops_in_turn(self._ops_to_build(self.deepspeed_config()))
+        deepspeed.init_distributed(
+            dist_backend=self.collective_backend.name, auto_mpi_discovery=False
+        )
+
+    def _check_deepspeed_accelerator(self) -> None:
+        from deepspeed.accelerator import get_accelerator
+
+        accelerator = get_accelerator()
+        wanted = self.root_device.type
+        if accelerator.device_name() != wanted:
+            raise MisconfigurationError(
+                f"DeepSpeed runs on its {accelerator.device_name()!r} accelerator, but the strategy "
+                f"trains on {wanted!r}; set {DS_ACCELERATOR_ENV}={wanted} before deepspeed is imported"
+            )
+        if self.precision_plugin.precision.startswith("16") and not accelerator.is_fp16_supported():
+            raise MisconfigurationError(
+                f"precision={self.precision_plugin.precision!r}: DeepSpeed's {wanted} accelerator "
+                "cannot train in float16 on this machine; use precision='bf16-mixed' or '32-true'"
+            )
+
+    def _ops_to_build(self, config: dict[str, Any]) -> list[str]:
+        names = ["ShareMemCommBuilder"]  # deepspeed.comm loads it on the CPU accelerator
+        optimizer = config.get("optimizer")
+        if isinstance(optimizer, dict) and isinstance(optimizer.get("type"), str):
+            params = optimizer.get("params") or {}
+            if not params.get("torch_adam", False):
+                offloaded = _offloads(config["zero_optimization"], "offload_optimizer")
+                op = _OPTIMIZER_OPS.get((optimizer["type"].lower(), offloaded))
+                if op is not None:
+                    names.append(op)
+        return names
+
+    # -- model and optimizers --------------------------------------------------------------
+
+    def setup_module_and_optimizers(
+        self, module: nn.Module, optimizers: list[Optimizer]
+    ) -> tuple[nn.Module, list[Optimizer]]:
+        if self._engine is not None:
+            raise MisconfigurationError(
+                f"{type(self).__name__} sets up one model; it already holds a DeepSpeed engine"
+            )
+        if len(optimizers) > 1:
+            raise MisconfigurationError(
+                f"DeepSpeed drives one optimizer per model; setup() got {len(optimizers)}"
+            )
+        import deepspeed
+
+        config = self.deepspeed_config()
+        optimizer = optimizers[0] if optimizers else None
+        if optimizer is not None and "optimizer" in config:
+            raise MisconfigurationError(
+                "the DeepSpeed config names an optimizer and setup() got one as well; pass the "
+                "optimizer to setup() or name it in the config's 'optimizer' section, not both"
+            )
+        if optimizer is not None:
+            groups = [list(group["params"]) for group in optimizer.param_groups]
+        else:
+            groups = [[p for p in module.parameters() if p.requires_grad]]
+        engine, ds_optimizer, _, _ = deepspeed.initialize(
+            model=module,
+            optimizer=optimizer,
+            model_parameters=groups[0] if optimizer is None and "optimizer" in config else None,
+            config=config,
+            dist_init_required=False,
+        )
+        self._engine = engine
+        if ds_optimizer is None:
+            return engine, []
+        self._optimizer_groups = groups
+        return engine, [ds_optimizer]
+
+    @property
+    def engine(self) -> Any:
+        """The DeepSpeed engine created by ``setup`` (None before)."""
+        return self._engine
+
+    def _require_engine(self, what: str) -> Any:
+        if self._engine is None:
+            raise MisconfigurationError(f"{what} needs the DeepSpeed engine; call setup() first")
+        return self._engine
+
+    def _owns(self, module: nn.Module) -> bool:
+        engine = self._engine
+        return engine is not None and (module is engine or module is engine.module)
+
+    # -- training steps --------------------------------------------------------------------
+
+    def _backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        self._require_engine("backward()").backward(tensor, *args, **kwargs)
+
+    def optimizer_step(
+        self, optimizer: Optimizer | None = None, *, zero_grad: bool = True, **kwargs: Any
+    ) -> Any:
+        """Run ``engine.step()``, which updates the parameters and clears the gradients."""
+        if not zero_grad:
+            raise MisconfigurationError(
+                "zero_grad=False is not possible with DeepSpeed: engine.step() always clears the gradients"
+            )
+        return super().optimizer_step(optimizer, zero_grad=False, **kwargs)
+
+    def _optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        engine = self._require_engine("optimizer_step()")
+        if optimizer is not engine.optimizer:
+            raise MisconfigurationError(
+                "optimizer_step() takes the optimizer that setup() returned for the DeepSpeed engine"
+            )
+        return engine.step(**kwargs)
+
+    def clip_gradients(
+        self, module: nn.Module, optimizer: Optimizer, max_norm: float
+    ) -> torch.Tensor:
+        raise MisconfigurationError(
+            "DeepSpeed clips gradients inside engine.step(); set 'gradient_clipping' in the config, "
+            f"e.g. config={{'gradient_clipping': {max_norm!r}}}"
+        )
+
+    @contextlib.contextmanager
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        """Accumulate gradients over the backward passes inside the block.
+
+        With the default unmanaged accumulation every backward accumulates until the next
+        ``optimizer_step`` anyway (see the class documentation). When the config turns on
+        ``managed_gradient_accumulation``, stages 0 and 1 skip their reduction here through
+        ``engine.no_sync()``; stages 2 and 3 cannot, and raise.
+        """
+        engine = self._engine
+        if engine is None or not engine.managed_gradient_accumulation():
+            yield
+            return
+        stage = engine.zero_optimization_stage()
+        if stage >= 2:
+            raise MisconfigurationError(
+                f"block_backward_sync() cannot skip gradient reduction under ZeRO stage {stage}, which "
+                "partitions gradients during backward; with managed_gradient_accumulation the config's "
+                "gradient_accumulation_steps decides when the engine steps, so call backward() outside "
+                "the block"
+            )
+        with engine.no_sync():
+            yield
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """The full state dict of the engine's module, float32 masters in place of 16-bit
+        parameters where the engine's optimizer keeps them. Every rank must call this."""
+        if not self._owns(module):
+            return super().get_module_state_dict(module)
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        inner = self._engine.module
+        with self._gathered(inner, modifier_rank=None):
+            state = {name: value.detach().clone() for name, value in inner.state_dict().items()}
+        for names, param in _parameters_by_identity(inner):
+            if not _has_master(param):
+                continue
+            master = safe_get_full_fp32_param(param)
+            if master is None:
+                continue
+            for name in names:
+                if name in state:
+                    state[name] = master.detach().reshape(state[name].shape).clone()
+        return state
+
+    def load_module_state_dict(
+        self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
+    ) -> None:
+        if not self._owns(module):
+            super().load_module_state_dict(module, state_dict, strict)
+            return
+        inner = self._engine.module
+        with self._gathered(inner, modifier_rank=0):
+            inner.load_state_dict(state_dict, strict=strict)
+        for names, param in _parameters_by_identity(inner):
+            value = next((state_dict[name] for name in names if name in state_dict), None)
+            if value is not None and _has_master(param):
+                _set_full_master(param, value)
+
+    def _gathered(
+        self, module: nn.Module, modifier_rank: int | None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Under stage 3, the full parameters for the duration of the block; rank
+        ``modifier_rank``'s changes are partitioned again when it ends."""
+        if self._engine.zero_optimization_stage() != 3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(
+            list(module.parameters()), modifier_rank=modifier_rank
+        )
+
+    def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        """The optimizer's state in PyTorch's format, gathered from every partition. Every rank
+        must call this."""
+        groups = self._groups_of(optimizer)
+        if groups is None:
+            return super().get_optimizer_state(optimizer)
+        from deepspeed.utils import safe_get_full_optimizer_state
+
+        tensor_keys, scalars = self._state_layout(optimizer)
+        state: dict[int, dict[str, Any]] = {}
+        param_groups = []
+        index = 0
+        for group, params in zip(optimizer.param_groups, groups, strict=True):
+            indices = []
+            for param in params:
+                entry: dict[str, Any] = {}
+                if _has_master(param):
+                    shape = getattr(param, "ds_shape", param.shape)
+                    for key in tensor_keys:
+                        value = safe_get_full_optimizer_state(param, key)
+                        entry[key] = value.detach().reshape(shape).clone()
+                    entry.update({key: _copy(value) for key, value in scalars.items()})
+                if entry:
+                    state[index] = entry
+                indices.append(index)
+                index += 1
+            hyper = {key: copy.deepcopy(value) for key, value in group.items() if key != "params"}
+            param_groups.append({**hyper, "params": indices})
+        return {"state": state, "param_groups": param_groups}
+
+    def load_optimizer_state_dict(
+        self, optimizer: Optimizer, state_dict: Mapping[str, Any]
+    ) -> None:
+        groups = self._groups_of(optimizer)
+        if groups is None:
+            super().load_optimizer_state_dict(optimizer, state_dict)
+            return
+        saved_groups = state_dict["param_groups"]
+        ours = [len(params) for params in groups]
+        theirs = [len(group["params"]) for group in saved_groups]
+        if ours != theirs:
+            raise MisconfigurationError(
+                f"the checkpoint's optimizer has parameter groups of sizes {theirs}, this optimizer {ours}"
+            )
+        for group, saved in zip(optimizer.param_groups, saved_groups, strict=True):
+            group.update(
+                {key: copy.deepcopy(value) for key, value in saved.items() if key != "params"}
+            )
+        saved_state = {int(k): v for k, v in state_dict["state"].items()}
+        tensor_keys: list[str] = []
+        scalars: dict[str, Any] = {}
+        for entry in saved_state.values():
+            for key, value in entry.items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0:
+                    if key not in tensor_keys:
+                        tensor_keys.append(key)
+                else:
+                    scalars.setdefault(key, value)
+        self._create_missing_state(optimizer, tensor_keys, scalars)
+        every_param = [param for params in groups for param in params]
+        for index, param in enumerate(every_param):
+            entry = saved_state.get(index, {})
+            for key in tensor_keys:
+                if key in entry and _has_master(param):
+                    _set_full_master(param, entry[key], key)
+
+    def _groups_of(self, optimizer: Optimizer) -> list[list[nn.Parameter]] | None:
+        """The model parameters of each group of the engine's optimizer when their state lives
+        in DeepSpeed's partitions; None for a plain torch optimizer, which is saved as it is."""
+        engine = self._engine
+        if engine is None or optimizer is not engine.optimizer or self._optimizer_groups is None:
+            return None
+        trainable = [p for group in self._optimizer_groups for p in group if p.requires_grad]
+        if all(_has_master(p) for p in trainable):
+            return self._optimizer_groups
+        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        if all(id(p) in own for p in trainable):
+            return None  # ZeRO stage 0 in float32: the torch optimizer holds the model's parameters
+        raise MisconfigurationError(
+            f"the state of DeepSpeed's {type(optimizer).__name__} (ZeRO stage 0 with 16-bit precision) "
+            "cannot be gathered into a checkpoint; use ZeRO stage 1, 2 or 3"
+        )
+
+    @staticmethod
+    def _flat_partitions(optimizer: Optimizer) -> list[torch.Tensor]:
+        """The float32 partitions the wrapped torch optimizer steps, which key its state."""
+        # ZeRO-3 hands its partitions to the wrapped optimizer only for the duration of a step.
+        stage_3_partitions = getattr(optimizer, "fp32_partitioned_groups_flat", None)
+        if stage_3_partitions is not None:
+            return list(stage_3_partitions)
+        inner = getattr(optimizer, "optimizer", optimizer)
+        return [p for group in inner.param_groups for p in group["params"]]
+
+    def _state_layout(self, optimizer: Optimizer) -> tuple[list[str], dict[str, Any]]:
+        """State keys shaped like the partitions (gathered per parameter) and scalar entries
+        (the same for every parameter, such as Adam's step), agreed on by every rank."""
+        inner = getattr(optimizer, "optimizer", optimizer)
+        tensor_keys: list[str] = []
+        scalars: dict[str, Any] = {}
+        for flat in self._flat_partitions(optimizer):
+            for key, value in inner.state.get(flat, {}).items():
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.dim() > 0
+                    and value.shape == flat.shape
+                ):
+                    if key not in tensor_keys:
+                        tensor_keys.append(key)
+                else:
+                    scalars.setdefault(key, _copy(value))
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            views: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(views, (tensor_keys, scalars))
+            tensor_keys = []
+            scalars = {}
+            for keys, values in views:
+                tensor_keys += [key for key in keys if key not in tensor_keys]
+                for key, value in values.items():
+                    scalars.setdefault(key, value)
+        return tensor_keys, scalars
+
+    def _create_missing_state(
+        self, optimizer: Optimizer, tensor_keys: list[str], scalars: dict[str, Any]
+    ) -> None:
+        """Give the wrapped optimizer the state entries a checkpoint restores, so that an
+        optimizer that has not stepped yet can take them, and scalars from the checkpoint."""
+        inner = getattr(optimizer, "optimizer", optimizer)
+        created = False
+        for flat in self._flat_partitions(optimizer):
+            state = inner.state[flat]
+            for key in tensor_keys:
+                if key not in state:
+                    state[key] = torch.zeros_like(flat, dtype=torch.float32)
+                    created = True
+            for key, value in scalars.items():
+                state[key] = _copy(value)
+        relink = getattr(optimizer, "_lazy_init_hp_params_optimizer_state", None)
+        if created and callable(relink):
+            # Stages 1 and 2 map each parameter to its slice of the state when the state
+            # first appears; redo that for the entries made here.
+            optimizer._hp_optimizer_states_linked = False  # type: ignore[attr-defined]
+            relink()
+
+    # -- teardown --------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        engine, self._engine = self._engine, None
+        self._optimizer_groups = None
+        if engine is not None:
+            engine.destroy()
+        super().teardown()
+        if self._saved_local_rank is not None:
+            (previous,) = self._saved_local_rank
+            if previous is None:
+                os.environ.pop("LOCAL_RANK", None)
+            else:
+                os.environ["LOCAL_RANK"] = previous
+            self._saved_local_rank = None
+
+
+def _offloads(zero: Mapping[str, Any], key: str) -> bool:
+    section = zero.get(key)
+    return isinstance(section, Mapping) and section.get("device", "none") not in (None, "none")
+
+
+def _enabled(section: Any) -> bool:
+    return isinstance(section, Mapping) and bool(section.get("enabled", False))
+
+
+def _has_master(param: nn.Parameter) -> bool:
+    """Whether DeepSpeed's optimizer keeps a float32 master of ``param`` (stages 1-3, bf16)."""
+    return hasattr(param, "_hp_mapping") or hasattr(param, "_z3_optimizer")
+
+
+def _set_full_master(param: nn.Parameter, value: torch.Tensor, key: str | None = None) -> None:
+    """Write this rank's slice of the full float32 master of ``param`` (or of its optimizer
+    state ``key``)."""
+    if not hasattr(param, "ds_id"):
+        from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+        value = value.detach().to(torch.float32)
+        if key is None:
+            safe_set_full_fp32_param(param, value)
+        else:
+            safe_set_full_optimizer_state(param, value, key)
+        return
+    # ZeRO-3: DeepSpeed's own setter cannot fill the last rank's partition of a parameter
+    # whose size does not divide by the number of ranks (it is padded), so slice it here.
+    optimizer = param._z3_optimizer  # type: ignore[attr-defined]
+    partition, _ = optimizer._get_fp32_opt_state_partition(
+        param, release_swap_buffers=False, optim_state_key=key
+    )
+    size = partition.numel()
+    start = size * optimizer._get_param_partition_rank(param)
+    flat = value.detach().flatten()
+    count = max(0, min(size, flat.numel() - start))
+    if count:
+        with torch.no_grad():
+            partition.narrow(0, 0, count).copy_(flat.narrow(0, start, count))
+
+
+def _parameters_by_identity(module: nn.Module) -> list[tuple[list[str], nn.Parameter]]:
+    """Each distinct parameter with every state-dict name it appears under, in module order."""
+    found: dict[int, tuple[list[str], nn.Parameter]] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        found.setdefault(id(param), ([], param))[0].append(name)
+    return list(found.values())
+
+
+def _copy(value: Any) -> Any:
+    return value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)

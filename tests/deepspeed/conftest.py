@@ -1,0 +1,110 @@
+"""Shared helpers of the DeepSpeed tests: running scenarios.py in fresh processes and the
+single-process reference they are compared with."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from stratlib.core import testing
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+GENERATED = HERE.parents[1] / "generated"
+SCENARIOS = HERE / "scenarios.py"
+
+Runner = Callable[..., tuple[subprocess.CompletedProcess[str], Any]]
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No cluster variables from outside, and no DeepSpeed accelerator chosen in advance."""
+    testing.isolated_environment(monkeypatch)
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    yield
+
+
+def run_scenario(
+    scenario: str,
+    strategy: str,
+    *,
+    options: dict[str, Any] | None = None,
+    precision: str | None = None,
+    args: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 420,
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run a scenario of scenarios.py with two processes; return the process and rank 0's result."""
+    command = [sys.executable, str(SCENARIOS), scenario, strategy]
+    command += ["--options", json.dumps(options or {}), "--args", json.dumps(args or {})]
+    if precision is not None:
+        command += ["--precision", precision]
+    environ = testing.clean_environ(env)
+    environ.pop("DS_ACCELERATOR", None)
+    environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(GENERATED), environ.get("PYTHONPATH")])
+    )
+    process = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env=environ, cwd=HERE
+    )
+    result = None
+    for line in process.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT ") :])
+    return process, result
+
+
+#: The optimizers of scenarios.py, for the single-process reference.
+OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+    "adam": lambda params: torch.optim.Adam(params, lr=0.01),
+}
+
+Reference = Callable[..., tuple[list[torch.Tensor], dict[str, Any]]]
+
+
+@pytest.fixture(scope="session")
+def reference() -> Reference:
+    """``reference(steps, optimizer_name="sgd")``: parameters and optimizer state after
+    ``steps`` steps on the whole batch in one process, as the scenarios train."""
+    cache: dict[tuple[int, str], tuple[list[torch.Tensor], dict[str, Any]]] = {}
+
+    def after(steps: int, optimizer_name: str = "sgd") -> tuple[list[torch.Tensor], dict[str, Any]]:
+        if (steps, optimizer_name) not in cache:
+            model = testing.reference_model()
+            optimizer = OPTIMIZERS[optimizer_name](model.parameters())
+            x, y = testing.reference_batch()
+            for _ in range(steps):
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+            params = [p.detach().clone() for p in model.state_dict().values()]
+            cache[steps, optimizer_name] = (params, optimizer.state_dict())
+        return cache[steps, optimizer_name]
+
+    return after
+
+
+@pytest.fixture(scope="session")
+def stage_2_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """The 'train' scenario under deepspeed_stage_2 with Adam, shared by the tests that read
+    its checkpoint."""
+    folder = tmp_path_factory.mktemp("stage2")
+    return run_scenario(
+        "train", "deepspeed_stage_2", args={"folder": str(folder), "optimizer_name": "adam"}
+    )
+
+
+@pytest.fixture
+def runner() -> Runner:
+    """``run_scenario``, for the tests."""
+    return run_scenario

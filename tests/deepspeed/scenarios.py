@@ -1,0 +1,206 @@
+"""Multi-process DeepSpeed scenarios for the tests in this folder.
+
+Run as ``python scenarios.py SCENARIO STRATEGY [--options JSON] [--precision P] [--args JSON]``;
+the strategy's launcher starts the other rank by running this script again, and rank 0 prints
+one ``RESULT <json>`` line. Each scenario combines several checks, because starting DeepSpeed
+is slow.
+
+Scenarios:
+    train       train with gradient accumulation (two micro-batches per step, the first inside
+                ``block_backward_sync``), save a checkpoint, train on, load it, train again
+    resume      load such a checkpoint into a fresh model and optimizer, train one step
+    config_opt  the optimizer comes from the config's 'optimizer' section
+    spawn       'train' through a subclass of DeepSpeedStrategy that spawns its processes
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import stratlib
+import torch
+from stratlib.core import testing
+from stratlib.core.exceptions import MisconfigurationError
+from torch import nn
+
+#: Whether this process started with DeepSpeed's accelerator variable set, and whether
+#: importing the package imported deepspeed.
+STARTED_WITH_DS_ACCELERATOR = os.environ.get("DS_ACCELERATOR")
+DEEPSPEED_IMPORTED_BY_PACKAGE = "deepspeed" in sys.modules
+
+OPTIMIZERS = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+    "adam": lambda params: torch.optim.Adam(params, lr=0.01),
+}
+#: Optimizers with other hyperparameters, which loading a checkpoint must replace.
+OTHER_OPTIMIZERS = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.5, momentum=0.0),
+    "adam": lambda params: torch.optim.Adam(params, lr=0.5, betas=(0.5, 0.5)),
+}
+
+
+def _rank_batch(strategy: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = testing.reference_batch()
+    rank, world = strategy.global_rank, strategy.world_size
+    return testing.shard(x, rank, world), testing.shard(y, rank, world)
+
+
+def _train_steps(strategy: Any, model: nn.Module, optimizer: Any, steps: int, divide: bool) -> None:
+    """Each step: two micro-batches of this rank's shard, the first without synchronisation."""
+    xs, ys = _rank_batch(strategy)
+    half = xs.shape[0] // 2
+    for _ in range(steps):
+        for index in range(2):
+            part = slice(index * half, (index + 1) * half)
+            block = strategy.block_backward_sync() if index == 0 else contextlib.nullcontext()
+            with block:
+                loss = nn.functional.mse_loss(model(xs[part]).float(), ys[part].float())
+                strategy.backward(loss / 2 if divide else loss)
+        if optimizer is None:
+            strategy.optimizer_step()
+        else:
+            strategy.optimizer_step(optimizer)
+
+
+def _params(strategy: Any, model: nn.Module) -> list[Any]:
+    return [t.float().cpu().tolist() for t in strategy.get_module_state_dict(model).values()]
+
+
+def _engine_info(strategy: Any) -> dict[str, Any]:
+    from deepspeed.accelerator import get_accelerator
+
+    engine = strategy.engine
+    state = strategy.get_module_state_dict(engine)
+    views: list[Any] = [None] * strategy.world_size
+    torch.distributed.all_gather_object(
+        views,
+        {
+            "started_with_ds_accelerator": STARTED_WITH_DS_ACCELERATOR,
+            "deepspeed_imported_by_package": DEEPSPEED_IMPORTED_BY_PACKAGE,
+            "ds_accelerator": get_accelerator().device_name(),
+        },
+    )
+    return {
+        "stage": engine.zero_optimization_stage(),
+        "micro_batch": engine.train_micro_batch_size_per_gpu(),
+        "accumulation_steps": engine.gradient_accumulation_steps(),
+        "offload_optimizer": bool(engine.zero_offload_optimizer()),
+        "offload_param": bool(engine.zero_offload_param()),
+        "optimizer": type(engine.optimizer).__name__,
+        "param_dtype": str(next(engine.module.parameters()).dtype),
+        "state_dtypes": sorted({str(t.dtype) for t in state.values()}),
+        "config": strategy.deepspeed_config(),
+        "ranks": views,
+    }
+
+
+def train(
+    strategy: Any, folder: str, divide: bool = True, optimizer_name: str = "sgd"
+) -> dict[str, Any]:
+    model = testing.reference_model()
+    optimizer = OPTIMIZERS[optimizer_name](model.parameters())
+    model, optimizer = strategy.setup(model, optimizer)
+    _train_steps(strategy, model, optimizer, 2, divide)
+    after_two = _params(strategy, model)
+    path = Path(folder) / "deepspeed.ckpt"
+    strategy.save_checkpoint({"model": model, "optimizer": optimizer, "step": 2}, path)
+    _train_steps(strategy, model, optimizer, 1, divide)
+    after_three = _params(strategy, model)
+    remaining = strategy.load_checkpoint(path, state={"model": model, "optimizer": optimizer})
+    restored = _params(strategy, model)
+    _train_steps(strategy, model, optimizer, 1, divide)
+    return {
+        "after_two": after_two,
+        "after_three": after_three,
+        "restored": restored,
+        "after_three_again": _params(strategy, model),
+        "remaining": remaining,
+        "checkpoint": str(path),
+        "info": _engine_info(strategy),
+    }
+
+
+def resume(strategy: Any, checkpoint: str, optimizer_name: str = "sgd") -> dict[str, Any]:
+    model = testing.reference_model(seed=5)
+    optimizer = OTHER_OPTIMIZERS[optimizer_name](model.parameters())
+    model, optimizer = strategy.setup(model, optimizer)
+    remaining = strategy.load_checkpoint(checkpoint, state={"model": model, "optimizer": optimizer})
+    loaded = _params(strategy, model)
+    _train_steps(strategy, model, optimizer, 1, divide=True)
+    return {
+        "remaining": remaining,
+        "loaded": loaded,
+        "after_three": _params(strategy, model),
+        "hyperparameters": {k: v for k, v in optimizer.param_groups[0].items() if k != "params"},
+        "info": _engine_info(strategy),
+    }
+
+
+def _refusal(setup: Any) -> str:
+    try:
+        setup()
+    except MisconfigurationError as exc:
+        return str(exc)
+    return "accepted"
+
+
+def config_opt(strategy: Any) -> dict[str, Any]:
+    model = testing.reference_model()
+    both = _refusal(lambda: strategy.setup(model, torch.optim.SGD(model.parameters(), lr=0.1)))
+    two = _refusal(
+        lambda: strategy.setup(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            torch.optim.SGD(model.parameters(), lr=0.1),
+        )
+    )
+    engine = strategy.setup(model)
+    _train_steps(strategy, engine, None, 3, divide=True)
+    optimizer = strategy.optimizers[0]
+    return {
+        "both": both,
+        "two": two,
+        "returned_engine": engine is strategy.engine,
+        "inner_optimizer": type(getattr(optimizer, "optimizer", optimizer)).__name__,
+        "params": _params(strategy, engine),
+        "info": _engine_info(strategy),
+    }
+
+
+class SpawnDeepSpeedStrategy(stratlib.DeepSpeedStrategy):
+    """DeepSpeed with processes started by torch.multiprocessing."""
+
+    launcher_name = "spawn"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=["train", "resume", "config_opt", "spawn"])
+    parser.add_argument("strategy")
+    parser.add_argument("--options", default="{}")
+    parser.add_argument("--precision", default=None)
+    parser.add_argument("--args", default="{}")
+    args = parser.parse_args()
+    options = json.loads(args.options)
+    kwargs = json.loads(args.args)
+    name: Any = SpawnDeepSpeedStrategy if args.scenario == "spawn" else args.strategy
+    strategy = stratlib.get_strategy(
+        name, accelerator="cpu", devices=2, precision=args.precision, **options
+    )
+    function = {"train": train, "resume": resume, "config_opt": config_opt, "spawn": train}[
+        args.scenario
+    ]
+    result = strategy.launch(function, **kwargs)
+    if os.environ.get("LOCAL_RANK", "0") == "0" and result is not None:
+        print("RESULT " + json.dumps(result, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
