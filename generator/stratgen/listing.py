@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from functools import cache
 
 from .catalog import Accelerator, Catalog
+from .model import AcceleratorSpec
 from .render import Selection
 
 
@@ -25,9 +26,13 @@ def _call(path: str) -> object:
     return getattr(importlib.import_module(module), attribute)()
 
 
-@cache
 def _accelerator_available(accelerator: Accelerator) -> tuple[bool, str]:
-    spec = accelerator.spec
+    return _probe(accelerator.spec)
+
+
+@cache
+def _probe(spec: AcceleratorSpec) -> tuple[bool, str]:
+    # Keyed by the spec: the resolved Accelerator holds its source file, which is unhashable.
     missing = [r.module for r in spec.requires if not module_present(r.module)]
     if missing:
         return False, f"needs {', '.join(missing)}"
