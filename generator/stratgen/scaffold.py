@@ -90,15 +90,17 @@ def _check_choice(value: str, what: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _check_precision(value: str, supported: tuple[str, ...]) -> str:
+def _check_precision(value: str, supported: tuple[str, ...], accelerator: str) -> str:
     mode = PRECISION_ALIASES.get(value, value)
     if mode not in PRECISIONS:
         raise ValueError(
-            f"precision {value!r} is not one of {', '.join(PRECISIONS)}{did_you_mean(value, PRECISIONS)}"
+            f"precision {value!r} is not one of {', '.join(PRECISIONS)}"
+            f"{did_you_mean(value, PRECISIONS)}"
         )
     if mode not in supported:
         raise ValueError(
-            f"precision {value!r} is not supported there; choose one of {', '.join(supported)}"
+            f"precision {value!r} is not supported by accelerator {accelerator!r}; choose one of "
+            f"{', '.join(supported)}"
         )
     return mode
 
@@ -168,8 +170,10 @@ def spec_answers(
     )
     new_accelerator = accelerator not in catalog.accelerators
     if new_accelerator:
+        hint = did_you_mean(accelerator, accelerators).strip()
         console.say(
-            f"  '{accelerator}' is a new accelerator: the spec declares it, backed by the CPU."
+            f"  '{accelerator}' is a new accelerator: the spec declares it, backed by the CPU"
+            + (f" {hint}." if hint else ".")
         )
     base = questions.answer(
         "base",
@@ -210,7 +214,7 @@ def spec_answers(
         "precision",
         f"Default precision ({', '.join(supported)})",
         "32-true" if "32-true" in supported else supported[0],
-        lambda value: _check_precision(value, supported),
+        lambda value: _check_precision(value, supported, accelerator),
     )
     return SpecAnswers(
         name, accelerator, new_accelerator, base, launcher, backend, precision, auto_backend
@@ -426,6 +430,7 @@ def init_project(
 
     import copier
     from copier.errors import CopierError
+    from plumbum import ProcessExecutionError  # copier runs git through plumbum
 
     try:
         copier.run_copy(
@@ -440,6 +445,11 @@ def init_project(
         )
     except (CopierError, ValueError) as exc:
         raise StratgenError(f"stratgen init: {exc}") from None
+    except ProcessExecutionError as exc:
+        lines = str(exc.stderr).strip().splitlines() or [str(exc)]
+        raise StratgenError(
+            f"stratgen init: cannot read the template {template}: {lines[-1]}"
+        ) from None
 
     created = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
     console.say(f"Created {target}/ from stratgen's project template:")

@@ -119,3 +119,12 @@ def test_init_without_a_terminal_needs_defaults(tmp_path: Path) -> None:
     assert "no terminal" in result.stderr and "--defaults" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "p").exists()
+
+
+def test_init_reports_a_template_it_cannot_read(tmp_path: Path) -> None:
+    result = stratgen(
+        "init", tmp_path / "p", "--defaults", "--template", tmp_path / "no-such-template"
+    )
+    assert result.code == 2
+    assert result.err.startswith("error: stratgen init:")
+    assert not (tmp_path / "p").exists()

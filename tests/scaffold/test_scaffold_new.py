@@ -156,7 +156,7 @@ def test_no_terminal_and_no_defaults_is_refused(new_project: Path) -> None:
         (["x", "--defaults", "--precision", "fp8"], "--precision: precision 'fp8' is not one of"),
         (
             ["x", "--defaults", "--accelerator", "toy", "--precision", "16-mixed"],
-            "is not supported there",
+            "is not supported by accelerator 'toy'",
         ),
         (
             ["x", "--defaults", "--base", "single_device", "--launcher", "spawn"],
