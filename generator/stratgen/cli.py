@@ -166,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("directory", type=Path)
     init.add_argument("--package", help="import name of your package")
     init.add_argument("--defaults", action="store_true", help="ask nothing; use defaults")
+    init.add_argument(
+        "--template", help="template to copy instead of the bundled one: a git URL or folder, "
+        "which `copier update` can later update from"
+    )
+    init.add_argument("--vcs-ref", help="tag or commit of a git --template (default: the latest tag)")
     init.add_argument("--no-color", action="store_true", help="never colour the output")
     return parser
 

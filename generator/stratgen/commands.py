@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import StratgenError
-from .project import Config, Project, find_root, load_config
+from .project import Config, Project, find_root, load_config, resource_dir
 
 if TYPE_CHECKING:
     from .cli import Console
@@ -25,7 +26,16 @@ def config_from(args: argparse.Namespace) -> Config:
     }
     if args.command == "schema":
         overrides["output"] = None
-    return load_config(root, overrides)
+    config = load_config(root, overrides)
+    if (
+        args.command in ("list", "validate")
+        and args.project is None
+        and args.specs is None
+        and not (root / config.specs).is_dir()
+    ):
+        # Outside any project, these commands work on the specs stratgen ships.
+        config = dataclasses.replace(config, specs=str(resource_dir("specs")))
+    return config
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

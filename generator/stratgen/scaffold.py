@@ -3,24 +3,313 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import StratgenError
+from .catalog import resolve
+from .errors import StratgenError, did_you_mean
 from .files import atomic_write
-from .project import Project
+from .model import PRECISIONS, PRECISION_ALIASES
+from .project import Project, resource_dir
 
 if TYPE_CHECKING:
     from .cli import Console
 
 EXIT_OK = 0
 
+#: Reads one answer; ``input`` on a terminal, a stand-in in tests.
+Ask = Callable[[str], str]
 
-def new_spec(args: argparse.Namespace, project: Project, console: Console) -> int:
-    if args.source is None:
-        raise StratgenError("stratgen new needs --from FILE (writing a spec from questions is not available)")
-    return new_from_file(args.source, project, console, force=args.force)
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+BASES = ("parallel", "single_device")
+LAUNCHERS = ("popen", "spawn", "fork", "forkserver", "external")
+
+
+def new_spec(
+    args: argparse.Namespace, project: Project, console: Console, ask: Ask | None = None
+) -> int:
+    """``stratgen new``: add a spec file (--from) or write one from a few answers (NAME)."""
+    if args.source is not None:
+        if args.name is not None:
+            raise StratgenError("give either a NAME or --from FILE, not both")
+        return new_from_file(args.source, project, console, force=args.force)
+    if args.name is None:
+        raise StratgenError(
+            "stratgen new needs a NAME (it asks a few questions and writes specs/NAME.yaml) "
+            "or --from FILE (a spec you wrote)"
+        )
+    if ask is None and sys.stdin.isatty():
+        ask = input
+    answers = spec_answers(args, project, console, ask)
+    text = spec_text(answers)
+    with tempfile.TemporaryDirectory(prefix="stratgen-new-") as folder:
+        draft = Path(folder) / f"{answers.name}.yaml"
+        draft.write_text(text, encoding="utf-8")
+        return new_from_file(draft, project, console, force=args.force)
+
+
+# --- stratgen new NAME ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecAnswers:
+    """What ``stratgen new NAME`` needs to write a spec."""
+
+    name: str
+    accelerator: str
+    new_accelerator: bool
+    base: str
+    launcher: str | None
+    backend: str | None
+    precision: str
+    auto_backend: str = "gloo"  # what 'auto' means on the chosen accelerator, for the comment
+
+
+def camel(name: str) -> str:
+    """'my_device' -> 'MyDevice'."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part)
+
+
+def _check_name(value: str, what: str) -> str:
+    if not NAME_PATTERN.match(value):
+        raise ValueError(f"{what} {value!r} must be a lower_snake_case name such as 'my_device'")
+    return value
+
+
+def _check_choice(value: str, what: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(
+            f"{what} {value!r} is not one of {', '.join(choices)}{did_you_mean(value, choices)}"
+        )
+    return value
+
+
+def _check_precision(value: str, supported: tuple[str, ...], accelerator: str) -> str:
+    mode = PRECISION_ALIASES.get(value, value)
+    if mode not in PRECISIONS:
+        raise ValueError(
+            f"precision {value!r} is not one of {', '.join(PRECISIONS)}"
+            f"{did_you_mean(value, PRECISIONS)}"
+        )
+    if mode not in supported:
+        raise ValueError(
+            f"precision {value!r} is not supported by accelerator {accelerator!r}; choose one of "
+            f"{', '.join(supported)}"
+        )
+    return mode
+
+
+class _Questions:
+    """Takes each answer from a flag, a default (--defaults) or the user, in that order."""
+
+    def __init__(self, args: argparse.Namespace, console: Console, ask: Ask | None) -> None:
+        self.args = args
+        self.console = console
+        self.ask = ask
+
+    def answer(self, flag: str, prompt: str, default: str, check: Callable[[str], str]) -> str:
+        given = getattr(self.args, flag, None)
+        if given is not None:
+            try:
+                return check(given)
+            except ValueError as exc:
+                raise StratgenError(f"--{flag.replace('_', '-')}: {exc}") from None
+        if self.args.defaults:
+            return check(default)
+        if self.ask is None:
+            raise StratgenError(
+                "stratgen new NAME asks a few questions, and there is no terminal to ask them on; "
+                "pass --defaults, with --accelerator, --base, --launcher, --backend and "
+                "--precision for the answers that differ from the defaults"
+            )
+        while True:
+            try:
+                reply = self.ask(f"{prompt} [{default}]: ").strip()
+            except EOFError:
+                raise StratgenError(f"no answer to {prompt!r}; nothing was written") from None
+            try:
+                return check(reply or default)
+            except ValueError as exc:
+                self.console.say(f"  {exc}")
+
+
+def spec_answers(
+    args: argparse.Namespace, project: Project, console: Console, ask: Ask | None
+) -> SpecAnswers:
+    """The answers for ``stratgen new NAME``, from flags, defaults or questions."""
+    try:
+        name = _check_name(args.name, "NAME")
+    except ValueError as exc:
+        raise StratgenError(str(exc)) from None
+    config = project.config
+    destination = config.root / config.specs / f"{name}.yaml"
+    if destination.exists() and not args.force:
+        raise StratgenError(
+            f"{project.display(destination)} already exists; choose another NAME or pass --force "
+            "to replace it"
+        )
+    catalog = resolve(project.sources(skip=destination if args.force else None))
+    accelerators = tuple(catalog.accelerators)
+    backends = tuple(catalog.backends)
+    questions = _Questions(args, console, ask)
+
+    def check_accelerator(value: str) -> str:
+        return _check_name(value, "accelerator")
+
+    accelerator = questions.answer(
+        "accelerator",
+        f"Accelerator it runs on ({', '.join(accelerators)}), or a name for a new one",
+        "cpu" if "cpu" in accelerators else accelerators[0],
+        check_accelerator,
+    )
+    new_accelerator = accelerator not in catalog.accelerators
+    if new_accelerator:
+        hint = did_you_mean(accelerator, accelerators).strip()
+        console.say(
+            f"  '{accelerator}' is a new accelerator: the spec declares it, backed by the CPU"
+            + (f" {hint}." if hint else ".")
+        )
+    base = questions.answer(
+        "base",
+        "Kind of strategy: parallel (several processes) or single_device",
+        "parallel",
+        lambda value: _check_choice(value, "base", BASES),
+    )
+    launcher = backend = None
+    if base == "parallel":
+        launcher = questions.answer(
+            "launcher",
+            "How processes start: popen (the script again for each rank), spawn, fork, "
+            "forkserver, external (torchrun, srun)",
+            "popen",
+            lambda value: _check_choice(value, "launcher", LAUNCHERS),
+        )
+        backend = questions.answer(
+            "backend",
+            f"Collective backend: auto (the accelerator's), {', '.join(backends)}",
+            "auto",
+            lambda value: _check_choice(value, "backend", ("auto", *backends)),
+        )
+    else:
+        for flag in ("launcher", "backend"):
+            if getattr(args, flag, None) is not None:
+                raise StratgenError(
+                    f"--{flag} applies to parallel strategies; a single_device strategy runs in "
+                    "the calling process without communication"
+                )
+    if new_accelerator:
+        supported: tuple[str, ...] = PRECISIONS
+        auto_backend = "gloo"
+    else:
+        spec = catalog.accelerators[accelerator].spec
+        supported = tuple(spec.precision.supported or PRECISIONS)
+        auto_backend = catalog.accelerators[accelerator].backend.name
+    precision = questions.answer(
+        "precision",
+        f"Default precision ({', '.join(supported)})",
+        "32-true" if "32-true" in supported else supported[0],
+        lambda value: _check_precision(value, supported, accelerator),
+    )
+    return SpecAnswers(
+        name, accelerator, new_accelerator, base, launcher, backend, precision, auto_backend
+    )
+
+
+COMMENT_COLUMN = 40
+
+LAUNCHER_NOTES = {
+    "popen": "the script is started again for every other local rank",
+    "spawn": "torch.multiprocessing starts every rank",
+    "fork": "forked ranks (works in notebooks)",
+    "forkserver": "ranks forked from a server process",
+    "external": "torchrun, srun or mpirun start the ranks",
+}
+
+
+def _line(text: str, comment: str = "") -> str:
+    """A YAML line with its comment lined up with the others."""
+    if not comment:
+        return text
+    return f"{text.ljust(COMMENT_COLUMN - 1)} # {comment}"
+
+
+def spec_text(answers: SpecAnswers) -> str:
+    """A commented spec file for ``answers``."""
+    name, accelerator = answers.name, answers.accelerator
+    lines = [
+        f"# {name}: written by `stratgen new`. Edit it, then run `stratgen generate`.",
+        "# Every key is described in the spec reference (README) and by `stratgen schema`.",
+        "version: 1",
+        "",
+    ]
+    if answers.new_accelerator:
+        lines += [
+            "# A new accelerator, backed by CPU processes so that it runs anywhere. For real",
+            "# hardware set device_type to its torch device type, list the package it needs under",
+            "# `requires`, and name the functions that find it in is_available and device_count",
+            "# (stratgen's specs/hpu.yaml is a complete example).",
+            "accelerator:",
+            _line(f"  name: {accelerator}", f"get_strategy(..., accelerator={accelerator!r})"),
+            f"  class_name: {camel(accelerator)}Accelerator",
+            f"  description: The {accelerator} device, backed by CPU processes.",
+            _line("  device_type: cpu", "torch.device type of its tensors"),
+            _line("  indexed: false", "torch.device('cpu') carries no index"),
+            _line("  auto_devices: 1", "what devices='auto' selects"),
+            _line("  backend: gloo", "collective backend of strategies that say 'auto'"),
+            "  # requires:",
+            "  #   - module: my_device_sdk",
+            "  #     install: pip install my-device-sdk",
+            "  # is_available: my_device_sdk:is_available",
+            "  # device_count: my_device_sdk:device_count",
+            "",
+        ]
+    lines += [
+        "strategies:",
+        _line(f"  - name: {name}", f"get_strategy({name!r})"),
+        f"    class_name: {camel(name)}Strategy",
+    ]
+    if answers.base == "single_device":
+        lines += [
+            _line("    base: single_device", "one device, in the calling process"),
+            f"    accelerators: [{accelerator}]",
+            _line(
+                f"    precision: {{default: {answers.precision}}}", "used when none is asked for"
+            ),
+            f"    description: Train on one {accelerator} device in the calling process.",
+        ]
+    else:
+        launcher = answers.launcher or "popen"
+        backend = answers.backend or "auto"
+        backend_note = (
+            f"the accelerator's ({answers.auto_backend})"
+            if backend == "auto"
+            else "see `backends:`"
+        )
+        lines += [
+            _line("    extends: ddp", "ddp's model wrapper, options and cluster environments"),
+            _line(f"    launcher: {launcher}", LAUNCHER_NOTES[launcher]),
+            _line(f"    backend: {backend}", backend_note),
+            f"    accelerators: [{accelerator}]",
+            _line(
+                f"    precision: {{default: {answers.precision}}}", "used when none is asked for"
+            ),
+            "    description: |-",
+            f"      Distributed data-parallel training on {accelerator} devices.",
+            "",
+            "      Each process holds a replica of the model; gradients are averaged in the",
+            "      backward pass.",
+            _line("    # options:", "constructor arguments, typed, with defaults"),
+            "    #   bucket_cap_mb: {type: float, default: 50}",
+            _line("    # aliases:", "more registry names, each a preset of the options"),
+            f"    #   {name}_find_unused_parameters_true: {{find_unused_parameters: true}}",
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def new_from_file(source: Path, project: Project, console: Console, force: bool = False) -> int:
@@ -62,6 +351,9 @@ def new_from_file(source: Path, project: Project, console: Console, force: bool 
                     hooks_target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(hooks_source, hooks_target)
                     copied.append(project.display(hooks_target))
+        # Planned again from the specs folder: the file now sits in its sorted place among the
+        # others, so the output is exactly what `stratgen generate` and `check` produce.
+        plan = project.plan()
     report = project.generate(plan)
 
     created = [p for p in report.written if p not in before and p != config.manifest]
@@ -93,5 +385,80 @@ def _next_steps(spec: object, label: str, package: str, tests: str, console: Con
     console.say(f"  - commit {label} and the regenerated files; CI runs `stratgen check`")
 
 
-def init_project(args: argparse.Namespace, console: Console) -> int:
-    raise StratgenError("stratgen init is not available in this version")
+# --- stratgen init ----------------------------------------------------------------------------
+
+
+def _package_name(text: str) -> str:
+    return re.sub(r"[-.\s]+", "_", text.strip().lower())
+
+
+def init_project(
+    args: argparse.Namespace, console: Console, interactive: bool | None = None
+) -> int:
+    """``stratgen init DIR``: a new project from the copier template in templates/project."""
+    target: Path = args.directory
+    if target.exists() and not target.is_dir():
+        raise StratgenError(f"{target} exists and is not a folder")
+    if target.is_dir() and any(target.iterdir()):
+        raise StratgenError(
+            f"{target} exists and is not empty; stratgen init only creates new projects "
+            "(choose a new folder, or `copier update` an existing project)"
+        )
+    if interactive is None:
+        interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    if not args.defaults and not interactive:
+        raise StratgenError(
+            "stratgen init asks a few questions, and there is no terminal to ask them on; "
+            "pass --defaults (and --package NAME) to take the defaults"
+        )
+    dirname = target.resolve().name
+    data: dict[str, str] = {}
+    if args.package is not None:
+        if not args.package.isidentifier() or args.package != args.package.lower():
+            raise StratgenError(
+                f"--package {args.package!r} is not allowed; use a lower-case Python identifier "
+                "such as my_strategies"
+            )
+        data["package"] = args.package
+    elif args.defaults and not _package_name(dirname).isidentifier():
+        raise StratgenError(
+            f"cannot make a package name from the folder name {dirname!r}; pass --package NAME"
+        )
+    project_name = re.sub(r"\s+", "-", dirname.strip()) or "my-strategies"
+    template = getattr(args, "template", None) or str(resource_dir("templates") / "project")
+    vcs_ref = getattr(args, "vcs_ref", None)
+
+    import copier
+    from copier.errors import CopierError
+    from plumbum import ProcessExecutionError  # copier runs git through plumbum
+
+    try:
+        copier.run_copy(
+            template,
+            target,
+            data=data,
+            user_defaults={"project_name": project_name},
+            defaults=args.defaults,
+            vcs_ref=vcs_ref,
+            unsafe=False,
+            quiet=True,
+        )
+    except (CopierError, ValueError) as exc:
+        raise StratgenError(f"stratgen init: {exc}") from None
+    except ProcessExecutionError as exc:
+        lines = str(exc.stderr).strip().splitlines() or [str(exc)]
+        raise StratgenError(
+            f"stratgen init: cannot read the template {template}: {lines[-1]}"
+        ) from None
+
+    created = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
+    console.say(f"Created {target}/ from stratgen's project template:")
+    for path in created:
+        console.say(f"  {path}")
+    console.say("")
+    console.say("Next steps:")
+    console.say(f"  cd {target}")
+    console.say("  stratgen generate      # specs/ -> the package in src/ and its tests")
+    console.say("  python -m pytest       # the generated tests")
+    console.say("  git init && git add -A && git commit -m 'Start from the stratgen template'")
+    return EXIT_OK
