@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -26,7 +27,15 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
     __package__ = "benchmarks"
 
 from benchmarks import bench_checkpoint, bench_ddp, bench_generate, bench_import
-from benchmarks.common import ROOT, BenchmarkError, Row, Section, Settings, worker_env
+from benchmarks.common import (
+    ROOT,
+    BenchmarkError,
+    Row,
+    Section,
+    Settings,
+    compile_bytecode,
+    worker_env,
+)
 
 BENCHMARKS: dict[str, Callable[[Settings], Section]] = {
     "runtime": bench_ddp.step_time,
@@ -159,6 +168,10 @@ def failed_row(name: str, error: BaseException) -> Row:
     )
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
@@ -181,9 +194,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every row as JSON to this file")
     args = parser.parse_args(argv)
 
+    # Turn SIGTERM into an exception, so that the worker running at the time and its training
+    # ranks are stopped with the harness.
+    signal.signal(signal.SIGTERM, _terminate)
     settings = Settings(quick=args.quick)
     selected = args.only or list(BENCHMARKS)
     host = machine()
+    host["bytecode"] = compile_bytecode()
     print("Machine: " + "; ".join(f"{k}: {v}" for k, v in host.items()), flush=True)
     rows: list[Row] = []
     details: list[str] = []
@@ -202,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         rows.extend(section.rows)
         details.extend(section.details)
+        # Partial results survive an interrupted run.
+        print(text_table(section.rows), file=sys.stderr, flush=True)
         print(
             f"  {name} done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True
         )
