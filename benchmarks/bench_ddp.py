@@ -13,7 +13,18 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from .common import Row, Section, Settings, at_most, median, rotate, run_worker, seconds, spread
+from .common import (
+    BenchmarkError,
+    Row,
+    Section,
+    Settings,
+    at_most,
+    median,
+    rotate,
+    run_worker,
+    seconds,
+    spread,
+)
 
 BASELINE = "torch"
 LABELS = {
@@ -50,12 +61,37 @@ def launch_config(settings: Settings) -> dict[str, int]:
     return {"width": 256, "depth": 2, "batch": 64, "warmup": 0, "steps": 1, "threads": 1}
 
 
+#: Runs that failed and were repeated, with the first line of their error, for the details.
+RETRIED: list[str] = []
+
+
 @cache
 def _run(variant: str, config: tuple[tuple[str, int], ...], round_index: int) -> dict[str, Any]:
     args = ["--variant", variant]
     for key, value in config:
         args += [f"--{key}", str(value)]
-    return run_worker("benchmarks.workers.ddp_step", args)
+    try:
+        return run_worker("benchmarks.workers.ddp_step", args)
+    except BenchmarkError as exc:
+        # One failure is reported and repeated; a second one fails the benchmark.
+        RETRIED.append(f"{LABELS[variant]}: {_cause(str(exc))}")
+        return run_worker("benchmarks.workers.ddp_step", args)
+
+
+def _cause(error: str) -> str:
+    """The last line of a failed run's output, and any C++ abort message before it."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    if not lines:
+        return "no output"
+    aborts = [line for line in lines if line.startswith("terminate called")]
+    return " / ".join([*aborts[:1], lines[-1]])
+
+
+def _retried_detail() -> list[str]:
+    if not RETRIED:
+        return []
+    listed = "; ".join(RETRIED)
+    return [f"Runs that failed and were repeated once ({len(RETRIED)}): {listed}."]
 
 
 def run_rounds(config: dict[str, int], rounds: int) -> list[dict[str, dict[str, Any]]]:
@@ -116,6 +152,8 @@ def step_time(settings: Settings) -> Section:
     )
     if not settings.quick:
         section.details.append(_default_threads(config))
+    section.details += _retried_detail()
+    RETRIED.clear()
     return section
 
 
@@ -182,6 +220,8 @@ def launch_latency(settings: Settings) -> Section:
         "with torch.multiprocessing.start_processes (spawn) and calls init_process_group and "
         f"DistributedDataParallel by hand. {rounds} round(s), rotating order."
     )
+    section.details += _retried_detail()
+    RETRIED.clear()
     return section
 
 
