@@ -1,0 +1,1 @@
+"""Subprocess workers: each runs one measurement in a fresh interpreter and writes JSON."""

@@ -1,0 +1,103 @@
+"""The benchmark harness runs end to end and reports every row.
+
+This is not a timed test: ``--quick`` measures too briefly for the figures to mean anything.
+It checks that every benchmark ran (a failing one prints a FAILED row and exits 1), that
+every expected row is printed and written to the Markdown file, and that each row carries a
+figure, a baseline and a ratio.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+EXPECTED_ROWS = [
+    "step time: ddp",
+    "step time: ddp_spawn",
+    "launch to first step: ddp",
+    "launch to first step: ddp_spawn",
+    "import stratlib (CPU)",
+    "stratgen generate, cold, empty black cache",
+    "stratgen generate, cold, warm cache",
+    "stratgen generate, no-op",
+    "stratgen check, up to date",
+    "stratgen check, empty black cache",
+    "checkpoint save (atomic)",
+    "checkpoint load",
+    "async checkpoint save, time to return",
+]
+
+
+def _lightning_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("lightning") is not None
+
+
+@pytest.fixture(scope="module")
+def quick_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    markdown = tmp_path_factory.mktemp("bench") / "table.md"
+    env = dict(os.environ)
+    # The checkout's `benchmarks` package must win over any installed one of the same name.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--markdown", str(markdown)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    return completed, markdown
+
+
+@pytest.mark.slow
+def test_quick_run_prints_every_row(
+    quick_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    completed, _ = quick_run
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "FAILED" not in completed.stdout
+    expected = EXPECTED_ROWS + (
+        ["step time: Fabric ddp", "launch to first step: Fabric ddp"]
+        if _lightning_installed()
+        else []
+    )
+    lines = completed.stdout.splitlines()
+    for name in expected:
+        matching = [line for line in lines if line.startswith(name + "  ")]
+        assert len(matching) == 1, f"row {name!r} missing from:\n{completed.stdout}"
+        # A figure with its unit, then a baseline figure, then a numeric ratio.
+        assert re.search(
+            r"\d[\d.]* (s|ms|MB/s) +\d[\d.]* (s|ms|MB/s) .+? +\d+\.\d{3}( \[[\d.]+-[\d.]+\])? ",
+            matching[0],
+        ), matching[0]
+    assert "Machine: cpu: " in completed.stdout and "torch: " in completed.stdout
+
+
+@pytest.mark.slow
+def test_quick_run_writes_the_markdown_table(
+    quick_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    completed, markdown = quick_run
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    text = markdown.read_text(encoding="utf-8")
+    assert text.startswith(
+        "| benchmark | measured | baseline | ratio [min-max] | target | met? | notes |\n|---|"
+    )
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    names = [line.split(" | ")[0].removeprefix("| ") for line in table[1:]]
+    for name in EXPECTED_ROWS:
+        assert name in names, f"{name!r} not in the Markdown table"
+    assert all(line.count(" | ") == 6 for line in table), "every row has 7 cells"
+    assert "Machine: cpu: " in text
