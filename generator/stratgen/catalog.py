@@ -146,6 +146,7 @@ RESERVED_CLASS_NAMES = frozenset(
         "AsyncCheckpointIO",
         "BaguaMixin",
         "CheckpointIO",
+        "ClassVar",
         "ClusterEnvironmentBase",
         "CollectiveBackend",
         "Condition",

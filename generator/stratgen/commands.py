@@ -59,8 +59,29 @@ def _print_timings(project: Project, console: Console) -> None:
                       f"(black cache: {project.formatter.hits} hits, {project.formatter.misses} misses)\n")
 
 
+def _known_current(project: Project) -> int | None:
+    """The number of generated files when the tree is known to match the specs already."""
+    import time
+
+    from .uptodate import up_to_date
+
+    started = time.perf_counter()
+    count = up_to_date(project)
+    project.timings.add("fingerprint", started)
+    return count
+
+
 def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     project = Project(config_from(args))
+    current = _known_current(project)
+    if current is not None:
+        if args.dry_run:
+            console.say("Up to date; nothing to write.")
+        else:
+            console.say(f"0 written, {current - 1} unchanged, 0 removed.")
+        if args.timings:
+            _print_timings(project, console)
+        return EXIT_OK
     plan = project.plan()
     if args.dry_run or args.diff:
         drift = project.compare(plan, with_diff=args.diff)
@@ -91,6 +112,10 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     console.say(
         f"{len(report.written)} written, {len(report.unchanged)} unchanged, {len(report.removed)} removed."
     )
+    if not report.kept:
+        from .uptodate import remember
+
+        remember(project)
     if args.timings:
         _print_timings(project, console)
     return EXIT_OK
@@ -98,11 +123,20 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     project = Project(config_from(args))
+    current = _known_current(project)
+    if current is not None:
+        if args.timings:
+            _print_timings(project, console)
+        console.say(f"{current} generated files match the specs.")
+        return EXIT_OK
     plan = project.plan()
     drift = project.compare(plan, with_diff=not args.quiet)
     if args.timings:
         _print_timings(project, console)
     if drift.clean:
+        from .uptodate import remember
+
+        remember(project)
         console.say(f"{len(plan.files)} generated files match the specs.")
         return EXIT_OK
     for text in drift.diffs:
@@ -168,7 +202,7 @@ def cmd_schema(args: argparse.Namespace, console: Console) -> int:
     if args.schema_output:
         from .files import atomic_write
 
-        atomic_write(args.schema_output, text.encode())
+        atomic_write(args.schema_output, text.encode(), durable=True)
         console.say(f"wrote {args.schema_output}")
     else:
         console.out.write(text)

@@ -47,3 +47,33 @@ def strategy_attributes() -> frozenset[str]:
         if path.is_file():
             names |= _public_names(ast.parse(Path(path).read_text(encoding="utf-8")))
     return frozenset(names)
+
+
+@cache
+def class_annotations(module: str, class_name: str) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
+    """Class-level annotations of a core class: attribute -> (annotation source, imports it
+    needs as (module, name) pairs, module relative to the package root like 'core.imports')."""
+    from .project import resource_dir
+
+    path = resource_dir("templates").joinpath(*module.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module.rsplit(".", 1)[0]
+    known: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source = ".".join([*parts, *([source] if source else [])])
+            for alias in node.names:
+                known[alias.asname or alias.name] = source
+        elif isinstance(node, ast.ClassDef):
+            known[node.name] = module
+    result: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = sorted({n.id for n in ast.walk(node.annotation) if isinstance(n, ast.Name)})
+            needs = tuple((known[n], n) for n in names if n in known)
+            result[node.target.id] = (ast.unparse(node.annotation), needs)
+    return result

@@ -212,15 +212,22 @@ class Tree:
                             os.unlink(os.path.join(dirpath, name))
 
 
-def atomic_write(target: Path, data: bytes) -> None:
-    """Write ``data`` so that readers see either the old file or the whole new one."""
+def atomic_write(target: Path, data: bytes, durable: bool = False) -> None:
+    """Write ``data`` so that readers see either the old file or the whole new one.
+
+    The rename alone makes the write atomic for other processes and against a killed run.
+    ``durable`` also flushes the data to disk before the rename, so that the new content
+    survives a power loss: worth its cost for files a user wrote (a copied spec), not for
+    generated files that `stratgen generate` can always write again.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}{TEMP_MARK}", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .catalog import Catalog, Source, resolve
+from typing import TYPE_CHECKING
+
 from .errors import Location, SpecError, StratgenError, did_you_mean
 from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
 from .fmt import Formatter
-from .parse import parse_spec_file
-from .render import Renderer, Selection, render
-from .yamlload import load_yaml_file
+
+if TYPE_CHECKING:  # the pipeline's modules load on first use: an up-to-date check needs none
+    from .catalog import Catalog, Source
+    from .render import Selection
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
@@ -160,6 +162,10 @@ class Project:
                 f"spec file name {Path(display).name!r} must be letters, digits, '_' and '-' "
                 f"before .yaml (its tests are generated as test_<name>.py)",
             )
+        from .catalog import Source
+        from .parse import parse_spec_file
+        from .yamlload import load_yaml_file
+
         node = load_yaml_file(path, display)
         spec = parse_spec_file(node)
         return Source(display, path.stem, spec, builtin, hooks_dir=str(path.parent))
@@ -203,7 +209,7 @@ class Project:
                 problems.extend(exc.problems)
                 continue
             if label is not None:  # a file about to be copied: hooks stay next to the original
-                source = Source(source.path, Path(label).stem, source.spec, source.builtin, str(path.parent))
+                source = type(source)(source.path, Path(label).stem, source.spec, source.builtin, str(path.parent))
             sources.append(source)
         self.timings.add("load", started)
         if problems:
@@ -213,6 +219,9 @@ class Project:
     # -- planning -----------------------------------------------------------------------------
 
     def plan(self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None) -> Plan:
+        from .catalog import resolve
+        from .render import Renderer, render
+
         sources = self.sources(extra, skip)
         started = time.perf_counter()
         catalog = resolve(sources)
@@ -259,6 +268,8 @@ class Project:
 
 def select(catalog: Catalog) -> Selection:
     """Everything from the project's own specs, plus the built-in entries they rely on."""
+    from .render import Selection
+
     local_files = {s.path for s in catalog.sources if not s.builtin}
     if not local_files:
         return Selection.everything(catalog)

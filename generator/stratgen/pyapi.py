@@ -24,6 +24,7 @@ from .catalog import (
     Source,
     Strategy,
 )
+from .corefacts import class_annotations
 from .model import PRECISIONS, Backend, Condition, Option, Requirement, ValueSource
 
 # Core classes each spec value maps to: (module inside the package, class name).
@@ -279,7 +280,7 @@ class PyClass:
     name: str
     bases: list[str]
     doc: str
-    attributes: list[tuple[str, str]]
+    attributes: list[tuple[str, str, str]]  # (name, annotation, value)
     init: Init | None = None
 
 
@@ -298,6 +299,26 @@ class PyModule:
     @property
     def depth(self) -> int:
         return self.path.count("/")
+
+
+def annotated(
+    attributes: list[tuple[str, str]], root: tuple[str, str], imports: Imports
+) -> list[tuple[str, str, str]]:
+    """Give each class attribute the type its core base class declares for it.
+
+    Without the annotation, a type checker would take the value itself as the attribute's type
+    in the generated class, and reject a subclass that sets another value."""
+    declared = class_annotations(*root)
+    result = []
+    for name, value in attributes:
+        annotation, needs = declared[name]
+        for module, imported in needs:
+            if module == "typing":
+                imports.stdlib.add(f"from typing import {imported}")
+            else:
+                imports.add_local(module, imported)
+        result.append((name, annotation, value))
+    return result
 
 
 # --- strategies ----------------------------------------------------------------------------------
@@ -329,7 +350,7 @@ def strategy_module(strategy: Strategy) -> PyModule:
         _registry_lines(strategy),
         _args_lines(strategy),
     )
-    cls = PyClass(strategy.class_name, bases, doc, attributes, init)
+    cls = PyClass(strategy.class_name, bases, doc, annotated(attributes, STRATEGY_ROOT, imports), init)
     return PyModule(
         path=f"strategies/{strategy.module}.py",
         source=strategy.source.path,
@@ -550,7 +571,7 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
     }
     attributes = [(k, v) for k, v in attributes if defaults.get(k) != v]
     doc = _class_doc(spec.description or f"The {spec.name!r} accelerator.", [f'Accelerator name: ``"{spec.name}"``.'], [])
-    cls = PyClass(spec.class_name, [ACCELERATOR_ROOT[1]], doc, attributes)
+    cls = PyClass(spec.class_name, [ACCELERATOR_ROOT[1]], doc, annotated(attributes, ACCELERATOR_ROOT, imports))
     return PyModule(
         path=f"accelerators/{accelerator.module}.py",
         source=accelerator.source.path,
@@ -608,7 +629,7 @@ def precision_module(plugin: PrecisionPlugin) -> PyModule:
         "Serves precision " + ", ".join(f'``"{m}"``' for m in plugin.modes) + "."
     ]
     doc = _class_doc(plugin.description or f"The {plugin.name!r} precision plugin.", extra, [])
-    cls = PyClass(plugin.class_name, bases, doc, attributes)
+    cls = PyClass(plugin.class_name, bases, doc, annotated(attributes, PRECISION_ROOT, imports))
     return PyModule(
         path=f"precision/{plugin.module}.py",
         source=plugin.source.path,
@@ -651,7 +672,7 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
             imports.add_local("core.environment", "ValueSource")
             attributes.append((f"{key}_source", _value_source(value)))
     doc = _class_doc(env.description or f"The {env.name!r} cluster environment.", [], [])
-    cls = PyClass(env.class_name, bases, doc, attributes)
+    cls = PyClass(env.class_name, bases, doc, annotated(attributes, ENVIRONMENT_ROOT, imports))
     return PyModule(
         path=f"environments/{env.module}.py",
         source=env.source.path,

@@ -67,6 +67,20 @@ def test_module_name(source: Source) -> str:
     return f"{prefix}{source.stem}.py"
 
 
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates, kept next to the black cache: compiling costs more than rendering."""
+    from .fmt import cache_dir
+
+    folder = cache_dir()
+    if folder is None:
+        return None
+    try:
+        (folder / "jinja").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(folder / "jinja"))
+
+
 class Renderer:
     def __init__(self, template_dirs: Iterable[Path]) -> None:
         self.template_dirs = [Path(d) for d in template_dirs]
@@ -77,6 +91,7 @@ class Renderer:
             keep_trailing_newline=True,
             trim_blocks=True,
             lstrip_blocks=True,
+            bytecode_cache=_bytecode_cache(),
         )
         self.env.filters["pyrepr"] = literal
         self.env.filters["docstring"] = lambda text: pyapi.docstring_body(str(text), "")

@@ -341,7 +341,7 @@ def new_from_file(source: Path, project: Project, console: Console, force: bool 
     copied: list[str] = []
     if not inside:
         specs_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(destination, source.read_bytes())
+        atomic_write(destination, source.read_bytes(), durable=True)
         copied.append(label)
         for strategy in spec.strategies:
             if strategy.hooks and strategy.hooks.endswith(".py"):

@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..backends import GLOO
 from ..core.accelerator import Accelerator
+from ..core.collectives import CollectiveBackend
 
 __all__ = ["CPUAccelerator"]
 
@@ -16,10 +19,17 @@ class CPUAccelerator(Accelerator):
     Accelerator name: ``"cpu"``.
     """
 
-    accelerator_name = "cpu"
-    device_type = "cpu"
-    indexed = False
-    backend = GLOO
-    default_precision = "32-true"
-    supported_precisions = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
-    auto_devices = 1
+    accelerator_name: ClassVar[str] = "cpu"
+    device_type: ClassVar[str] = "cpu"
+    indexed: ClassVar[bool] = False
+    backend: ClassVar[CollectiveBackend] = GLOO
+    default_precision: ClassVar[str] = "32-true"
+    supported_precisions: ClassVar[tuple[str, ...]] = (
+        "64-true",
+        "32-true",
+        "16-mixed",
+        "bf16-mixed",
+        "16-true",
+        "bf16-true",
+    )
+    auto_devices: ClassVar[int | None] = 1

@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..backends import NCCL
 from ..core.accelerator import Accelerator
+from ..core.collectives import CollectiveBackend
 
 __all__ = ["CUDAAccelerator"]
 
@@ -16,14 +19,21 @@ class CUDAAccelerator(Accelerator):
     Accelerator name: ``"cuda"``.
     """
 
-    accelerator_name = "cuda"
-    device_type = "cuda"
-    backend = NCCL
-    default_precision = "32-true"
-    supported_precisions = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
-    needs_grad_scaler = True
-    availability_probe = "torch.cuda:is_available"
-    device_count_probe = "torch.cuda:device_count"
-    visible_devices_env = "CUDA_VISIBLE_DEVICES"
-    set_device_hook = "torch.cuda:set_device"
-    teardown_hook = "torch.cuda:empty_cache"
+    accelerator_name: ClassVar[str] = "cuda"
+    device_type: ClassVar[str] = "cuda"
+    backend: ClassVar[CollectiveBackend] = NCCL
+    default_precision: ClassVar[str] = "32-true"
+    supported_precisions: ClassVar[tuple[str, ...]] = (
+        "64-true",
+        "32-true",
+        "16-mixed",
+        "bf16-mixed",
+        "16-true",
+        "bf16-true",
+    )
+    needs_grad_scaler: ClassVar[bool] = True
+    availability_probe: ClassVar[str | None] = "torch.cuda:is_available"
+    device_count_probe: ClassVar[str | None] = "torch.cuda:device_count"
+    visible_devices_env: ClassVar[str | None] = "CUDA_VISIBLE_DEVICES"
+    set_device_hook: ClassVar[str | None] = "torch.cuda:set_device"
+    teardown_hook: ClassVar[str | None] = "torch.cuda:empty_cache"

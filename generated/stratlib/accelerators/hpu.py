@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..backends import HCCL
 from ..core.accelerator import Accelerator
+from ..core.collectives import CollectiveBackend
 from ..core.imports import Requirement
 
 __all__ = ["HPUAccelerator"]
@@ -20,18 +23,18 @@ class HPUAccelerator(Accelerator):
     Accelerator name: ``"hpu"``.
     """
 
-    accelerator_name = "hpu"
-    device_type = "hpu"
-    indexed = False
-    backend = HCCL
-    default_precision = "bf16-mixed"
-    supported_precisions = ("32-true", "bf16-mixed", "bf16-true")
-    availability_probe = "habana_frameworks.torch.hpu:is_available"
-    device_count_probe = "habana_frameworks.torch.hpu:device_count"
-    visible_devices_env = "HABANA_VISIBLE_MODULES"
-    after_backward_hook = "habana_frameworks.torch.core:mark_step"
-    after_optimizer_step_hook = "habana_frameworks.torch.core:mark_step"
-    requirements = (
+    accelerator_name: ClassVar[str] = "hpu"
+    device_type: ClassVar[str] = "hpu"
+    indexed: ClassVar[bool] = False
+    backend: ClassVar[CollectiveBackend] = HCCL
+    default_precision: ClassVar[str] = "bf16-mixed"
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-mixed", "bf16-true")
+    availability_probe: ClassVar[str | None] = "habana_frameworks.torch.hpu:is_available"
+    device_count_probe: ClassVar[str | None] = "habana_frameworks.torch.hpu:device_count"
+    visible_devices_env: ClassVar[str | None] = "HABANA_VISIBLE_MODULES"
+    after_backward_hook: ClassVar[str | None] = "habana_frameworks.torch.core:mark_step"
+    after_optimizer_step_hook: ClassVar[str | None] = "habana_frameworks.torch.core:mark_step"
+    requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "habana_frameworks.torch",
             "pip install habana-torch-plugin (from Habana's SynapseAI software stack)",

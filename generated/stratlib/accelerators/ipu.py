@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..backends import GLOO
 from ..core.accelerator import Accelerator
+from ..core.collectives import CollectiveBackend
 from ..core.imports import Requirement
 
 __all__ = ["IPUAccelerator"]
@@ -22,14 +25,14 @@ class IPUAccelerator(Accelerator):
     Accelerator name: ``"ipu"``.
     """
 
-    accelerator_name = "ipu"
-    device_type = "cpu"
-    indexed = False
-    backend = GLOO
-    default_precision = "32-true"
-    supported_precisions = ("32-true", "16-true")
-    auto_devices = 4
-    requirements = (
+    accelerator_name: ClassVar[str] = "ipu"
+    device_type: ClassVar[str] = "cpu"
+    indexed: ClassVar[bool] = False
+    backend: ClassVar[CollectiveBackend] = GLOO
+    default_precision: ClassVar[str] = "32-true"
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
+    auto_devices: ClassVar[int | None] = 4
+    requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "poptorch",
             "pip install the poptorch wheel of Graphcore's Poplar SDK (poplar_sdk/poptorch-*.whl)",

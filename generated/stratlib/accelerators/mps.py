@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..backends import GLOO
 from ..core.accelerator import Accelerator
+from ..core.collectives import CollectiveBackend
 
 __all__ = ["MPSAccelerator"]
 
@@ -16,11 +19,17 @@ class MPSAccelerator(Accelerator):
     Accelerator name: ``"mps"``.
     """
 
-    accelerator_name = "mps"
-    device_type = "mps"
-    backend = GLOO
-    default_precision = "32-true"
-    supported_precisions = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
-    auto_devices = 1
-    availability_probe = "torch.backends.mps:is_available"
-    teardown_hook = "torch.mps:empty_cache"
+    accelerator_name: ClassVar[str] = "mps"
+    device_type: ClassVar[str] = "mps"
+    backend: ClassVar[CollectiveBackend] = GLOO
+    default_precision: ClassVar[str] = "32-true"
+    supported_precisions: ClassVar[tuple[str, ...]] = (
+        "32-true",
+        "16-mixed",
+        "bf16-mixed",
+        "16-true",
+        "bf16-true",
+    )
+    auto_devices: ClassVar[int | None] = 1
+    availability_probe: ClassVar[str | None] = "torch.backends.mps:is_available"
+    teardown_hook: ClassVar[str | None] = "torch.mps:empty_cache"

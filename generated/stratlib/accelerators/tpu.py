@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..backends import XLA
 from ..core.accelerator import Accelerator
+from ..core.collectives import CollectiveBackend
 from ..core.imports import Requirement
 
 __all__ = ["TPUAccelerator"]
@@ -20,13 +23,15 @@ class TPUAccelerator(Accelerator):
     Accelerator name: ``"tpu"``.
     """
 
-    accelerator_name = "tpu"
-    device_type = "xla"
-    backend = XLA
-    default_precision = "32-true"
-    supported_precisions = ("32-true", "bf16-true")
-    availability_probe = "torch_xla._internal.tpu:num_available_devices"
-    device_count_probe = "torch_xla._internal.tpu:num_available_devices"
-    visible_devices_env = "TPU_VISIBLE_CHIPS"
-    after_optimizer_step_hook = "torch_xla.core.xla_model:mark_step"
-    requirements = (Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),)
+    accelerator_name: ClassVar[str] = "tpu"
+    device_type: ClassVar[str] = "xla"
+    backend: ClassVar[CollectiveBackend] = XLA
+    default_precision: ClassVar[str] = "32-true"
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
+    availability_probe: ClassVar[str | None] = "torch_xla._internal.tpu:num_available_devices"
+    device_count_probe: ClassVar[str | None] = "torch_xla._internal.tpu:num_available_devices"
+    visible_devices_env: ClassVar[str | None] = "TPU_VISIBLE_CHIPS"
+    after_optimizer_step_hook: ClassVar[str | None] = "torch_xla.core.xla_model:mark_step"
+    requirements: ClassVar[tuple[Requirement, ...]] = (
+        Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
+    )

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .cluster_environment import ClusterEnvironment
 
@@ -17,9 +19,9 @@ class BaguaEnvironment(ClusterEnvironment):
     rendezvous variables.
     """
 
-    environment_name = "bagua"
-    detection = Condition(all_set=("BAGUA_SERVICE_PORT", "WORLD_SIZE", "RANK"))
-    world_size_source = ValueSource(env=("WORLD_SIZE",))
-    global_rank_source = ValueSource(env=("RANK",))
-    local_rank_source = ValueSource(env=("LOCAL_RANK",), default=0)
-    node_rank_source = ValueSource(env=("NODE_RANK",), default=0)
+    environment_name: ClassVar[str | None] = "bagua"
+    detection: ClassVar[Condition] = Condition(all_set=("BAGUA_SERVICE_PORT", "WORLD_SIZE", "RANK"))
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",))
+    global_rank_source: ClassVar[ValueSource] = ValueSource(env=("RANK",))
+    local_rank_source: ClassVar[ValueSource] = ValueSource(env=("LOCAL_RANK",), default=0)
+    node_rank_source: ClassVar[ValueSource] = ValueSource(env=("NODE_RANK",), default=0)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import ClusterEnvironmentBase, Condition, ValueSource
 
 __all__ = ["ClusterEnvironment"]
@@ -16,8 +18,12 @@ class ClusterEnvironment(ClusterEnvironmentBase):
     size, ranks and rendezvous address from the variables its scheduler sets.
     """
 
-    environment_name = None
-    external_processes = Condition(always=True)
-    settable = False
-    main_address_source = ValueSource(env=("MASTER_ADDR",), default="127.0.0.1")
-    main_port_source = ValueSource(env=("MASTER_PORT",), fallback="free_port")
+    environment_name: ClassVar[str | None] = None
+    external_processes: ClassVar[Condition] = Condition(always=True)
+    settable: ClassVar[bool] = False
+    main_address_source: ClassVar[ValueSource] = ValueSource(
+        env=("MASTER_ADDR",), default="127.0.0.1"
+    )
+    main_port_source: ClassVar[ValueSource] = ValueSource(
+        env=("MASTER_PORT",), fallback="free_port"
+    )

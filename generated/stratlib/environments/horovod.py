@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .cluster_environment import ClusterEnvironment
 
@@ -17,9 +19,9 @@ class HorovodEnvironment(ClusterEnvironment):
     cross rank.
     """
 
-    environment_name = "horovod"
-    detection = Condition(all_set=("HOROVOD_RANK", "HOROVOD_SIZE"))
-    world_size_source = ValueSource(env=("HOROVOD_SIZE",))
-    global_rank_source = ValueSource(env=("HOROVOD_RANK",))
-    local_rank_source = ValueSource(env=("HOROVOD_LOCAL_RANK",), default=0)
-    node_rank_source = ValueSource(env=("HOROVOD_CROSS_RANK",), default=0)
+    environment_name: ClassVar[str | None] = "horovod"
+    detection: ClassVar[Condition] = Condition(all_set=("HOROVOD_RANK", "HOROVOD_SIZE"))
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("HOROVOD_SIZE",))
+    global_rank_source: ClassVar[ValueSource] = ValueSource(env=("HOROVOD_RANK",))
+    local_rank_source: ClassVar[ValueSource] = ValueSource(env=("HOROVOD_LOCAL_RANK",), default=0)
+    node_rank_source: ClassVar[ValueSource] = ValueSource(env=("HOROVOD_CROSS_RANK",), default=0)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .cluster_environment import ClusterEnvironment
 
@@ -13,11 +15,11 @@ __all__ = ["KubeflowEnvironment"]
 class KubeflowEnvironment(ClusterEnvironment):
     """A Kubeflow PyTorchJob; each pod runs one process."""
 
-    environment_name = "kubeflow"
-    detection = Condition(
+    environment_name: ClassVar[str | None] = "kubeflow"
+    detection: ClassVar[Condition] = Condition(
         all_set=("KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
     )
-    world_size_source = ValueSource(env=("WORLD_SIZE",))
-    global_rank_source = ValueSource(env=("RANK",))
-    local_rank_source = ValueSource(default=0)
-    node_rank_source = ValueSource(env=("RANK",))
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",))
+    global_rank_source: ClassVar[ValueSource] = ValueSource(env=("RANK",))
+    local_rank_source: ClassVar[ValueSource] = ValueSource(default=0)
+    node_rank_source: ClassVar[ValueSource] = ValueSource(env=("RANK",))

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .cluster_environment import ClusterEnvironment
 
@@ -17,11 +19,13 @@ class LightningEnvironment(ClusterEnvironment):
     are set by the strategy from the number of nodes and devices.
     """
 
-    environment_name = "lightning"
-    detection = Condition(always=True)
-    external_processes = Condition(all_set=("LOCAL_RANK",))
-    settable = True
-    world_size_source = ValueSource(env=("WORLD_SIZE",), default=1)
-    global_rank_source = ValueSource(env=("RANK",), default=0)
-    local_rank_source = ValueSource(env=("LOCAL_RANK",), default=0)
-    node_rank_source = ValueSource(env=("NODE_RANK", "GROUP_RANK"), default=0)
+    environment_name: ClassVar[str | None] = "lightning"
+    detection: ClassVar[Condition] = Condition(always=True)
+    external_processes: ClassVar[Condition] = Condition(all_set=("LOCAL_RANK",))
+    settable: ClassVar[bool] = True
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",), default=1)
+    global_rank_source: ClassVar[ValueSource] = ValueSource(env=("RANK",), default=0)
+    local_rank_source: ClassVar[ValueSource] = ValueSource(env=("LOCAL_RANK",), default=0)
+    node_rank_source: ClassVar[ValueSource] = ValueSource(
+        env=("NODE_RANK", "GROUP_RANK"), default=0
+    )

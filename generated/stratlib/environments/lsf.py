@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .cluster_environment import ClusterEnvironment
 
@@ -17,13 +19,19 @@ class LSFEnvironment(ClusterEnvironment):
     by LSB_DJOB_RANKFILE, whose first line is the launch node and is skipped.
     """
 
-    environment_name = "lsf"
-    detection = Condition(
+    environment_name: ClassVar[str | None] = "lsf"
+    detection: ClassVar[Condition] = Condition(
         all_set=("LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE")
     )
-    world_size_source = ValueSource(env=("JSM_NAMESPACE_SIZE",))
-    global_rank_source = ValueSource(env=("JSM_NAMESPACE_RANK",))
-    local_rank_source = ValueSource(env=("JSM_NAMESPACE_LOCAL_RANK",))
-    node_rank_source = ValueSource(env=("LSB_DJOB_RANKFILE",), parse="lsf_node_rank")
-    main_address_source = ValueSource(env=("LSB_DJOB_RANKFILE",), parse="lsf_first_host")
-    main_port_source = ValueSource(env=("MASTER_PORT", "LSB_JOBID"), parse="lsf_job_port")
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("JSM_NAMESPACE_SIZE",))
+    global_rank_source: ClassVar[ValueSource] = ValueSource(env=("JSM_NAMESPACE_RANK",))
+    local_rank_source: ClassVar[ValueSource] = ValueSource(env=("JSM_NAMESPACE_LOCAL_RANK",))
+    node_rank_source: ClassVar[ValueSource] = ValueSource(
+        env=("LSB_DJOB_RANKFILE",), parse="lsf_node_rank"
+    )
+    main_address_source: ClassVar[ValueSource] = ValueSource(
+        env=("LSB_DJOB_RANKFILE",), parse="lsf_first_host"
+    )
+    main_port_source: ClassVar[ValueSource] = ValueSource(
+        env=("MASTER_PORT", "LSB_JOBID"), parse="lsf_job_port"
+    )

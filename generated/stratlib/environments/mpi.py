@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .cluster_environment import ClusterEnvironment
 
@@ -17,13 +19,19 @@ class MPIEnvironment(ClusterEnvironment):
     be given as MASTER_ADDR on multi-node jobs; it defaults to this host.
     """
 
-    environment_name = "mpi"
-    detection = Condition(any_set=("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
-    world_size_source = ValueSource(env=("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
-    global_rank_source = ValueSource(env=("OMPI_COMM_WORLD_RANK", "PMI_RANK"))
-    local_rank_source = ValueSource(
+    environment_name: ClassVar[str | None] = "mpi"
+    detection: ClassVar[Condition] = Condition(any_set=("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
+    global_rank_source: ClassVar[ValueSource] = ValueSource(
+        env=("OMPI_COMM_WORLD_RANK", "PMI_RANK")
+    )
+    local_rank_source: ClassVar[ValueSource] = ValueSource(
         env=("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), default=0
     )
-    node_rank_source = ValueSource(env=("NODE_RANK",), fallback="ranks_per_node")
-    main_address_source = ValueSource(env=("MASTER_ADDR",), fallback="hostname")
-    main_port_source = ValueSource(env=("MASTER_PORT",), default=29500)
+    node_rank_source: ClassVar[ValueSource] = ValueSource(
+        env=("NODE_RANK",), fallback="ranks_per_node"
+    )
+    main_address_source: ClassVar[ValueSource] = ValueSource(
+        env=("MASTER_ADDR",), fallback="hostname"
+    )
+    main_port_source: ClassVar[ValueSource] = ValueSource(env=("MASTER_PORT",), default=29500)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .cluster_environment import ClusterEnvironment
 
@@ -18,18 +20,18 @@ class SLURMEnvironment(ClusterEnvironment):
     (job name 'bash' or 'interactive') are not treated as managed jobs.
     """
 
-    environment_name = "slurm"
-    detection = Condition(
+    environment_name: ClassVar[str | None] = "slurm"
+    detection: ClassVar[Condition] = Condition(
         all_set=("SLURM_NTASKS", "SLURM_PROCID"),
         not_equal={"SLURM_JOB_NAME": ("bash", "interactive")},
     )
-    world_size_source = ValueSource(env=("SLURM_NTASKS",))
-    global_rank_source = ValueSource(env=("SLURM_PROCID",))
-    local_rank_source = ValueSource(env=("SLURM_LOCALID",))
-    node_rank_source = ValueSource(env=("SLURM_NODEID", "NODE_RANK"))
-    main_address_source = ValueSource(
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("SLURM_NTASKS",))
+    global_rank_source: ClassVar[ValueSource] = ValueSource(env=("SLURM_PROCID",))
+    local_rank_source: ClassVar[ValueSource] = ValueSource(env=("SLURM_LOCALID",))
+    node_rank_source: ClassVar[ValueSource] = ValueSource(env=("SLURM_NODEID", "NODE_RANK"))
+    main_address_source: ClassVar[ValueSource] = ValueSource(
         env=("MASTER_ADDR", "SLURM_NODELIST"), parse="slurm_first_host", default="127.0.0.1"
     )
-    main_port_source = ValueSource(
+    main_port_source: ClassVar[ValueSource] = ValueSource(
         env=("MASTER_PORT", "SLURM_JOB_ID"), parse="slurm_job_port", default=12910
     )

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .cluster_environment import ClusterEnvironment
 
@@ -13,9 +15,11 @@ __all__ = ["TorchElasticEnvironment"]
 class TorchElasticEnvironment(ClusterEnvironment):
     """Processes started by torchrun (torch.distributed.elastic)."""
 
-    environment_name = "torchelastic"
-    detection = Condition(all_set=("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"))
-    world_size_source = ValueSource(env=("WORLD_SIZE",))
-    global_rank_source = ValueSource(env=("RANK",))
-    local_rank_source = ValueSource(env=("LOCAL_RANK",))
-    node_rank_source = ValueSource(env=("GROUP_RANK",))
+    environment_name: ClassVar[str | None] = "torchelastic"
+    detection: ClassVar[Condition] = Condition(
+        all_set=("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    )
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",))
+    global_rank_source: ClassVar[ValueSource] = ValueSource(env=("RANK",))
+    local_rank_source: ClassVar[ValueSource] = ValueSource(env=("LOCAL_RANK",))
+    node_rank_source: ClassVar[ValueSource] = ValueSource(env=("GROUP_RANK",))

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .cluster_environment import ClusterEnvironment
 
@@ -17,11 +19,13 @@ class XLAEnvironment(ClusterEnvironment):
     global rank come from the XLA runtime and are set by the strategy.
     """
 
-    environment_name = "xla"
-    detection = Condition(always=True)
-    external_processes = Condition(all_set=("PJRT_LOCAL_PROCESS_RANK",))
-    settable = True
-    world_size_source = ValueSource(default=1)
-    global_rank_source = ValueSource(default=0)
-    local_rank_source = ValueSource(env=("PJRT_LOCAL_PROCESS_RANK",), default=0)
-    node_rank_source = ValueSource(env=("TPU_WORKER_ID",), default=0)
+    environment_name: ClassVar[str | None] = "xla"
+    detection: ClassVar[Condition] = Condition(always=True)
+    external_processes: ClassVar[Condition] = Condition(all_set=("PJRT_LOCAL_PROCESS_RANK",))
+    settable: ClassVar[bool] = True
+    world_size_source: ClassVar[ValueSource] = ValueSource(default=1)
+    global_rank_source: ClassVar[ValueSource] = ValueSource(default=0)
+    local_rank_source: ClassVar[ValueSource] = ValueSource(
+        env=("PJRT_LOCAL_PROCESS_RANK",), default=0
+    )
+    node_rank_source: ClassVar[ValueSource] = ValueSource(env=("TPU_WORKER_ID",), default=0)

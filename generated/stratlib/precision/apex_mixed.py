@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.precision import ApexPrecisionMixin
 from .mixed import MixedPrecisionPlugin
 
@@ -15,4 +17,4 @@ class ApexMixedPrecisionPlugin(ApexPrecisionMixin, MixedPrecisionPlugin):
     raises an error that points to precision='16-mixed', which torch.autocast implements.
     """
 
-    plugin_name = "apex_mixed"
+    plugin_name: ClassVar[str | None] = "apex_mixed"

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.wrappers.deepspeed import DeepSpeedPrecisionMixin
 from .precision import PrecisionPlugin
 
@@ -22,6 +24,6 @@ class DeepSpeedPrecisionPlugin(DeepSpeedPrecisionMixin, PrecisionPlugin):
     Serves precision ``"32-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
     """
 
-    plugin_name = "deepspeed"
-    modes = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
-    wrappers = ("deepspeed",)
+    plugin_name: ClassVar[str | None] = "deepspeed"
+    modes: ClassVar[tuple[str, ...]] = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
+    wrappers: ClassVar[tuple[str, ...]] = ("deepspeed",)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.precision import DoublePrecisionMixin
 from .precision import PrecisionPlugin
 
@@ -16,5 +18,5 @@ class DoublePrecisionPlugin(DoublePrecisionMixin, PrecisionPlugin):
     Serves precision ``"64-true"``.
     """
 
-    plugin_name = "double"
-    modes = ("64-true",)
+    plugin_name: ClassVar[str | None] = "double"
+    modes: ClassVar[tuple[str, ...]] = ("64-true",)

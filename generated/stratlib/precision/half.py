@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.precision import HalfPrecisionMixin
 from .precision import PrecisionPlugin
 
@@ -17,5 +19,5 @@ class HalfPrecisionPlugin(HalfPrecisionMixin, PrecisionPlugin):
     Serves precision ``"16-true"``, ``"bf16-true"``.
     """
 
-    plugin_name = "half"
-    modes = ("16-true", "bf16-true")
+    plugin_name: ClassVar[str | None] = "half"
+    modes: ClassVar[tuple[str, ...]] = ("16-true", "bf16-true")

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.imports import Requirement
 from ..core.ipu import IPUPrecisionMixin
 from .precision import PrecisionPlugin
@@ -18,10 +20,10 @@ class IPUPrecisionPlugin(IPUPrecisionMixin, PrecisionPlugin):
     Serves precision ``"32-true"``, ``"16-true"``.
     """
 
-    plugin_name = "ipu"
-    modes = ("32-true", "16-true")
-    accelerators = ("ipu",)
-    requirements = (
+    plugin_name: ClassVar[str | None] = "ipu"
+    modes: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
+    accelerators: ClassVar[tuple[str, ...]] = ("ipu",)
+    requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "poptorch",
             "pip install the poptorch wheel of Graphcore's Poplar SDK (poplar_sdk/poptorch-*.whl)",

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.precision import MixedPrecisionMixin
 from .precision import PrecisionPlugin
 
@@ -13,5 +15,5 @@ __all__ = ["MixedPrecisionPlugin"]
 class MixedPrecisionPlugin(MixedPrecisionMixin, PrecisionPlugin):
     """Base class of mixed-precision plugins (autocast, with a gradient scaler for float16)."""
 
-    plugin_name = "mixed"
-    modes = ()
+    plugin_name: ClassVar[str | None] = "mixed"
+    modes: ClassVar[tuple[str, ...]] = ()

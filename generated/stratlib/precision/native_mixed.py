@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from .mixed import MixedPrecisionPlugin
 
 __all__ = ["NativeMixedPrecisionPlugin"]
@@ -18,6 +20,6 @@ class NativeMixedPrecisionPlugin(MixedPrecisionPlugin):
     Serves precision ``"16-mixed"``, ``"bf16-mixed"``.
     """
 
-    plugin_name = "native_mixed"
-    modes = ("16-mixed", "bf16-mixed")
-    grad_scaler_class = "torch.amp:GradScaler"
+    plugin_name: ClassVar[str | None] = "native_mixed"
+    modes: ClassVar[tuple[str, ...]] = ("16-mixed", "bf16-mixed")
+    grad_scaler_class: ClassVar[str | None] = "torch.amp:GradScaler"

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.imports import Requirement
 from ..core.wrappers.xla import XLAPrecisionMixin
 from .precision import PrecisionPlugin
@@ -17,6 +19,8 @@ class TPUPrecisionPlugin(XLAPrecisionMixin, PrecisionPlugin):
     Serves precision ``"32-true"``.
     """
 
-    plugin_name = "tpu"
-    wrappers = ("xla",)
-    requirements = (Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),)
+    plugin_name: ClassVar[str | None] = "tpu"
+    wrappers: ClassVar[tuple[str, ...]] = ("xla",)
+    requirements: ClassVar[tuple[Requirement, ...]] = (
+        Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
+    )

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from .tpu import TPUPrecisionPlugin
 
 __all__ = ["TPUBf16PrecisionPlugin"]
@@ -17,5 +19,5 @@ class TPUBf16PrecisionPlugin(TPUPrecisionPlugin):
     Serves precision ``"bf16-true"``.
     """
 
-    plugin_name = "tpu_bf16"
-    modes = ("bf16-true",)
+    plugin_name: ClassVar[str | None] = "tpu_bf16"
+    modes: ClassVar[tuple[str, ...]] = ("bf16-true",)

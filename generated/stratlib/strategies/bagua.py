@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from ..backends import NCCL
 from ..core.accelerator import Accelerator
 from ..core.checkpoint_io import CheckpointIO
+from ..core.collectives import CollectiveBackend
 from ..core.environment import ClusterEnvironmentBase
 from ..core.imports import Requirement
 from ..core.precision import PrecisionBase
@@ -48,13 +49,21 @@ class BaguaStrategy(BaguaMixin, ParallelStrategy):
             sync_interval_ms, warmup_steps}.
     """
 
-    strategy_name = "bagua"
-    wrapper = "bagua"
-    launcher_name = "popen"
-    backend = NCCL
-    cluster_environments = ("bagua", "torchelastic", "slurm", "lsf", "kubeflow", "mpi", "lightning")
-    supported_accelerators = ("cuda",)
-    requirements = (
+    strategy_name: ClassVar[str | None] = "bagua"
+    wrapper: ClassVar[str] = "bagua"
+    launcher_name: ClassVar[str] = "popen"
+    backend: ClassVar[CollectiveBackend | None] = NCCL
+    cluster_environments: ClassVar[tuple[str, ...]] = (
+        "bagua",
+        "torchelastic",
+        "slurm",
+        "lsf",
+        "kubeflow",
+        "mpi",
+        "lightning",
+    )
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("cuda",)
+    requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "bagua.torch_api",
             "pip install bagua-cuda117 (choose the package built for your CUDA version)",

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from ..core.accelerator import Accelerator
@@ -43,9 +45,9 @@ class DDPStrategy(DDPMixin, ParallelStrategy):
             when null).
     """
 
-    strategy_name = "ddp"
-    wrapper = "ddp"
-    launcher_name = "popen"
+    strategy_name: ClassVar[str | None] = "ddp"
+    wrapper: ClassVar[str] = "ddp"
+    launcher_name: ClassVar[str] = "popen"
 
     def __init__(
         self,

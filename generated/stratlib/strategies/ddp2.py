@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.wrappers.ddp import DDP2Mixin
 from .ddp import DDPStrategy
 
@@ -30,5 +32,5 @@ class DDP2Strategy(DDP2Mixin, DDPStrategy):
             when null).
     """
 
-    strategy_name = "ddp2"
-    wrapper = "ddp2"
+    strategy_name: ClassVar[str | None] = "ddp2"
+    wrapper: ClassVar[str] = "ddp2"

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -45,8 +45,8 @@ class DDPSpawnStrategy(DDPStrategy):
         start_method: How torch.multiprocessing starts the processes.
     """
 
-    strategy_name = "ddp_spawn"
-    launcher_name = "spawn"
+    strategy_name: ClassVar[str | None] = "ddp_spawn"
+    launcher_name: ClassVar[str] = "spawn"
 
     def __init__(
         self,

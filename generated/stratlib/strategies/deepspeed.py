@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -56,11 +56,19 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
             one).
     """
 
-    strategy_name = "deepspeed"
-    wrapper = "deepspeed"
-    launcher_name = "popen"
-    supported_precisions = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
-    requirements = (Requirement("deepspeed", "pip install deepspeed"),)
+    strategy_name: ClassVar[str | None] = "deepspeed"
+    wrapper: ClassVar[str] = "deepspeed"
+    launcher_name: ClassVar[str] = "popen"
+    supported_precisions: ClassVar[tuple[str, ...]] = (
+        "32-true",
+        "16-mixed",
+        "bf16-mixed",
+        "16-true",
+        "bf16-true",
+    )
+    requirements: ClassVar[tuple[Requirement, ...]] = (
+        Requirement("deepspeed", "pip install deepspeed"),
+    )
 
     def __init__(
         self,

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.wrappers.dp import DataParallelMixin
 from .parallel import ParallelStrategy
 
@@ -23,7 +25,7 @@ class DataParallelStrategy(DataParallelMixin, ParallelStrategy):
             (e.g. 'gloo').
     """
 
-    strategy_name = "dp"
-    wrapper = "dp"
-    launcher_name = "none"
-    cluster_environments = ("lightning",)
+    strategy_name: ClassVar[str | None] = "dp"
+    wrapper: ClassVar[str] = "dp"
+    launcher_name: ClassVar[str] = "none"
+    cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)

@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
 from ..backends import HOROVOD
 from ..core.accelerator import Accelerator
 from ..core.checkpoint_io import CheckpointIO
+from ..core.collectives import CollectiveBackend
 from ..core.environment import ClusterEnvironmentBase
 from ..core.imports import Requirement
 from ..core.precision import PrecisionBase
@@ -38,12 +39,12 @@ class HorovodStrategy(HorovodMixin, ParallelStrategy):
         gradient_compression: Compress gradients to float16 while they are communicated.
     """
 
-    strategy_name = "horovod"
-    wrapper = "horovod"
-    launcher_name = "horovodrun"
-    backend = HOROVOD
-    cluster_environments = ("horovod", "mpi")
-    requirements = (
+    strategy_name: ClassVar[str | None] = "horovod"
+    wrapper: ClassVar[str] = "horovod"
+    launcher_name: ClassVar[str] = "horovodrun"
+    backend: ClassVar[CollectiveBackend | None] = HOROVOD
+    cluster_environments: ClassVar[tuple[str, ...]] = ("horovod", "mpi")
+    requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement("horovod.torch", "HOROVOD_WITH_PYTORCH=1 pip install 'horovod[pytorch]'"),
     )
 

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..backends import HCCL
+from ..core.collectives import CollectiveBackend
 from ..core.imports import Requirement
 from .ddp import DDPStrategy
 
@@ -33,12 +36,12 @@ class HPUParallelStrategy(DDPStrategy):
             when null).
     """
 
-    strategy_name = "hpu_parallel"
-    backend = HCCL
-    default_precision = "bf16-mixed"
-    supported_precisions = ("32-true", "bf16-mixed", "bf16-true")
-    supported_accelerators = ("hpu",)
-    requirements = (
+    strategy_name: ClassVar[str | None] = "hpu_parallel"
+    backend: ClassVar[CollectiveBackend | None] = HCCL
+    default_precision: ClassVar[str | None] = "bf16-mixed"
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-mixed", "bf16-true")
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("hpu",)
+    requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "habana_frameworks.torch",
             "pip install habana-torch-plugin (from Habana's SynapseAI software stack)",

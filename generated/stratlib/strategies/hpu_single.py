@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.imports import Requirement
 from .single_device import SingleDeviceStrategy
 
@@ -16,11 +18,11 @@ class SingleHPUStrategy(SingleDeviceStrategy):
     Registry name: ``"hpu_single"``.
     """
 
-    strategy_name = "hpu_single"
-    default_precision = "bf16-mixed"
-    supported_precisions = ("32-true", "bf16-mixed", "bf16-true")
-    supported_accelerators = ("hpu",)
-    requirements = (
+    strategy_name: ClassVar[str | None] = "hpu_single"
+    default_precision: ClassVar[str | None] = "bf16-mixed"
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-mixed", "bf16-true")
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("hpu",)
+    requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "habana_frameworks.torch",
             "pip install habana-torch-plugin (from Habana's SynapseAI software stack)",

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -44,19 +44,19 @@ class IPUStrategy(DataParallelMixin, ParallelStrategy):
             options above.
     """
 
-    strategy_name = "ipu"
-    wrapper = "dp"
-    launcher_name = "none"
-    supported_precisions = ("32-true", "16-true")
-    cluster_environments = ("lightning",)
-    supported_accelerators = ("ipu",)
-    requirements = (
+    strategy_name: ClassVar[str | None] = "ipu"
+    wrapper: ClassVar[str] = "dp"
+    launcher_name: ClassVar[str] = "none"
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
+    cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("ipu",)
+    requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "poptorch",
             "pip install the poptorch wheel of Graphcore's Poplar SDK (poplar_sdk/poptorch-*.whl)",
         ),
     )
-    hooks = ".hooks.ipu"
+    hooks: ClassVar[str | None] = ".hooks.ipu"
 
     def __init__(
         self,

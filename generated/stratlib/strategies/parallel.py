@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from ..core.accelerator import Accelerator
@@ -28,9 +30,16 @@ class ParallelStrategy(ParallelMixin, Strategy):
             (e.g. 'gloo').
     """
 
-    launcher_name = "external"
-    cluster_environments = ("torchelastic", "slurm", "lsf", "kubeflow", "mpi", "lightning")
-    supported_accelerators = ("cuda", "cpu")
+    launcher_name: ClassVar[str] = "external"
+    cluster_environments: ClassVar[tuple[str, ...]] = (
+        "torchelastic",
+        "slurm",
+        "lsf",
+        "kubeflow",
+        "mpi",
+        "lightning",
+    )
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("cuda", "cpu")
 
     def __init__(
         self,

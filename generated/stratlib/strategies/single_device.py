@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.single_device import SingleDeviceMixin
 from .strategy import Strategy
 
@@ -16,5 +18,5 @@ class SingleDeviceStrategy(SingleDeviceMixin, Strategy):
     Registry name: ``"single_device"``.
     """
 
-    strategy_name = "single_device"
-    supported_accelerators = ("cuda", "mps", "cpu")
+    strategy_name: ClassVar[str | None] = "single_device"
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("cuda", "mps", "cpu")

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from ..core.accelerator import Accelerator
@@ -29,11 +31,13 @@ class SingleTPUStrategy(XLAMixin, SingleDeviceStrategy):
             recompilations.
     """
 
-    strategy_name = "single_tpu"
-    wrapper = "xla"
-    supported_precisions = ("32-true", "bf16-true")
-    supported_accelerators = ("tpu",)
-    requirements = (Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),)
+    strategy_name: ClassVar[str | None] = "single_tpu"
+    wrapper: ClassVar[str] = "xla"
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("tpu",)
+    requirements: ClassVar[tuple[Requirement, ...]] = (
+        Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
+    )
 
     def __init__(
         self,

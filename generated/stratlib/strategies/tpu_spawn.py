@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
 from ..backends import XLA
 from ..core.accelerator import Accelerator
 from ..core.checkpoint_io import CheckpointIO
+from ..core.collectives import CollectiveBackend
 from ..core.environment import ClusterEnvironmentBase
 from ..core.imports import Requirement
 from ..core.precision import PrecisionBase
@@ -42,14 +43,16 @@ class TPUSpawnStrategy(XLAMixin, ParallelStrategy):
             recompilations.
     """
 
-    strategy_name = "tpu_spawn"
-    wrapper = "xla"
-    launcher_name = "xla"
-    backend = XLA
-    supported_precisions = ("32-true", "bf16-true")
-    cluster_environments = ("xla",)
-    supported_accelerators = ("tpu",)
-    requirements = (Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),)
+    strategy_name: ClassVar[str | None] = "tpu_spawn"
+    wrapper: ClassVar[str] = "xla"
+    launcher_name: ClassVar[str] = "xla"
+    backend: ClassVar[CollectiveBackend | None] = XLA
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
+    cluster_environments: ClassVar[tuple[str, ...]] = ("xla",)
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("tpu",)
+    requirements: ClassVar[tuple[Requirement, ...]] = (
+        Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
+    )
 
     def __init__(
         self,

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from ..core.accelerator import Accelerator
@@ -36,9 +38,9 @@ class AcmeDDPStrategy(DDPStrategy):
         warmup_steps: Steps before gradients are synchronised every step.
     """
 
-    strategy_name = "acme_ddp"
-    launcher_name = "spawn"
-    supported_accelerators = ("cpu",)
+    strategy_name: ClassVar[str | None] = "acme_ddp"
+    launcher_name: ClassVar[str] = "spawn"
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def __init__(
         self,

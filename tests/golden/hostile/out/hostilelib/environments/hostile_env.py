@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition
 from .lightning import LightningEnvironment
 
@@ -18,7 +20,7 @@ class HostileEnvironment(LightningEnvironment):
 
     """
 
-    environment_name = "hostile_env"
-    detection = Condition(
+    environment_name: ClassVar[str | None] = "hostile_env"
+    detection: ClassVar[Condition] = Condition(
         all_set=("HOSTILE_JOB",), not_equal={"HOSTILE_MODE": ('x"""y', "'", "\\\n")}
     )

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import ClusterEnvironmentBase, Condition, ValueSource
 
 __all__ = ["LightningEnvironment"]
@@ -12,13 +14,17 @@ __all__ = ["LightningEnvironment"]
 class LightningEnvironment(ClusterEnvironmentBase):
     """Processes started by the strategy's own launcher."""
 
-    environment_name = "lightning"
-    detection = Condition(always=True)
-    external_processes = Condition(all_set=("LOCAL_RANK",))
-    settable = True
-    world_size_source = ValueSource(env=("WORLD_SIZE",), default=1)
-    global_rank_source = ValueSource(env=("RANK",), default=0)
-    local_rank_source = ValueSource(env=("LOCAL_RANK",), default=0)
-    node_rank_source = ValueSource(env=("NODE_RANK",), default=0)
-    main_address_source = ValueSource(env=("MASTER_ADDR",), default="127.0.0.1")
-    main_port_source = ValueSource(env=("MASTER_PORT",), fallback="free_port")
+    environment_name: ClassVar[str | None] = "lightning"
+    detection: ClassVar[Condition] = Condition(always=True)
+    external_processes: ClassVar[Condition] = Condition(all_set=("LOCAL_RANK",))
+    settable: ClassVar[bool] = True
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",), default=1)
+    global_rank_source: ClassVar[ValueSource] = ValueSource(env=("RANK",), default=0)
+    local_rank_source: ClassVar[ValueSource] = ValueSource(env=("LOCAL_RANK",), default=0)
+    node_rank_source: ClassVar[ValueSource] = ValueSource(env=("NODE_RANK",), default=0)
+    main_address_source: ClassVar[ValueSource] = ValueSource(
+        env=("MASTER_ADDR",), default="127.0.0.1"
+    )
+    main_port_source: ClassVar[ValueSource] = ValueSource(
+        env=("MASTER_PORT",), fallback="free_port"
+    )

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.precision import PrecisionBase
 
 __all__ = ["PrecisionPlugin"]
@@ -15,5 +17,5 @@ class PrecisionPlugin(PrecisionBase):
     Serves precision ``"32-true"``.
     """
 
-    plugin_name = "precision"
-    modes = ("32-true",)
+    plugin_name: ClassVar[str | None] = "precision"
+    modes: ClassVar[tuple[str, ...]] = ("32-true",)

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -36,7 +36,7 @@ class HostileStrategy(SingleDeviceStrategy):
             \x20 second line, indented \"\"\x22
     """
 
-    strategy_name = "hostile"
+    strategy_name: ClassVar[str | None] = "hostile"
 
     def __init__(
         self,

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from .hostile import HostileStrategy
 
 __all__ = ["HostileIndentedStrategy"]
@@ -22,4 +24,4 @@ class HostileIndentedStrategy(HostileStrategy):
             \x20 second line, indented \"\"\x22
     """
 
-    strategy_name = "hostile_indented"
+    strategy_name: ClassVar[str | None] = "hostile_indented"

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from ..core.accelerator import Accelerator
@@ -23,8 +25,8 @@ class ParallelStrategy(ParallelMixin, Strategy):
         timeout: Seconds a collective may wait for its peers.
     """
 
-    launcher_name = "external"
-    cluster_environments = ("lightning",)
+    launcher_name: ClassVar[str] = "external"
+    cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
 
     def __init__(
         self,

@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..backends import RING
 from ..core.accelerator import Accelerator
+from ..core.collectives import CollectiveBackend
 from ..core.imports import Requirement
 
 __all__ = ["NPUAccelerator"]
@@ -17,15 +20,17 @@ class NPUAccelerator(Accelerator):
     Accelerator name: ``"npu"``.
     """
 
-    accelerator_name = "npu"
-    device_type = "npu"
-    indexed = False
-    backend = RING
-    default_precision = "32-true"
-    supported_precisions = ("32-true",)
-    availability_probe = "npu_runtime:is_available"
-    device_count_probe = "npu_runtime:device_count"
-    visible_devices_env = "NPU_VISIBLE_DEVICES"
-    set_device_hook = "npu_runtime:set_device"
-    after_optimizer_step_hook = "npu_runtime:mark_step"
-    requirements = (Requirement("npu_runtime", "pip install npu-runtime"),)
+    accelerator_name: ClassVar[str] = "npu"
+    device_type: ClassVar[str] = "npu"
+    indexed: ClassVar[bool] = False
+    backend: ClassVar[CollectiveBackend] = RING
+    default_precision: ClassVar[str] = "32-true"
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true",)
+    availability_probe: ClassVar[str | None] = "npu_runtime:is_available"
+    device_count_probe: ClassVar[str | None] = "npu_runtime:device_count"
+    visible_devices_env: ClassVar[str | None] = "NPU_VISIBLE_DEVICES"
+    set_device_hook: ClassVar[str | None] = "npu_runtime:set_device"
+    after_optimizer_step_hook: ClassVar[str | None] = "npu_runtime:mark_step"
+    requirements: ClassVar[tuple[Requirement, ...]] = (
+        Requirement("npu_runtime", "pip install npu-runtime"),
+    )

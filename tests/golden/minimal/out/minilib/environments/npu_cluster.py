@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.environment import Condition, ValueSource
 from .lightning import LightningEnvironment
 
@@ -13,10 +15,14 @@ __all__ = ["NPUClusterEnvironment"]
 class NPUClusterEnvironment(LightningEnvironment):
     """Processes started by the NPU job launcher."""
 
-    environment_name = "npu_cluster"
-    detection = Condition(all_set=("NPU_JOB_ID",), not_equal={"NPU_JOB_NAME": ("interactive",)})
-    external_processes = Condition(always=True)
-    settable = False
-    world_size_source = ValueSource(env=("NPU_WORLD_SIZE",))
-    global_rank_source = ValueSource(env=("NPU_RANK",))
-    local_rank_source = ValueSource(env=("NPU_LOCAL_RANK", "LOCAL_RANK"), parse="int")
+    environment_name: ClassVar[str | None] = "npu_cluster"
+    detection: ClassVar[Condition] = Condition(
+        all_set=("NPU_JOB_ID",), not_equal={"NPU_JOB_NAME": ("interactive",)}
+    )
+    external_processes: ClassVar[Condition] = Condition(always=True)
+    settable: ClassVar[bool] = False
+    world_size_source: ClassVar[ValueSource] = ValueSource(env=("NPU_WORLD_SIZE",))
+    global_rank_source: ClassVar[ValueSource] = ValueSource(env=("NPU_RANK",))
+    local_rank_source: ClassVar[ValueSource] = ValueSource(
+        env=("NPU_LOCAL_RANK", "LOCAL_RANK"), parse="int"
+    )

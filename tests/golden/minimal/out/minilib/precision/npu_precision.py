@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..core.imports import Requirement
 from .precision import PrecisionPlugin
 
@@ -16,6 +18,6 @@ class NPUPrecisionPlugin(PrecisionPlugin):
     Serves precision ``"32-true"``.
     """
 
-    plugin_name = "npu_precision"
-    accelerators = ("npu",)
-    requirements = (Requirement("npu_runtime", ""),)
+    plugin_name: ClassVar[str | None] = "npu_precision"
+    accelerators: ClassVar[tuple[str, ...]] = ("npu",)
+    requirements: ClassVar[tuple[Requirement, ...]] = (Requirement("npu_runtime", ""),)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from ..backends import RING
 from ..core.accelerator import Accelerator
 from ..core.checkpoint_io import CheckpointIO
+from ..core.collectives import CollectiveBackend
 from ..core.environment import ClusterEnvironmentBase
 from ..core.precision import PrecisionBase
 from .parallel import ParallelStrategy
@@ -42,11 +43,11 @@ class NPUParallelStrategy(ParallelStrategy):
         extra: Documented in the spec.
     """
 
-    strategy_name = "npu_parallel"
-    launcher_name = "spawn"
-    backend = RING
-    cluster_environments = ("npu_cluster", "lightning")
-    supported_accelerators = ("npu", "cpu")
+    strategy_name: ClassVar[str | None] = "npu_parallel"
+    launcher_name: ClassVar[str] = "spawn"
+    backend: ClassVar[CollectiveBackend | None] = RING
+    cluster_environments: ClassVar[tuple[str, ...]] = ("npu_cluster", "lightning")
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("npu", "cpu")
 
     def __init__(
         self,

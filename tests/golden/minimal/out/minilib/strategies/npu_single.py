@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from .single_device import SingleDeviceStrategy
 
 __all__ = ["SingleNPUStrategy"]
@@ -15,5 +17,5 @@ class SingleNPUStrategy(SingleDeviceStrategy):
     Registry name: ``"npu_single"``.
     """
 
-    strategy_name = "npu_single"
-    supported_accelerators = ("npu",)
+    strategy_name: ClassVar[str | None] = "npu_single"
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("npu",)

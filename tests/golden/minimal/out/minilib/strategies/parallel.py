@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from ..core.accelerator import Accelerator
@@ -23,9 +25,9 @@ class ParallelStrategy(ParallelMixin, Strategy):
         timeout: Seconds a collective may wait for its peers.
     """
 
-    launcher_name = "external"
-    cluster_environments = ("lightning",)
-    supported_accelerators = ("cpu",)
+    launcher_name: ClassVar[str] = "external"
+    cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def __init__(
         self,

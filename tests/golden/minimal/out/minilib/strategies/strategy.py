@@ -4,6 +4,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from ..core.collectives import CollectiveBackend
+from ..core.imports import Requirement
 from ..core.strategy import StrategyBase
 
 __all__ = ["Strategy"]
@@ -12,13 +16,13 @@ __all__ = ["Strategy"]
 class Strategy(StrategyBase):
     """Base class for all strategies."""
 
-    strategy_name = None
-    wrapper = "none"
-    launcher_name = "none"
-    backend = None
-    default_precision = "32-true"
-    supported_precisions = ("32-true",)
-    cluster_environments = ()
-    supported_accelerators = ("cpu", "npu")
-    requirements = ()
-    hooks = None
+    strategy_name: ClassVar[str | None] = None
+    wrapper: ClassVar[str] = "none"
+    launcher_name: ClassVar[str] = "none"
+    backend: ClassVar[CollectiveBackend | None] = None
+    default_precision: ClassVar[str | None] = "32-true"
+    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true",)
+    cluster_environments: ClassVar[tuple[str, ...]] = ()
+    supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu", "npu")
+    requirements: ClassVar[tuple[Requirement, ...]] = ()
+    hooks: ClassVar[str | None] = None

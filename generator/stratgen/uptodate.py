@@ -1,0 +1,114 @@
+"""Knowing, without rendering anything, that a generated tree is up to date.
+
+A fingerprint hashes everything generation reads: the configuration, every file under the
+spec folders (the project's, and the built-in ones when the project uses them), every
+template, stratgen's own source and black's version. After a run that found or left the tree
+in line with the specs, the fingerprint and the manifest's hash are remembered in the user's
+cache (never in the project). A later run whose fingerprint matches, and whose generated files
+are exactly those the manifest records with the hashes it records, is up to date: nothing needs
+loading, rendering or formatting. Anything else takes the full path, so a stale or missing
+record only costs time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .files import IGNORED_PARTS, IGNORED_SUFFIXES, digest
+from .fmt import _black_version, cache_dir
+
+if TYPE_CHECKING:
+    from .project import Project
+
+_GENERATOR = Path(__file__).resolve().parent
+
+
+def _files_under(folder: Path) -> list[Path]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_PARTS)
+        found += [Path(dirpath, n) for n in sorted(filenames) if not n.endswith(IGNORED_SUFFIXES)]
+    return found
+
+
+def fingerprint(project: Project) -> str:
+    """A hash of every input of generation for ``project``."""
+    from .project import resource_dir
+
+    config = project.config
+    folders: list[Path] = [config.root / config.specs, resource_dir("templates"), _GENERATOR]
+    if config.templates:
+        folders.append(config.root / config.templates)
+    if config.builtin_specs:
+        folders.append(resource_dir("specs"))
+    h = hashlib.sha256()
+    settings = [config.specs, config.output, config.package, config.tests, config.templates]
+    h.update(json.dumps([*settings, config.builtin_specs, _black_version()]).encode())
+    for folder in folders:
+        h.update(b"\0folder\0" + str(folder.resolve()).encode())
+        for path in _files_under(folder):
+            h.update(b"\0" + path.relative_to(folder).as_posix().encode() + b"\0")
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _record_path(project: Project) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    key = hashlib.sha256(str(project.config.root.resolve()).encode()).hexdigest()
+    return folder / "up-to-date" / key
+
+
+def _tree_matches_manifest(project: Project) -> tuple[bool, int]:
+    """Whether the generated folders hold exactly the manifest's files, unedited."""
+    tree = project.tree()
+    recorded = tree.recorded()
+    if not recorded or any(len(hashes) != 1 for hashes in recorded.values()):
+        return False, 0
+    present = tree.present() - {project.config.manifest}
+    if present != set(recorded):
+        return False, 0
+    for path, hashes in recorded.items():
+        data = tree.read(path)
+        if data is None or digest(data) not in hashes:
+            return False, 0
+    return True, len(recorded) + 1
+
+
+def up_to_date(project: Project) -> int | None:
+    """The number of generated files if the tree is known to be current, else None."""
+    record = _record_path(project)
+    if record is None:
+        return None
+    try:
+        remembered = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    manifest = project.tree().read(project.config.manifest)
+    if manifest is None or remembered.get("manifest") != digest(manifest):
+        return None
+    if remembered.get("inputs") != fingerprint(project):
+        return None
+    matches, count = _tree_matches_manifest(project)
+    return count if matches else None
+
+
+def remember(project: Project) -> None:
+    """Record that the tree now matches what the specs produce."""
+    record = _record_path(project)
+    manifest = project.tree().read(project.config.manifest)
+    if record is None or manifest is None:
+        return
+    document = {"inputs": fingerprint(project), "manifest": digest(manifest)}
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_name(record.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(document), encoding="utf-8")
+        os.replace(tmp, record)
+    except OSError:
+        pass  # an unwritable cache only costs speed
