@@ -59,7 +59,7 @@ def test_fsdp_facts_match_the_spec() -> None:
     assert testing.option_defaults(FSDPStrategy) == {
         "timeout": 1800.0,
         "process_group_backend": None,
-        "auto_wrap_min_params": 1000000,
+        "auto_wrap_min_params": None,
         "auto_wrap_layers": None,
         "cpu_offload": False,
         "reshard_after_forward": None,

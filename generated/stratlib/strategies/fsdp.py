@@ -24,7 +24,8 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
 
     Parameters, gradients and optimizer states are split across the processes, and each
     group of parameters is gathered only while its part of the model runs. Groups come
-    from the auto-wrap options; the root module takes the parameters no group claimed.
+    from the auto-wrap options (none by default, so that the root holds every parameter);
+    the root module takes the parameters no group claimed.
     Optimizers created before `setup` are rebound to the sharded parameters. Runs on CUDA
     devices and on the CPU (gloo).
 
@@ -38,8 +39,7 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
         process_group_backend: Collective backend to use instead of the accelerator's default
             (e.g. 'gloo').
         auto_wrap_min_params: Submodules with at least this many parameters (not counting those
-            of submodules already wrapped) become their own group; null turns size-based
-            wrapping off.
+            of submodules already wrapped) become their own group; null wraps by size nowhere.
         auto_wrap_layers: Module classes whose instances each become their own group, given as
             classes, import paths ('torch.nn.TransformerEncoderLayer') or class names.
         cpu_offload: Keep sharded parameters, gradients and optimizer states in host memory
@@ -63,7 +63,7 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
         *,
         timeout: float = 1800.0,
         process_group_backend: str | None = None,
-        auto_wrap_min_params: int = 1000000,
+        auto_wrap_min_params: int | None = None,
         auto_wrap_layers: Sequence[Any] | None = None,
         cpu_offload: bool = False,
         reshard_after_forward: bool | None = None,

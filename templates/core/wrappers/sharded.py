@@ -77,7 +77,10 @@ class ShardedMixin(ParallelMixin):
 
     def sharded_ddp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ShardedDataParallel."""
-        return {"reduce_buffer_size": self.reduce_buffer_size, "broadcast_buffers": self.broadcast_buffers}
+        return {
+            "reduce_buffer_size": self.reduce_buffer_size,
+            "broadcast_buffers": self.broadcast_buffers,
+        }
 
     def configure_sharded_ddp(self, module: nn.Module, optimizers: list[Optimizer]) -> nn.Module:
         if not optimizers:
@@ -87,7 +90,9 @@ class ShardedMixin(ParallelMixin):
                 "optimizers to setup(model, optimizer, ...)"
             )
         data_parallel = _fairscale("fairscale.nn.data_parallel", type(self).__name__)
-        return data_parallel.ShardedDataParallel(module, sharded_optimizer=optimizers, **self.sharded_ddp_kwargs())
+        return data_parallel.ShardedDataParallel(
+            module, sharded_optimizer=optimizers, **self.sharded_ddp_kwargs()
+        )
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -98,7 +103,9 @@ class ShardedMixin(ParallelMixin):
         optimizer.consolidate_state_dict(recipient_rank=0)
         return optimizer.state_dict() if self.global_rank == 0 else {}
 
-    def load_optimizer_state_dict(self, optimizer: Optimizer, state_dict: Mapping[str, Any]) -> None:
+    def load_optimizer_state_dict(
+        self, optimizer: Optimizer, state_dict: Mapping[str, Any]
+    ) -> None:
         # OSS.load_state_dict empties the entries of parameters other ranks own in the mapping
         # it is given; work on a copy so that the caller's mapping stays whole.
         copy = dict(state_dict)

@@ -98,7 +98,9 @@ class FairscaleFSDPMixin(ParallelMixin):
         }
         plugin = self.precision_plugin
         if isinstance(plugin, FSDPPrecisionMixin):
-            kwargs.update(mixed_precision=True, compute_dtype=plugin.dtype, fp32_reduce_scatter=True)
+            kwargs.update(
+                mixed_precision=True, compute_dtype=plugin.dtype, fp32_reduce_scatter=True
+            )
         return kwargs
 
     def configure_fairscale_fsdp(self, module: nn.Module) -> nn.Module:
@@ -129,7 +131,9 @@ class FairscaleFSDPMixin(ParallelMixin):
 
     # -- steps ---------------------------------------------------------------------------
 
-    def clip_gradients(self, module: nn.Module, optimizer: Optimizer, max_norm: float) -> torch.Tensor:
+    def clip_gradients(
+        self, module: nn.Module, optimizer: Optimizer, max_norm: float
+    ) -> torch.Tensor:
         if not self._is_fsdp(module):
             return super().clip_gradients(module, optimizer, max_norm)
         # The norm spans every shard, so fairscale computes it with a collective.
@@ -144,7 +148,9 @@ class FairscaleFSDPMixin(ParallelMixin):
         # FullyShardedDataParallel.state_dict gathers the full parameters on every rank.
         return dict(module.state_dict())
 
-    def load_module_state_dict(self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True) -> None:
+    def load_module_state_dict(
+        self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
+    ) -> None:
         if not self._is_fsdp(module):
             super().load_module_state_dict(module, state_dict, strict=strict)
             return
@@ -157,7 +163,9 @@ class FairscaleFSDPMixin(ParallelMixin):
         full = model.gather_full_optim_state_dict(optimizer)
         return full if full is not None else {}
 
-    def load_optimizer_state_dict(self, optimizer: Optimizer, state_dict: Mapping[str, Any]) -> None:
+    def load_optimizer_state_dict(
+        self, optimizer: Optimizer, state_dict: Mapping[str, Any]
+    ) -> None:
         model = self._fsdp_model()
         if model is None:
             super().load_optimizer_state_dict(optimizer, state_dict)

@@ -121,18 +121,18 @@ class FSDPMixin(ParallelMixin):
     def configure_fsdp(self, module: nn.Module) -> nn.Module:
         """Shard ``module`` in place: each auto-wrapped submodule, then the root."""
         fully_shard = _fsdp2().fully_shard
-        kwargs = self.fsdp_kwargs()
         for submodule in self.auto_wrap_modules(module):
-            fully_shard(submodule, mesh=self.device_mesh, **kwargs)
-        fully_shard(module, mesh=self.device_mesh, **kwargs)
+            fully_shard(submodule, mesh=self.device_mesh, **self.fsdp_kwargs(root=False))
+        fully_shard(module, mesh=self.device_mesh, **self.fsdp_kwargs(root=True))
         return module
 
-    def fsdp_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for every ``fully_shard`` call (besides the mesh)."""
+    def fsdp_kwargs(self, root: bool = True) -> dict[str, Any]:
+        """Keyword arguments for a ``fully_shard`` call (besides the mesh); ``root`` tells
+        whether the call is for the root module or for an auto-wrapped submodule."""
         kwargs: dict[str, Any] = {}
         if self.reshard_after_forward is not None:
             kwargs["reshard_after_forward"] = self.reshard_after_forward
-        policy = self.mixed_precision_policy()
+        policy = self.mixed_precision_policy(root)
         if policy is not None:
             kwargs["mp_policy"] = policy
         offload = self.offload_policy()
@@ -140,9 +140,11 @@ class FSDPMixin(ParallelMixin):
             kwargs["offload_policy"] = offload
         return kwargs
 
-    def mixed_precision_policy(self) -> MixedPrecisionPolicy | None:
+    def mixed_precision_policy(self, root: bool = True) -> MixedPrecisionPolicy | None:
         plugin = self.precision_plugin
-        return plugin.mixed_precision_policy() if isinstance(plugin, FSDPPrecisionMixin) else None
+        return (
+            plugin.mixed_precision_policy(root) if isinstance(plugin, FSDPPrecisionMixin) else None
+        )
 
     def offload_policy(self) -> OffloadPolicy | None:
         if not self.cpu_offload:
@@ -155,7 +157,9 @@ class FSDPMixin(ParallelMixin):
         """The submodules (not ``module`` itself) that get their own group, innermost first."""
         layers = self._auto_wrap_layer_matcher()
         threshold = self.auto_wrap_min_params
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
+        if threshold is not None and (
+            isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1
+        ):
             raise MisconfigurationError(
                 f"auto_wrap_min_params={threshold!r} is not allowed; use a positive number of parameters or None"
             )
@@ -227,16 +231,22 @@ class FSDPMixin(ParallelMixin):
             return super().get_module_state_dict(module)
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        return get_model_state_dict(module, options=_state_dict_options(full_state_dict=True, cpu_offload=True))
+        return get_model_state_dict(
+            module, options=_state_dict_options(full_state_dict=True, cpu_offload=True)
+        )
 
-    def load_module_state_dict(self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True) -> None:
+    def load_module_state_dict(
+        self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
+    ) -> None:
         if not _is_fsdp_module(module):
             super().load_module_state_dict(module, state_dict, strict=strict)
             return
         from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
         set_model_state_dict(
-            module, dict(state_dict), options=_state_dict_options(full_state_dict=True, strict=strict)
+            module,
+            dict(state_dict),
+            options=_state_dict_options(full_state_dict=True, strict=strict),
         )
 
     def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
@@ -249,7 +259,9 @@ class FSDPMixin(ParallelMixin):
             model, optimizer, options=_state_dict_options(full_state_dict=True, cpu_offload=True)
         )
 
-    def load_optimizer_state_dict(self, optimizer: Optimizer, state_dict: Mapping[str, Any]) -> None:
+    def load_optimizer_state_dict(
+        self, optimizer: Optimizer, state_dict: Mapping[str, Any]
+    ) -> None:
         model = self._sharded_model()
         if model is None:
             super().load_optimizer_state_dict(optimizer, state_dict)
@@ -265,6 +277,11 @@ class FSDPMixin(ParallelMixin):
         return model if model is not None and _is_fsdp_module(model) else None
 
     def teardown(self) -> None:
+        reset = getattr(self._sharded_model(), "reset_iter_state", None)
+        if callable(reset):
+            # A step interrupted by an exception leaves gathered parameters registered, and
+            # moving the module to the CPU would fail on them and hide the real error.
+            reset()
         super().teardown()
         self._device_mesh = None
 
@@ -281,10 +298,16 @@ class FSDPPrecisionMixin(MixedPrecisionMixin):
 
     wraps_forward = False
 
-    def mixed_precision_policy(self) -> MixedPrecisionPolicy:
-        """FSDP2's policy for this precision."""
+    def mixed_precision_policy(self, root: bool = True) -> MixedPrecisionPolicy:
+        """FSDP2's policy for this precision, for the root module or a wrapped submodule.
+
+        Only the root casts its outputs back to float32: an inner group handing float32
+        to the next layer would meet parameters gathered in half precision.
+        """
         return _fsdp2().MixedPrecisionPolicy(
-            param_dtype=self.dtype, reduce_dtype=torch.float32, output_dtype=torch.float32
+            param_dtype=self.dtype,
+            reduce_dtype=torch.float32,
+            output_dtype=torch.float32 if root else None,
         )
 
 
@@ -301,9 +324,13 @@ def _import_module_class(path: str) -> type:
     try:
         cls = import_object(target)
     except (ImportError, AttributeError) as error:
-        raise MisconfigurationError(f"auto_wrap_layers entry {path!r} cannot be imported: {error}") from None
+        raise MisconfigurationError(
+            f"auto_wrap_layers entry {path!r} cannot be imported: {error}"
+        ) from None
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise MisconfigurationError(f"auto_wrap_layers entry {path!r} is not a torch.nn.Module class")
+        raise MisconfigurationError(
+            f"auto_wrap_layers entry {path!r} is not a torch.nn.Module class"
+        )
     return cls
 
 
@@ -326,7 +353,9 @@ def _check_rebindable(optimizer: Optimizer, names: Mapping[int, str]) -> None:
                 )
 
 
-def _rebind(optimizer: Optimizer, names: Mapping[int, str], replacements: Mapping[str, nn.Parameter]) -> None:
+def _rebind(
+    optimizer: Optimizer, names: Mapping[int, str], replacements: Mapping[str, nn.Parameter]
+) -> None:
     # In place: some optimizers keep a reference to a group's parameter list.
     for group in optimizer.param_groups:
         group["params"][:] = [replacements[names[id(p)]] for p in group["params"]]
