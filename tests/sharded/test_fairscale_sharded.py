@@ -73,6 +73,15 @@ def test_consolidated_state_loads_into_a_plain_optimizer(tmp_path: Path) -> None
         )
 
 
+def test_optimizer_state_from_before_setup_carries_over() -> None:
+    process, result = run_scenario("warm_optimizer", "ddp_sharded", steps=2)
+    assert process.returncode == 0, process.stderr
+    expected = reference_model()
+    train_alone(expected, steps=3)
+    for actual, tensor in zip(result["params"], expected.state_dict().values(), strict=True):
+        assert_close(actual, tensor)
+
+
 @pytest.mark.parametrize("reduce_buffer_size", [0, 2**23])
 def test_trains_like_one_process_with_and_without_gradient_buckets(reduce_buffer_size: int) -> None:
     # With buckets, gradients are views into the reduction buffers: the strategy's
@@ -148,6 +157,15 @@ def test_grad_scalers_get_the_device_only_when_they_take_it() -> None:
     torch_scaler = make_grad_scaler(torch.amp.GradScaler, torch.device("cpu"))
     assert torch_scaler._device == "cpu"
     assert torch_scaler._init_scale == 2.0**16
+
+
+@pytest.mark.parametrize("attempt", [1, 2, 3])
+def test_processes_exit_cleanly_after_asynchronous_collectives(attempt: int) -> None:
+    # The wrappers hold the process group; freed only at interpreter shutdown, gloo's worker
+    # threads aborted the process in about one run of three before teardown released them.
+    process, result = run_scenario("async_burst", "ddp_sharded", steps=2)
+    assert process.returncode == 0, process.stderr
+    assert result == "done"
 
 
 def test_setup_without_an_optimizer_is_refused() -> None:

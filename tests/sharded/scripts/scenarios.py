@@ -171,6 +171,47 @@ def stale_optimizer(strategy: Any) -> dict[str, Any]:
     return {"error": None}
 
 
+# --- ddp_sharded: an optimizer that stepped before setup ---------------------------------------
+
+
+def warm_optimizer(strategy: Any, steps: int) -> dict[str, Any]:
+    """One step in every process on the whole batch before setup, ``steps`` sharded steps
+    after it: the OSS must start from the optimizer's momentum."""
+    model = reference_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = reference_batch()
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    model, optimizer = strategy.setup(model, optimizer)
+    xs, ys = _batch(strategy)
+    for _ in range(steps):
+        _step(strategy, model, optimizer, xs, ys)
+    return {"params": [_tensors(v) for v in strategy.get_module_state_dict(model).values()]}
+
+
+# --- shutting down ----------------------------------------------------------------------------
+
+
+def async_burst(strategy: Any, steps: int) -> str:
+    """Train, then finish with many asynchronous collectives on tensors Python owns. gloo's
+    worker threads release such tensors after the operations complete; the process must
+    still exit cleanly."""
+    import torch.distributed as dist
+
+    model = reference_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model, optimizer = strategy.setup(model, optimizer)
+    x, y = _batch(strategy)
+    for _ in range(steps):
+        _step(strategy, model, optimizer, x, y)
+    for _ in range(3):
+        tensors = [torch.full((1000,), float(i)) for i in range(200)]
+        for handle in [dist.broadcast(t, 0, async_op=True) for t in tensors]:
+            handle.wait()
+    return "done"
+
+
 class FailingLinear(nn.Linear):
     """Fails in its forward pass, after FSDP gathered the parameters of every group."""
 
@@ -193,6 +234,8 @@ SCENARIOS = {
     "resume": resume,
     "stale_optimizer": stale_optimizer,
     "interrupted": interrupted,
+    "warm_optimizer": warm_optimizer,
+    "async_burst": async_burst,
 }
 
 
@@ -213,7 +256,7 @@ def main() -> int:
         **json.loads(args.options),
     )
     scenario = SCENARIOS[args.scenario]
-    if args.scenario == "fsdp_nested":
+    if args.scenario in ("fsdp_nested", "warm_optimizer", "async_burst"):
         result = strategy.launch(scenario, args.steps)
     elif args.scenario == "resume":
         result = strategy.launch(scenario, args.steps, args.folder)

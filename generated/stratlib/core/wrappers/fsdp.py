@@ -13,6 +13,7 @@ FSDP2 runs on any device torch.distributed supports, the CPU with gloo included.
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -283,7 +284,15 @@ class FSDPMixin(ParallelMixin):
             # moving the module to the CPU would fail on them and hide the real error.
             reset()
         super().teardown()
+        # The sharded module, its optimizers (through the DTensors) and the mesh hold the
+        # process group. Left to the collector, the group may be freed only while the
+        # interpreter shuts down, when gloo's worker threads can no longer release the tensors
+        # of finished operations: the process aborts. Without its group the sharded module is
+        # unusable anyway, so the strategy lets go of it and frees the group now.
         self._device_mesh = None
+        self._model = None
+        self._optimizers = []
+        gc.collect()
 
 
 class FSDPPrecisionMixin(MixedPrecisionMixin):

@@ -12,6 +12,7 @@ fairscale is imported only when a model is set up, so the package imports withou
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping
 from typing import Any
 
@@ -114,6 +115,18 @@ class ShardedMixin(ParallelMixin):
         if isinstance(copy.get("state"), Mapping):
             copy["state"] = dict(copy["state"])
         super().load_optimizer_state_dict(optimizer, copy)
+
+    def teardown(self) -> None:
+        super().teardown()
+        # OSS and ShardedDataParallel hold the process group, and they sit in reference cycles
+        # (with each other and with autograd hooks). Left to the collector, the group may be
+        # freed only while the interpreter shuts down, when gloo's worker threads can no longer
+        # release the tensors of finished operations: the process aborts. Keep the user's
+        # module and free the wrappers, and with them the group, now.
+        if self._model is not None:
+            self._model = self.unwrap(self._model)
+        self._optimizers = []
+        gc.collect()
 
 
 def _route_zero_grad(optimizer: Optimizer, wrapped: nn.Module) -> None:
