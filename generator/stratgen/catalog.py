@@ -65,10 +65,17 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "reshard_after_forward": ("bool",),
         },
     ),
-    "fairscale_sharded": (frozenset({"parallel"}), {"reduce_buffer_size": ("int",)}),
+    "fairscale_sharded": (
+        frozenset({"parallel"}),
+        {"reduce_buffer_size": ("int",), "broadcast_buffers": ("bool",)},
+    ),
     "fairscale_fsdp": (
         frozenset({"parallel"}),
-        {"cpu_offload": ("bool",), "reshard_after_forward": ("bool",)},
+        {
+            "auto_wrap_min_params": ("int",),
+            "cpu_offload": ("bool",),
+            "reshard_after_forward": ("bool",),
+        },
     ),
     "deepspeed": (
         frozenset({"parallel"}),

@@ -9,6 +9,7 @@ precisions they serve (``modes``) and where they apply.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, ClassVar
 
@@ -70,6 +71,19 @@ def default_dtype(dtype: torch.dtype) -> Generator[None, None, None]:
         yield
     finally:
         torch.set_default_dtype(previous)
+
+
+def make_grad_scaler(scaler_class: Callable[..., Any], device: torch.device) -> Any:
+    """Build a gradient scaler for ``device``.
+
+    torch's scalers take the device type as ``device``; others (fairscale's ShardedGradScaler,
+    which is CUDA-only) take no device and would read a positional one as the initial scale.
+    """
+    try:
+        takes_device = "device" in inspect.signature(scaler_class).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        takes_device = False
+    return scaler_class(device=device.type) if takes_device else scaler_class()
 
 
 class PrecisionBase:
@@ -198,7 +212,7 @@ class MixedPrecisionMixin(PrecisionBase):
     def connect(self, device: torch.device, needs_grad_scaler: bool) -> None:
         super().connect(device, needs_grad_scaler)
         if self.scaler is None and self.precision == "16-mixed" and needs_grad_scaler and self.grad_scaler_class:
-            self.scaler = import_object(self.grad_scaler_class)(device.type)
+            self.scaler = make_grad_scaler(import_object(self.grad_scaler_class), device)
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(self.device_type or "cpu", dtype=self.dtype)

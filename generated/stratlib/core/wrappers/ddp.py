@@ -51,7 +51,9 @@ class DDPMixin(ParallelMixin):
         return [device.index] if device.type != "cpu" and device.index is not None else None
 
     def configure_ddp(self, module: nn.Module) -> nn.Module:
-        return DistributedDataParallel(module, device_ids=self.ddp_device_ids(), **self.ddp_kwargs())
+        return DistributedDataParallel(
+            module, device_ids=self.ddp_device_ids(), **self.ddp_kwargs()
+        )
 
 
 class DDP2Mixin(DDPMixin):

@@ -1,0 +1,368 @@
+"""torch's fully sharded data parallelism (FSDP2, ``torch.distributed.fsdp.fully_shard``).
+
+Parameters, gradients and optimizer states are split across the processes; each forward and
+backward pass gathers a group's parameters just before it runs and frees them right after.
+Groups are formed by an auto-wrap policy: every submodule it selects gets its own
+``fully_shard`` call (bottom-up), and the root module takes whatever is left.
+
+FSDP2 runs on any device torch.distributed supports, the CPU with gloo included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from ..exceptions import MisconfigurationError
+from ..imports import import_object
+from ..parallel import ParallelMixin
+from ..precision import MixedPrecisionMixin
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy
+
+
+def _fsdp2() -> Any:
+    """The ``torch.distributed.fsdp`` module, checked to offer FSDP2."""
+    import torch.distributed.fsdp as fsdp
+
+    if not hasattr(fsdp, "fully_shard"):
+        raise MisconfigurationError(
+            f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard (FSDP2); "
+            "the 'fsdp' strategy needs torch 2.6 or newer"
+        )
+    return fsdp
+
+
+def _is_fsdp_module(module: nn.Module) -> bool:
+    return isinstance(module, _fsdp2().FSDPModule)
+
+
+def _state_dict_options(**options: Any) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(**options)
+
+
+class FSDPMixin(ParallelMixin):
+    """Shards the model with FSDP2's ``fully_shard``.
+
+    Options:
+
+    - ``auto_wrap_min_params``: a submodule whose parameters, minus those of submodules
+      already wrapped, number at least this many becomes its own group.
+    - ``auto_wrap_layers``: submodules of these classes each become a group, whatever their
+      size. Give classes, import paths (``"torch.nn.Linear"``, ``"mypkg.model:Block"``) or
+      bare class names (``"Block"``, matched against each submodule's class and its bases).
+    - ``cpu_offload``: keep sharded parameters, gradients and optimizer states in host
+      memory (FSDP2's ``CPUOffloadPolicy``); the optimizer step then runs on the CPU. On a
+      CPU-only machine everything lives in host memory already, so this only changes which
+      code path FSDP takes.
+    - ``reshard_after_forward``: free gathered parameters after the forward pass (and gather
+      them again for backward); None lets FSDP decide (True except for the root).
+
+    Optimizers created before ``setup``: ``fully_shard`` replaces every parameter of the module
+    with a new sharded parameter (a DTensor), so an optimizer built on ``model.parameters()``
+    beforehand would update tensors the model no longer uses. ``setup`` therefore rebinds each
+    optimizer's parameter groups, in place and in order, to the parameters that replaced them
+    (matched by name). This is only possible while the optimizer holds no state yet; load
+    optimizer state after ``setup``. Parameters outside the module are refused.
+
+    State dicts: ``get_module_state_dict`` and ``get_optimizer_state`` gather the full,
+    unsharded tensors into host memory on rank 0; the other ranks take part in the gathering
+    and get an empty dict (a full copy in every process would multiply host memory by the
+    number of processes per node, and checkpoints are written by rank 0). The optimizer
+    state is keyed by parameter name. Loading expects the full dicts on every rank (as
+    ``load_checkpoint`` provides); each rank keeps its own shard.
+
+    Mixed precision comes from the precision plugin (``FSDPPrecisionMixin``) as FSDP2's
+    ``MixedPrecisionPolicy``. Subclasses customise the sharding by overriding
+    ``configure_fsdp``, ``fsdp_kwargs`` or ``auto_wrap_modules``.
+    """
+
+    auto_wrap_min_params: int | None = None
+    auto_wrap_layers: Sequence[Any] | None = None
+    cpu_offload: bool = False
+    reshard_after_forward: bool | None = None
+
+    _device_mesh: DeviceMesh | None = None
+
+    # -- wrapping --------------------------------------------------------------------------
+
+    @property
+    def device_mesh(self) -> DeviceMesh:
+        """One-dimensional mesh over every process, on this process's device type."""
+        if self._device_mesh is None:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self._device_mesh = init_device_mesh(self.root_device.type, (self.world_size,))
+        return self._device_mesh
+
+    def setup_module_and_optimizers(
+        self, module: nn.Module, optimizers: list[Optimizer]
+    ) -> tuple[nn.Module, list[Optimizer]]:
+        names = _parameter_names(module)
+        for optimizer in optimizers:
+            _check_rebindable(optimizer, names)
+        module = self.configure_fsdp(module)
+        replacements = dict(module.named_parameters())
+        for optimizer in optimizers:
+            _rebind(optimizer, names, replacements)
+        return module, optimizers
+
+    def configure_fsdp(self, module: nn.Module) -> nn.Module:
+        """Shard ``module`` in place: each auto-wrapped submodule, then the root."""
+        fully_shard = _fsdp2().fully_shard
+        for submodule in self.auto_wrap_modules(module):
+            fully_shard(submodule, mesh=self.device_mesh, **self.fsdp_kwargs(root=False))
+        fully_shard(module, mesh=self.device_mesh, **self.fsdp_kwargs(root=True))
+        return module
+
+    def fsdp_kwargs(self, root: bool = True) -> dict[str, Any]:
+        """Keyword arguments for a ``fully_shard`` call (besides the mesh); ``root`` tells
+        whether the call is for the root module or for an auto-wrapped submodule."""
+        kwargs: dict[str, Any] = {}
+        if self.reshard_after_forward is not None:
+            kwargs["reshard_after_forward"] = self.reshard_after_forward
+        policy = self.mixed_precision_policy(root)
+        if policy is not None:
+            kwargs["mp_policy"] = policy
+        offload = self.offload_policy()
+        if offload is not None:
+            kwargs["offload_policy"] = offload
+        return kwargs
+
+    def mixed_precision_policy(self, root: bool = True) -> MixedPrecisionPolicy | None:
+        plugin = self.precision_plugin
+        return (
+            plugin.mixed_precision_policy(root) if isinstance(plugin, FSDPPrecisionMixin) else None
+        )
+
+    def offload_policy(self) -> OffloadPolicy | None:
+        if not self.cpu_offload:
+            return None
+        # Pinned host memory speeds up copies to an accelerator; there is none to copy to
+        # when training on the CPU, and pinning needs one.
+        return _fsdp2().CPUOffloadPolicy(pin_memory=self.root_device.type != "cpu")
+
+    def auto_wrap_modules(self, module: nn.Module) -> list[nn.Module]:
+        """The submodules (not ``module`` itself) that get their own group, innermost first."""
+        layers = self._auto_wrap_layer_matcher()
+        threshold = self.auto_wrap_min_params
+        if threshold is not None and (
+            isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1
+        ):
+            raise MisconfigurationError(
+                f"auto_wrap_min_params={threshold!r} is not allowed; use a positive number of parameters or None"
+            )
+        if layers is None and threshold is None:
+            return []
+        selected: list[nn.Module] = []
+        claimed: set[int] = set()
+        for submodule in _innermost_first(module):
+            if submodule is module:
+                continue
+            own = [p for p in submodule.parameters() if id(p) not in claimed]
+            by_layer = layers is not None and layers(submodule)
+            by_size = threshold is not None and sum(p.numel() for p in own) >= threshold
+            if (by_layer or by_size) and own:
+                selected.append(submodule)
+                claimed.update(id(p) for p in own)
+        return selected
+
+    def _auto_wrap_layer_matcher(self) -> Callable[[nn.Module], bool] | None:
+        layers = self.auto_wrap_layers
+        if layers is None:
+            return None
+        if isinstance(layers, str | type) or not isinstance(layers, Sequence):
+            raise MisconfigurationError(
+                f"auto_wrap_layers={layers!r} is not allowed; give a list of module classes, import "
+                "paths such as 'torch.nn.Linear', or class names"
+            )
+        classes: list[type] = []
+        names: set[str] = set()
+        for layer in layers:
+            if isinstance(layer, type) and issubclass(layer, nn.Module):
+                classes.append(layer)
+            elif isinstance(layer, str) and ("." in layer or ":" in layer):
+                classes.append(_import_module_class(layer))
+            elif isinstance(layer, str) and layer.isidentifier():
+                names.add(layer)
+            else:
+                raise MisconfigurationError(
+                    f"auto_wrap_layers entry {layer!r} is not allowed; give a module class, an import "
+                    "path such as 'torch.nn.Linear', or a class name"
+                )
+        found = tuple(classes)
+
+        def matches(submodule: nn.Module) -> bool:
+            if found and isinstance(submodule, found):
+                return True
+            return any(cls.__name__ in names for cls in type(submodule).__mro__)
+
+        return matches
+
+    # -- steps ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        model = self._model
+        if model is None or not _is_fsdp_module(model):
+            yield
+            return
+        model.set_requires_gradient_sync(False)  # type: ignore[operator]
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)  # type: ignore[operator]
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        if not _is_fsdp_module(module):
+            return super().get_module_state_dict(module)
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(
+            module, options=_state_dict_options(full_state_dict=True, cpu_offload=True)
+        )
+
+    def load_module_state_dict(
+        self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
+    ) -> None:
+        if not _is_fsdp_module(module):
+            super().load_module_state_dict(module, state_dict, strict=strict)
+            return
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        set_model_state_dict(
+            module,
+            dict(state_dict),
+            options=_state_dict_options(full_state_dict=True, strict=strict),
+        )
+
+    def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        model = self._sharded_model()
+        if model is None:
+            return super().get_optimizer_state(optimizer)
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(
+            model, optimizer, options=_state_dict_options(full_state_dict=True, cpu_offload=True)
+        )
+
+    def load_optimizer_state_dict(
+        self, optimizer: Optimizer, state_dict: Mapping[str, Any]
+    ) -> None:
+        model = self._sharded_model()
+        if model is None:
+            super().load_optimizer_state_dict(optimizer, state_dict)
+            return
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        set_optimizer_state_dict(
+            model, optimizer, dict(state_dict), options=_state_dict_options(full_state_dict=True)
+        )
+
+    def _sharded_model(self) -> nn.Module | None:
+        model = self._model
+        return model if model is not None and _is_fsdp_module(model) else None
+
+    def teardown(self) -> None:
+        reset = getattr(self._sharded_model(), "reset_iter_state", None)
+        if callable(reset):
+            # A step interrupted by an exception leaves gathered parameters registered, and
+            # moving the module to the CPU would fail on them and hide the real error.
+            reset()
+        super().teardown()
+        # The sharded module, its optimizers (through the DTensors) and the mesh hold the
+        # process group. Left to the collector, the group may be freed only while the
+        # interpreter shuts down, when gloo's worker threads can no longer release the tensors
+        # of finished operations: the process aborts. Without its group the sharded module is
+        # unusable anyway, so the strategy lets go of it and frees the group now.
+        self._device_mesh = None
+        self._model = None
+        self._optimizers = []
+        gc.collect()
+
+
+class FSDPPrecisionMixin(MixedPrecisionMixin):
+    """Mixed precision for fully sharded strategies.
+
+    The sharded parameters stay in float32 (the optimizer updates float32 values); each
+    gathered copy is cast to float16 or bfloat16 for the forward and backward computation,
+    gradients are reduced in float32, and the module's outputs come back as float32. The
+    sharding wrapper applies this, so forward passes need no autocast. For '16-mixed' on
+    devices that need it, a sharded gradient scaler (``grad_scaler_class``) scales the loss.
+    """
+
+    wraps_forward = False
+
+    def mixed_precision_policy(self, root: bool = True) -> MixedPrecisionPolicy:
+        """FSDP2's policy for this precision, for the root module or a wrapped submodule.
+
+        Only the root casts its outputs back to float32: an inner group handing float32
+        to the next layer would meet parameters gathered in half precision.
+        """
+        return _fsdp2().MixedPrecisionPolicy(
+            param_dtype=self.dtype,
+            reduce_dtype=torch.float32,
+            output_dtype=torch.float32 if root else None,
+        )
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _innermost_first(module: nn.Module) -> Iterator[nn.Module]:
+    """Every submodule after all of its own submodules (reversed pre-order)."""
+    return reversed(list(module.modules()))
+
+
+def _import_module_class(path: str) -> type:
+    target = path if ":" in path else ":".join(path.rsplit(".", 1))
+    try:
+        cls = import_object(target)
+    except (ImportError, AttributeError) as error:
+        raise MisconfigurationError(
+            f"auto_wrap_layers entry {path!r} cannot be imported: {error}"
+        ) from None
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise MisconfigurationError(
+            f"auto_wrap_layers entry {path!r} is not a torch.nn.Module class"
+        )
+    return cls
+
+
+def _parameter_names(module: nn.Module) -> dict[int, str]:
+    return {id(p): name for name, p in module.named_parameters()}
+
+
+def _check_rebindable(optimizer: Optimizer, names: Mapping[int, str]) -> None:
+    if any(optimizer.state.values()):
+        raise MisconfigurationError(
+            f"{type(optimizer).__name__} already holds state; FSDP replaces the module's parameters in "
+            "setup, so set up the optimizer before its first step and load its state afterwards"
+        )
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            if id(parameter) not in names:
+                raise MisconfigurationError(
+                    f"{type(optimizer).__name__} holds a parameter of shape {tuple(parameter.shape)} that "
+                    "is not part of the module being set up; FSDP can only shard the module's own parameters"
+                )
+
+
+def _rebind(
+    optimizer: Optimizer, names: Mapping[int, str], replacements: Mapping[str, nn.Parameter]
+) -> None:
+    # In place: some optimizers keep a reference to a group's parameter list.
+    for group in optimizer.param_groups:
+        group["params"][:] = [replacements[names[id(p)]] for p in group["params"]]

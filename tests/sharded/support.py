@@ -1,0 +1,90 @@
+"""Helpers of the sharded-strategy tests: run a scenario script on 2 ranks, and compute what
+one process training on the whole batch gets."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from stratlib.core.testing import clean_environ, reference_batch
+from torch import nn
+
+SCRIPTS = Path(__file__).parent / "scripts"
+GENERATED = Path(__file__).resolve().parents[2] / "generated"
+
+
+def environ(**extra: str) -> dict[str, str]:
+    """The test process's environment without cluster variables, importing this checkout's
+    package."""
+    env = clean_environ(extra)
+    env["PYTHONPATH"] = str(GENERATED)
+    return env
+
+
+def run_script(
+    script: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run ``scripts/<script>`` with ``args``; returns the process and its RESULT line, parsed."""
+    process = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or environ(),
+    )
+    result = None
+    for line in process.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT ") :])
+    return process, result
+
+
+def run_scenario(
+    scenario: str,
+    strategy: str,
+    *,
+    options: dict[str, Any] | None = None,
+    precision: str | None = None,
+    steps: int = 3,
+    folder: Path | None = None,
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    args = [scenario, strategy, "--options", json.dumps(options or {}), "--steps", str(steps)]
+    if precision is not None:
+        args += ["--precision", precision]
+    if folder is not None:
+        args += ["--folder", str(folder)]
+    return run_script("scenarios.py", *args)
+
+
+def scenarios_module() -> ModuleType:
+    """scripts/scenarios.py imported here, for its model definitions."""
+    spec = importlib.util.spec_from_file_location("sharded_scenarios", SCRIPTS / "scenarios.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def train_alone(model: nn.Module, steps: int, momentum: float = 0.9) -> torch.optim.Optimizer:
+    """``steps`` SGD steps of ``model`` on the whole reference batch in this process."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum)
+    x, y = reference_batch()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return optimizer
+
+
+def assert_close(actual: Any, expected: torch.Tensor, atol: float = 1e-5) -> None:
+    got = torch.tensor(actual, dtype=torch.float32)
+    assert got.shape == expected.shape, f"shape {tuple(got.shape)} != {tuple(expected.shape)}"
+    assert torch.allclose(
+        got, expected.float(), atol=atol
+    ), f"max difference {(got - expected).abs().max()}"
