@@ -855,7 +855,8 @@ def _resolve_strategy(
                 problems.add(
                     key_loc,
                     f"{alias_path}.{key}",
-                    f"{value!r} does not fit option {key!r} ({_option_summary(options[key])})",
+                    f"{'null' if value is None else repr(value)} does not fit option {key!r} "
+                    f"({_option_summary(options[key])})",
                 )
 
     requires = pick("requires", ())
@@ -894,6 +895,8 @@ def _resolve_strategy(
 
 def _option_summary(option: Option) -> str:
     text = " or ".join(option.types)
+    if option.default is None:
+        text += " or null"
     if option.choices:
         text += f", one of {one_of(option.choices)}"
     return text
@@ -901,7 +904,8 @@ def _option_summary(option: Option) -> str:
 
 def _option_value_ok(option: Option, value: Any) -> bool:
     if value is None:
-        return True  # every option accepts None ("use the backend's default")
+        # Only options that default to None take it: their annotation says `| None`.
+        return option.default is None or "any" in option.types
     if not value_fits(value, option.types):
         return False
     return not option.choices or value in option.choices
