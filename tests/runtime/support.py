@@ -38,21 +38,24 @@ def start(command: list[str], **extra: str) -> subprocess.Popen[str]:
     )
 
 
-def finish(processes: list[subprocess.Popen[str]], timeout: float = 240) -> list[tuple[int, str]]:
-    """Wait for every process; (exit code, stderr) of each. Kills them all after ``timeout``."""
+def finish(
+    processes: list[subprocess.Popen[str]], timeout: float = 240
+) -> list[tuple[int, str, str]]:
+    """Wait for every process: (exit code, stdout, stderr) of each. Kills them all after
+    ``timeout``."""
     deadline = time.monotonic() + timeout
     results = []
     for process in processes:
         try:
-            _, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            stdout, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             for other in processes:
                 other.kill()
-            _, stderr = process.communicate()
+            stdout, stderr = process.communicate()
             raise AssertionError(
                 f"{process.args} did not finish within {timeout} s:\n{stderr[-3000:]}"
             ) from None
-        results.append((process.returncode, stderr))
+        results.append((process.returncode, stdout, stderr))
     return results
 
 

@@ -34,8 +34,8 @@ def assert_trained_like_one_process(result: dict, environment: str, atol: float 
     testing.assert_training_converges(result)
 
 
-def assert_all_succeeded(outcomes: list[tuple[int, str]]) -> None:
-    for code, stderr in outcomes:
+def assert_all_succeeded(outcomes: list[tuple[int, str, str]]) -> None:
+    for code, _, stderr in outcomes:
         assert code == 0, stderr[-4000:]
 
 
@@ -66,18 +66,13 @@ def test_ddp_spawn_from_plain_python_in_bf16_mixed(tmp_path: Path) -> None:
     assert_trained_like_one_process(result, "LightningEnvironment", atol=2e-2)
 
 
-def test_ddp_under_torchrun_on_one_node(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_under_torchrun_on_one_node(strategy: str, tmp_path: Path) -> None:
+    """torchrun starts both ranks; the strategy's own launcher stands aside."""
     command = torchrun(
-        "--nnodes",
-        "1",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
-        *python("newcomer.py", "--strategy", "ddp", "--devices", "2", "--out", str(tmp_path))[1:],
-    )
+        "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+        *python("newcomer.py", "--strategy", strategy, "--devices", "2", "--out", str(tmp_path))[1:],
+    )  # fmt: skip
     assert_all_succeeded(finish([start(command)]))
     assert_trained_like_one_process(read_result(tmp_path), "TorchElasticEnvironment")
 
@@ -117,10 +112,11 @@ def test_ddp_under_torchrun_on_two_nodes(tmp_path: Path) -> None:
     assert result["sampler"] == {"num_replicas": 2, "rank": 0}
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "ddp2"])
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn", "ddp2"])
 def test_two_nodes_started_by_hand(strategy: str, tmp_path: Path) -> None:
     """`python script.py` once per node with NODE_RANK, MASTER_ADDR and MASTER_PORT set (the
-    default Lightning environment); DDP2 runs as its one-device-per-node case."""
+    default Lightning environment); DDP2 runs as its one-device-per-node case, and ddp_spawn
+    spawns the node's one rank."""
     port = str(free_port())
     command = python(
         "newcomer.py",
@@ -140,7 +136,10 @@ def test_two_nodes_started_by_hand(strategy: str, tmp_path: Path) -> None:
     assert_all_succeeded(finish(processes))
     result = read_result(tmp_path)
     assert_trained_like_one_process(result, "LightningEnvironment")
-    assert result["strategy"] == {"ddp": "DDPStrategy", "ddp2": "DDP2Strategy"}[strategy]
+    assert (
+        result["strategy"]
+        == {"ddp": "DDPStrategy", "ddp_spawn": "DDPSpawnStrategy", "ddp2": "DDP2Strategy"}[strategy]
+    )
     assert result["node_rank"] == 0
 
 

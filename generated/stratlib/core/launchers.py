@@ -365,14 +365,9 @@ class _PopenJob:
             self.close()  # the script failed; its own error is already printed
             return
         while True:
-            if self.failed():
-                message = str(self.failure_error())
-                self.close()
-                _exit_with(message)
-            alive = self.alive()
-            if not alive:
-                break
-            ahead = [(rank, self.launches_entered(rank)) for rank in alive]
+            # A rank inside a launch that rank 0 never makes waits for rank 0 until it fails:
+            # that, not its failure, is what went wrong.
+            ahead = [(rank, self.launches_entered(rank)) for rank in sorted(self.processes)]
             ahead = [(rank, count) for rank, count in ahead if count > self.launches]
             if ahead:
                 rank, count = ahead[0]
@@ -382,6 +377,12 @@ class _PopenJob:
                     f"but rank 0 ended the script after {self.launches}; every process must call "
                     "launch() equally often"
                 )
+            if self.failed():
+                message = str(self.failure_error())
+                self.close()
+                _exit_with(message)
+            if not self.alive():
+                break
             time.sleep(POLL_INTERVAL)
         self.close()
 
@@ -410,6 +411,25 @@ def _exit_with(message: str) -> None:
     os._exit(1)
 
 
+def _report_uncaught_errors() -> None:
+    """In a process started by PopenLauncher: leave any error that ends the script, also one
+    outside a launch, where rank 0 reads it."""
+    previous = sys.excepthook
+    if getattr(previous, "reports_to_rank_zero", False):
+        return
+
+    def hook(kind: type[BaseException], error: BaseException, trace: Any) -> None:
+        error_file = os.environ.get(ERROR_FILE_ENV)
+        if error_file:
+            with contextlib.suppress(OSError):
+                text = "".join(traceback.format_exception(kind, error, trace))
+                Path(error_file).write_text(text, encoding="utf-8")
+        previous(kind, error, trace)
+
+    hook.reports_to_rank_zero = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
 class PopenLauncher(Launcher):
     """Starts the script again for local ranks 1..n-1; this process is local rank 0."""
 
@@ -428,6 +448,7 @@ class PopenLauncher(Launcher):
             parent = os.environ.get(PARENT_PID_ENV)
             if parent:
                 watch_parent(int(parent))
+                _report_uncaught_errors()
             return run_reporting_errors(strategy, function, args, kwargs)
         num_processes = strategy.num_processes  # type: ignore[attr-defined]
         if num_processes == 1:
@@ -503,6 +524,11 @@ class SpawnLauncher(Launcher):
         environment = strategy.cluster_environment
         if environment.creates_processes_externally:
             return run_reporting_errors(strategy, function, args, kwargs)
+        # The caller stands for its node's first rank: on other nodes than the first its
+        # strategy must not report rank 0.
+        configure_ranks = getattr(strategy, "configure_ranks", None)
+        if callable(configure_ranks):
+            configure_ranks()
         master = (environment.main_address, str(environment.main_port))
         context = mp.get_context(self.start_method)
         results = context.SimpleQueue()

@@ -182,6 +182,10 @@ class ParallelMixin(StrategyBase):
         """Whether the existing group must be replaced; raise if it cannot serve this launch."""
         existing = (dist.get_backend(), dist.get_world_size(), dist.get_rank())
         if existing == (backend, self.world_size, self.global_rank):
+            set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+            if set_timeout is not None:  # this launch's timeout, where torch can change it
+                with contextlib.suppress(Exception):
+                    set_timeout(timedelta(seconds=self.timeout))
             return False
         if existing[1] == 1:  # nobody else is connected to it
             release_process_group()
