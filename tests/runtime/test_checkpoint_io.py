@@ -83,7 +83,7 @@ def test_loading_a_missing_checkpoint_names_it(tmp_path: Path) -> None:
 def test_loads_refuse_arbitrary_objects_unless_trusted(tmp_path: Path) -> None:
     path = tmp_path / "object.ckpt"
     torch.save({"ratio": Fraction(1, 3)}, path)
-    with pytest.raises(Exception, match="[Ww]eights only"):
+    with pytest.raises(Exception, match=r"[Ww]eights only"):
         stratlib.TorchCheckpointIO().load_checkpoint(path)
     trusted = stratlib.TorchCheckpointIO(weights_only=False)
     assert trusted.load_checkpoint(path)["ratio"] == Fraction(1, 3)
@@ -127,7 +127,7 @@ def test_async_save_error_surfaces_in_wait() -> None:
     io = stratlib.AsyncCheckpointIO(inner)
     io.save_checkpoint({"t": torch.zeros(1)}, "bad.ckpt")
     inner.release.set()
-    with pytest.raises(OSError, match="disk full while writing bad.ckpt"):
+    with pytest.raises(OSError, match=r"disk full while writing bad\.ckpt"):
         io.wait()
     io.teardown()
 

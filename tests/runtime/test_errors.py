@@ -143,7 +143,7 @@ def test_strategy_of_the_wrong_kind(strategy: object) -> None:
 def test_abstract_strategy_is_refused() -> None:
     with pytest.raises(
         stratlib.MisconfigurationError,
-        match="^Strategy is an abstract base; choose a concrete strategy$",
+        match=r"^Strategy is an abstract base; choose a concrete strategy$",
     ):
         stratlib.get_strategy(stratlib.Strategy)
 
@@ -152,7 +152,7 @@ def test_unknown_reduce_op_names_the_allowed_ones() -> None:
     strategy = stratlib.get_strategy("single_device", accelerator="cpu")
     with pytest.raises(
         stratlib.MisconfigurationError,
-        match="^reduce_op='median' is not supported; use one of sum, product, min, max, mean$",
+        match=r"^reduce_op='median' is not supported; use one of sum, product, min, max, mean$",
     ):
         strategy.reduce(1.0, reduce_op="median")
 
