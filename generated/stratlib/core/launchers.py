@@ -292,10 +292,12 @@ class _PopenJob:
                 continue
             self.stop()
             with self.lock:
+                # Interrupting under the lock: rank 0 cannot leave the launch in between, so
+                # the interruption always lands inside it.
                 self.interrupted = self.in_launch and self.launch_thread is threading.main_thread()
                 stuck = self.in_launch
-            if self.interrupted:
-                _interrupt_main_thread()
+                if self.interrupted:
+                    _interrupt_main_thread()
             if stuck and not self.acknowledged.wait(INTERRUPT_GRACE) and not self.closed.is_set():
                 _exit_with(str(self.failure_error()))
             return

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 from collections.abc import Callable, Generator, Mapping
 from datetime import timedelta
@@ -161,7 +162,7 @@ class ParallelMixin(StrategyBase):
     def setup_distributed(self) -> None:
         """Create the default process group, or reuse the one an earlier launch created."""
         backend = self.collective_backend
-        if dist.is_initialized() and not self._reuse_process_group(backend.name):
+        if dist.is_initialized() and not self._replace_process_group(backend.name):
             return
         require(backend.requirements, f"backend {backend.name!r}")
         if backend.init_hook is not None:
@@ -178,8 +179,9 @@ class ParallelMixin(StrategyBase):
             )
         _created_process_group()
 
-    def _reuse_process_group(self, backend: str) -> bool:
-        """Whether the existing group must be replaced; raise if it cannot serve this launch."""
+    def _replace_process_group(self, backend: str) -> bool:
+        """Whether the existing group must be replaced (else it is reused); raise if it cannot
+        serve this launch."""
         existing = (dist.get_backend(), dist.get_world_size(), dist.get_rank())
         if existing == (backend, self.world_size, self.global_rank):
             set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
@@ -303,5 +305,9 @@ def _created_process_group() -> None:
 def release_process_group() -> None:
     """Destroy the default process group of this process, if there is one."""
     if dist.is_available() and dist.is_initialized():
+        # Wrappers left in reference cycles (DDP's reducer) hold pending work of the group:
+        # free them while the interpreter is whole, not during its shutdown, where gloo's
+        # threads can abort the process.
+        gc.collect()
         with contextlib.suppress(Exception):
             dist.destroy_process_group()

@@ -459,13 +459,14 @@ class StrategyBase(ABC):
     # -- teardown ------------------------------------------------------------------------
 
     def teardown(self) -> None:
-        """Release what the strategy holds; the unwrapped model moves back to the CPU."""
+        """Release what the strategy holds: ``model`` becomes the user's module, unwrapped and
+        back on the CPU (the wrapper belongs to the communication that ends here)."""
         self.call_hook("teardown")
         for handle in self._forward_hooks:
             handle.remove()
         self._forward_hooks = []
         if self._model is not None:
-            self.unwrap(self._model).to("cpu")
+            self._model = self.unwrap(self._model).to("cpu")
         if self._precision_plugin is not None:
             self._precision_plugin.teardown()
         if self._environment_ready:
