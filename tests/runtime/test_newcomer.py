@@ -39,13 +39,18 @@ def assert_all_succeeded(outcomes: list[tuple[int, str, str]]) -> None:
         assert code == 0, stderr[-4000:]
 
 
-def test_ddp_from_plain_python(tmp_path: Path) -> None:
-    """The script starts itself again for rank 1."""
-    outcomes = finish([start(python("newcomer.py", "--strategy", "ddp", "--out", str(tmp_path)))])
+@pytest.mark.parametrize(
+    ("strategy", "cls"), [("ddp", "DDPStrategy"), ("ddp_fork", "DDPSpawnStrategy")]
+)
+def test_from_plain_python(strategy: str, cls: str, tmp_path: Path) -> None:
+    """'ddp' starts the script again for rank 1; 'ddp_fork' forks both ranks."""
+    outcomes = finish(
+        [start(python("newcomer.py", "--strategy", strategy, "--out", str(tmp_path)))]
+    )
     assert_all_succeeded(outcomes)
     result = read_result(tmp_path)
     assert_trained_like_one_process(result, "LightningEnvironment")
-    assert result["strategy"] == "DDPStrategy"
+    assert result["strategy"] == cls
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()
 
 
