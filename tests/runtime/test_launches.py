@@ -36,6 +36,17 @@ def test_failure_between_launches_is_raised_by_the_next_launch() -> None:
     assert "RuntimeError: rank 1 fails between launches" in stdout
 
 
+def test_rank_launching_less_often_than_rank_zero_fails_its_launch() -> None:
+    started = time.monotonic()
+    [(code, stdout, _)] = finish([start(python("launches.py", "fewer_launches"))], timeout=200)
+    assert code == 7, stdout
+    assert (
+        "second launch failed: rank 1 (local rank 1) ended its script after 1 launch(es), while "
+        "rank 0 is in launch number 2; every process must call launch() equally often"
+    ) in stdout
+    assert time.monotonic() - started < 100, "rank 0 waited for the timeout (120 s)"
+
+
 def test_leftover_processes_are_found_by_their_marker() -> None:
     marker = uuid.uuid4().hex
     sleeper = subprocess.Popen(

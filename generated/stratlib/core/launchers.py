@@ -225,16 +225,21 @@ class _PopenJob:
         return self.node_rank * self.num_processes + local_rank
 
     def failed(self) -> list[Report]:
-        """Children that failed by themselves (not stopped by this job), in rank order."""
+        """Children that failed by themselves (not stopped by this job), in rank order; a child
+        that ended its script before a launch rank 0 is in counts as failed."""
         reports: list[Report] = []
         for rank, process in sorted(self.processes.items()):
             code = process.poll()
-            if code not in (None, 0) and rank not in self.terminated:
+            if code is None or rank in self.terminated:
+                continue
+            if code != 0:
                 try:
                     error = self.error_file(rank).read_text(encoding="utf-8")
                 except OSError:
                     error = ""
                 reports.append((rank, code, error))
+            elif (entered := self.launches_entered(rank)) < self.launches:
+                reports.append((rank, 0, _uneven_launches(entered, self.launches, ended="rank")))
         return reports
 
     def alive(self) -> list[int]:
@@ -374,11 +379,8 @@ class _PopenJob:
             if ahead:
                 rank, count = ahead[0]
                 self.close()
-                _exit_with(
-                    f"rank {self.global_rank(rank)} (local rank {rank}) entered launch number {count}, "
-                    f"but rank 0 ended the script after {self.launches}; every process must call "
-                    "launch() equally often"
-                )
+                uneven = _uneven_launches(count, self.launches, ended="rank 0")
+                _exit_with(f"rank {self.global_rank(rank)} (local rank {rank}) {uneven}")
             if self.failed():
                 message = str(self.failure_error())
                 self.close()
@@ -641,7 +643,18 @@ def root_cause(reports: list[Report]) -> Report:
     return min(reports, key=rank_of)
 
 
+def _uneven_launches(entered: int, other: int, ended: str) -> str:
+    """How a rank's number of launches differs from rank 0's (``ended``: who ended first)."""
+    if ended == "rank 0":
+        what = f"entered launch number {entered}, but rank 0 ended the script after {other}"
+    else:
+        what = f"ended its script after {entered} launch(es), while rank 0 is in launch number {other}"
+    return f"{what}; every process must call launch() equally often"
+
+
 def failure_message(rank: int, local_rank: int, code: int | None, error: str) -> str:
+    if code == 0:  # ended normally, but too early: the error says how
+        return f"rank {rank} (local rank {local_rank}) {error}"
     text = f"rank {rank} (local rank {local_rank}) {_describe_exit(code, error)}"
     return f"{text}:\n{error.rstrip()}" if error else text
 

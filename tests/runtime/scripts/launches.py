@@ -26,6 +26,12 @@ def main(mode: str) -> None:
     print(f"rank {rank}: first launch summed {total}", flush=True)
     if mode == "extra_launch" and rank == 1:
         strategy.launch(step)
+    if mode == "fewer_launches" and rank == 0:
+        try:
+            strategy.launch(step)
+        except stratlib.ProcessFailedError as error:
+            print(f"second launch failed: {error}", flush=True)
+            sys.exit(7)
     if mode == "fail_between":
         if rank == 1:
             raise RuntimeError("rank 1 fails between launches")
