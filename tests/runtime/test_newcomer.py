@@ -32,6 +32,7 @@ def assert_trained_like_one_process(result: dict, environment: str, atol: float 
         result["params"], testing.reference_parameters(STEPS), atol=atol
     )
     testing.assert_training_converges(result)
+    assert result["last_loss"] == pytest.approx(result["losses"][-1])
 
 
 def assert_all_succeeded(outcomes: list[tuple[int, str, str]]) -> None:

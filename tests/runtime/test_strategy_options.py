@@ -1,6 +1,6 @@
 """Options of DDP, custom strategies and layer synchronisation, in real 2-rank runs.
 
-``scripts/options.py`` runs six launches in one job; see its documentation.
+``scripts/options.py`` runs seven launches in one job; see its documentation.
 """
 
 from __future__ import annotations
@@ -57,6 +57,13 @@ def test_every_rank_loads_what_an_asynchronous_save_wrote(reports: dict) -> None
     assert reports["async_checkpoint"] == {
         "checkpoint_io": "AsyncCheckpointIO",
         "every_rank_read_the_last_save": True,
+    }
+
+
+def test_block_backward_sync_skips_the_gradient_synchronisation(reports: dict) -> None:
+    assert reports["block_backward_sync"] == {
+        "ranks_differ_inside_block": True,
+        "ranks_agree_after_block": True,
     }
 
 

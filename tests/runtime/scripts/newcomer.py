@@ -70,6 +70,8 @@ def train(strategy: stratlib.StrategyBase, epochs: int, accumulate: int, folder:
             for t in strategy.get_module_state_dict(model).values()
         ],
         "losses": losses,
+        # A tensor, as the documentation's example returns: it must reach the caller intact.
+        "last_loss": strategy.reduce(loss.detach() * accumulate, reduce_op="mean"),
         "world_size": strategy.world_size,
         "global_rank": strategy.global_rank,
         "node_rank": strategy.node_rank,
@@ -102,6 +104,11 @@ def main() -> None:
     )
     result = strategy.launch(train, args.epochs, args.accumulate, args.out)
     if strategy.global_rank == 0:
+        assert (
+            isinstance(result["last_loss"], torch.Tensor)
+            and result["last_loss"].device.type == "cpu"
+        )
+        result["last_loss"] = result["last_loss"].item()
         Path(args.out, "result.json").write_text(json.dumps(result), encoding="utf-8")
 
 

@@ -6,7 +6,8 @@
 3. 'ddp_find_unused_parameters_true' with a model whose second head is never used.
 4. ``static_graph=True``, ``process_group_backend='gloo'`` and a timeout.
 5. An AsyncCheckpointIO: rank 0 queues saves, every rank loads right after.
-6. ``sync_batchnorm=True`` with a BatchNorm model: torch cannot synchronise batch statistics
+6. ``block_backward_sync``: inside it each rank keeps its own gradients.
+7. ``sync_batchnorm=True`` with a BatchNorm model: torch cannot synchronise batch statistics
    of CPU tensors, so setup must refuse with the reason (the last launch: it fails).
 
 Rank 0 writes every launch's report to ``--out``/result.json.
@@ -118,6 +119,30 @@ def save_and_load(strategy: stratlib.StrategyBase, folder: str) -> dict:
     }
 
 
+def gradients_of_every_rank(strategy: stratlib.StrategyBase, model: nn.Module) -> torch.Tensor:
+    grads = torch.cat([p.grad.flatten() for p in strategy.lightning_module.parameters()])
+    return strategy.all_gather(grads)
+
+
+def accumulate(strategy: stratlib.StrategyBase) -> dict:
+    model = reference_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = strategy.setup(model, optimizer)
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(16, 8, generator=generator), torch.randn(16, 1, generator=generator)
+    share = 16 // strategy.world_size
+    rows = slice(strategy.global_rank * share, (strategy.global_rank + 1) * share)
+    with strategy.block_backward_sync():
+        strategy.backward(nn.functional.mse_loss(model(x[rows]), y[rows]))
+    inside = gradients_of_every_rank(strategy, model)
+    strategy.backward(nn.functional.mse_loss(model(x[rows]), y[rows]))
+    after = gradients_of_every_rank(strategy, model)
+    return {
+        "ranks_differ_inside_block": not torch.allclose(inside[0], inside[1]),
+        "ranks_agree_after_block": torch.allclose(after[0], after[1]),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -150,6 +175,10 @@ def main() -> None:
         "ddp", accelerator="cpu", devices=2, checkpoint_io=stratlib.AsyncCheckpointIO()
     )
     reports["async_checkpoint"] = queued.launch(save_and_load, args.out)
+
+    reports["block_backward_sync"] = stratlib.get_strategy(
+        "ddp", accelerator="cpu", devices=2
+    ).launch(accumulate)
 
     synced = stratlib.get_strategy("ddp", accelerator="cpu", devices=2, sync_batchnorm=True)
     try:
