@@ -139,9 +139,27 @@ def watch_parent(parent_pid: int) -> None:
             time.sleep(0.5)
         with contextlib.suppress(OSError):
             os.write(2, f"launching process {parent_pid} ended; stopping process {os.getpid()}\n".encode())
+        _remove_job_files()
         os._exit(1)
 
+    def remove_files_if_orphaned() -> None:
+        if os.getppid() != parent_pid:
+            _remove_job_files()
+
+    atexit.register(remove_files_if_orphaned)
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _remove_job_files() -> None:
+    """In a rank whose launcher died: remove the files it would have removed (the last rank
+    to go removes their folder)."""
+    for variable in (ERROR_FILE_ENV, LAUNCH_FILE_ENV):
+        path = os.environ.get(variable)
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(path))
 
 
 # --- popen ---------------------------------------------------------------------------------------
@@ -302,7 +320,9 @@ class _PopenJob:
                 if self.interrupted:
                     _interrupt_main_thread()
             if stuck and not self.acknowledged.wait(INTERRUPT_GRACE) and not self.closed.is_set():
-                _exit_with(str(self.failure_error()))
+                message = str(self.failure_error())
+                self.close()
+                _exit_with(message)
             return
 
     # -- rank 0 --------------------------------------------------------------------------
