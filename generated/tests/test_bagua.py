@@ -87,6 +87,10 @@ def test_bagua_backend_selection(accelerator: type, backend: str) -> None:
     assert (BaguaStrategy.backend or accelerator.backend).name == backend
 
 
+def test_bagua_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(BaguaStrategy, monkeypatch)
+
+
 ACCELERATOR_BAGUA = testing.runnable_accelerator(BaguaStrategy)
 SKIP_BAGUA = testing.unavailable_reason(BaguaStrategy, ACCELERATOR_BAGUA)
 
@@ -102,12 +106,25 @@ def test_bagua_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_BAGUA is not None, reason=str(SKIP_BAGUA))
-def test_bagua_collectives() -> None:
+def test_bagua_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(BaguaStrategy, ACCELERATOR_BAGUA)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "bagua", accelerator=ACCELERATOR_BAGUA, devices=2
+        "train", "bagua", accelerator=ACCELERATOR_BAGUA, devices=2, steps=4, precision=precision
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_BAGUA is not None, reason=str(SKIP_BAGUA))
+def test_bagua_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "bagua", accelerator=ACCELERATOR_BAGUA, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_BAGUA is not None, reason=str(SKIP_BAGUA))
@@ -120,13 +137,11 @@ def test_bagua_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None:
 
 
 @pytest.mark.skipif(SKIP_BAGUA is not None, reason=str(SKIP_BAGUA))
-def test_bagua_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail", "bagua", accelerator=ACCELERATOR_BAGUA, devices=2, rank=1, how="raise", timeout=120
+def test_bagua_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "bagua", tmp_path, accelerator=ACCELERATOR_BAGUA, devices=2, rank=1, how="raise"
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- cluster environment bagua (BaguaEnvironment)

@@ -11,10 +11,10 @@ import pytest
 from stratlib import (
     CPUAccelerator,
     CUDAAccelerator,
+    DataParallelStrategy,
     DDP2Strategy,
     DDPSpawnStrategy,
     DDPStrategy,
-    DataParallelStrategy,
     registry,
 )
 from stratlib.core import testing
@@ -100,6 +100,10 @@ def test_ddp_backend_selection(accelerator: type, backend: str) -> None:
     assert (DDPStrategy.backend or accelerator.backend).name == backend
 
 
+def test_ddp_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(DDPStrategy, monkeypatch)
+
+
 ACCELERATOR_DDP = testing.runnable_accelerator(DDPStrategy)
 SKIP_DDP = testing.unavailable_reason(DDPStrategy, ACCELERATOR_DDP)
 
@@ -115,12 +119,25 @@ def test_ddp_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_DDP is not None, reason=str(SKIP_DDP))
-def test_ddp_collectives() -> None:
+def test_ddp_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(DDPStrategy, ACCELERATOR_DDP)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "ddp", accelerator=ACCELERATOR_DDP, devices=2
+        "train", "ddp", accelerator=ACCELERATOR_DDP, devices=2, steps=4, precision=precision
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_DDP is not None, reason=str(SKIP_DDP))
+def test_ddp_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "ddp", accelerator=ACCELERATOR_DDP, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_DDP is not None, reason=str(SKIP_DDP))
@@ -133,13 +150,11 @@ def test_ddp_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None:
 
 
 @pytest.mark.skipif(SKIP_DDP is not None, reason=str(SKIP_DDP))
-def test_ddp_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail", "ddp", accelerator=ACCELERATOR_DDP, devices=2, rank=1, how="raise", timeout=120
+def test_ddp_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "ddp", tmp_path, accelerator=ACCELERATOR_DDP, devices=2, rank=1, how="raise"
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- ddp_spawn (DDPSpawnStrategy)
@@ -227,6 +242,10 @@ def test_ddp_spawn_backend_selection(accelerator: type, backend: str) -> None:
     assert (DDPSpawnStrategy.backend or accelerator.backend).name == backend
 
 
+def test_ddp_spawn_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(DDPSpawnStrategy, monkeypatch)
+
+
 ACCELERATOR_DDP_SPAWN = testing.runnable_accelerator(DDPSpawnStrategy)
 SKIP_DDP_SPAWN = testing.unavailable_reason(DDPSpawnStrategy, ACCELERATOR_DDP_SPAWN)
 
@@ -242,12 +261,30 @@ def test_ddp_spawn_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_DDP_SPAWN is not None, reason=str(SKIP_DDP_SPAWN))
-def test_ddp_spawn_collectives() -> None:
+def test_ddp_spawn_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(DDPSpawnStrategy, ACCELERATOR_DDP_SPAWN)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "ddp_spawn", accelerator=ACCELERATOR_DDP_SPAWN, devices=2
+        "train",
+        "ddp_spawn",
+        accelerator=ACCELERATOR_DDP_SPAWN,
+        devices=2,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_DDP_SPAWN is not None, reason=str(SKIP_DDP_SPAWN))
+def test_ddp_spawn_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "ddp_spawn", accelerator=ACCELERATOR_DDP_SPAWN, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_DDP_SPAWN is not None, reason=str(SKIP_DDP_SPAWN))
@@ -260,19 +297,11 @@ def test_ddp_spawn_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> No
 
 
 @pytest.mark.skipif(SKIP_DDP_SPAWN is not None, reason=str(SKIP_DDP_SPAWN))
-def test_ddp_spawn_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
-        "ddp_spawn",
-        accelerator=ACCELERATOR_DDP_SPAWN,
-        devices=2,
-        rank=1,
-        how="raise",
-        timeout=120,
+def test_ddp_spawn_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "ddp_spawn", tmp_path, accelerator=ACCELERATOR_DDP_SPAWN, devices=2, rank=1, how="raise"
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- dp (DataParallelStrategy)
@@ -346,6 +375,10 @@ def test_dp_backend_selection(accelerator: type, backend: str) -> None:
     assert (DataParallelStrategy.backend or accelerator.backend).name == backend
 
 
+def test_dp_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(DataParallelStrategy, monkeypatch)
+
+
 ACCELERATOR_DP = testing.runnable_accelerator(DataParallelStrategy)
 SKIP_DP = testing.unavailable_reason(DataParallelStrategy, ACCELERATOR_DP)
 
@@ -361,12 +394,25 @@ def test_dp_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_DP is not None, reason=str(SKIP_DP))
-def test_dp_collectives() -> None:
+def test_dp_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(DataParallelStrategy, ACCELERATOR_DP)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "dp", accelerator=ACCELERATOR_DP, devices=1
+        "train", "dp", accelerator=ACCELERATOR_DP, devices=1, steps=4, precision=precision
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=1)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_DP is not None, reason=str(SKIP_DP))
+def test_dp_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "dp", accelerator=ACCELERATOR_DP, devices=1, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_DP is not None, reason=str(SKIP_DP))
@@ -457,6 +503,10 @@ def test_ddp2_backend_selection(accelerator: type, backend: str) -> None:
     assert (DDP2Strategy.backend or accelerator.backend).name == backend
 
 
+def test_ddp2_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(DDP2Strategy, monkeypatch)
+
+
 ACCELERATOR_DDP2 = testing.runnable_accelerator(DDP2Strategy)
 SKIP_DDP2 = testing.unavailable_reason(DDP2Strategy, ACCELERATOR_DDP2)
 
@@ -472,12 +522,25 @@ def test_ddp2_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_DDP2 is not None, reason=str(SKIP_DDP2))
-def test_ddp2_collectives() -> None:
+def test_ddp2_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(DDP2Strategy, ACCELERATOR_DDP2)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "ddp2", accelerator=ACCELERATOR_DDP2, devices=1
+        "train", "ddp2", accelerator=ACCELERATOR_DDP2, devices=1, steps=4, precision=precision
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=1)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_DDP2 is not None, reason=str(SKIP_DDP2))
+def test_ddp2_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "ddp2", accelerator=ACCELERATOR_DDP2, devices=1, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_DDP2 is not None, reason=str(SKIP_DDP2))

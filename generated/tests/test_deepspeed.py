@@ -104,6 +104,10 @@ def test_deepspeed_backend_selection(accelerator: type, backend: str) -> None:
     assert (DeepSpeedStrategy.backend or accelerator.backend).name == backend
 
 
+def test_deepspeed_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(DeepSpeedStrategy, monkeypatch)
+
+
 ACCELERATOR_DEEPSPEED = testing.runnable_accelerator(DeepSpeedStrategy)
 SKIP_DEEPSPEED = testing.unavailable_reason(DeepSpeedStrategy, ACCELERATOR_DEEPSPEED)
 
@@ -119,12 +123,30 @@ def test_deepspeed_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_DEEPSPEED is not None, reason=str(SKIP_DEEPSPEED))
-def test_deepspeed_collectives() -> None:
+def test_deepspeed_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(DeepSpeedStrategy, ACCELERATOR_DEEPSPEED)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "deepspeed", accelerator=ACCELERATOR_DEEPSPEED, devices=2
+        "train",
+        "deepspeed",
+        accelerator=ACCELERATOR_DEEPSPEED,
+        devices=2,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_DEEPSPEED is not None, reason=str(SKIP_DEEPSPEED))
+def test_deepspeed_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "deepspeed", accelerator=ACCELERATOR_DEEPSPEED, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_DEEPSPEED is not None, reason=str(SKIP_DEEPSPEED))
@@ -137,19 +159,11 @@ def test_deepspeed_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> No
 
 
 @pytest.mark.skipif(SKIP_DEEPSPEED is not None, reason=str(SKIP_DEEPSPEED))
-def test_deepspeed_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
-        "deepspeed",
-        accelerator=ACCELERATOR_DEEPSPEED,
-        devices=2,
-        rank=1,
-        how="raise",
-        timeout=120,
+def test_deepspeed_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "deepspeed", tmp_path, accelerator=ACCELERATOR_DEEPSPEED, devices=2, rank=1, how="raise"
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- precision plugin deepspeed (DeepSpeedPrecisionPlugin)

@@ -11,8 +11,8 @@ import pytest
 from stratlib import (
     ClusterEnvironment,
     KubeflowEnvironment,
-    LSFEnvironment,
     LightningEnvironment,
+    LSFEnvironment,
     MPIEnvironment,
     SLURMEnvironment,
     TorchElasticEnvironment,

@@ -98,6 +98,10 @@ def test_fsdp_backend_selection(accelerator: type, backend: str) -> None:
     assert (FSDPStrategy.backend or accelerator.backend).name == backend
 
 
+def test_fsdp_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(FSDPStrategy, monkeypatch)
+
+
 ACCELERATOR_FSDP = testing.runnable_accelerator(FSDPStrategy)
 SKIP_FSDP = testing.unavailable_reason(FSDPStrategy, ACCELERATOR_FSDP)
 
@@ -113,12 +117,25 @@ def test_fsdp_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_FSDP is not None, reason=str(SKIP_FSDP))
-def test_fsdp_collectives() -> None:
+def test_fsdp_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(FSDPStrategy, ACCELERATOR_FSDP)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "fsdp", accelerator=ACCELERATOR_FSDP, devices=2
+        "train", "fsdp", accelerator=ACCELERATOR_FSDP, devices=2, steps=4, precision=precision
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_FSDP is not None, reason=str(SKIP_FSDP))
+def test_fsdp_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "fsdp", accelerator=ACCELERATOR_FSDP, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_FSDP is not None, reason=str(SKIP_FSDP))
@@ -131,13 +148,11 @@ def test_fsdp_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None:
 
 
 @pytest.mark.skipif(SKIP_FSDP is not None, reason=str(SKIP_FSDP))
-def test_fsdp_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail", "fsdp", accelerator=ACCELERATOR_FSDP, devices=2, rank=1, how="raise", timeout=120
+def test_fsdp_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "fsdp", tmp_path, accelerator=ACCELERATOR_FSDP, devices=2, rank=1, how="raise"
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- ddp_fully_sharded (DDPFullyShardedStrategy)
@@ -216,6 +231,12 @@ def test_ddp_fully_sharded_backend_selection(accelerator: type, backend: str) ->
     assert (DDPFullyShardedStrategy.backend or accelerator.backend).name == backend
 
 
+def test_ddp_fully_sharded_detects_cluster_environments_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    testing.assert_detection_priority(DDPFullyShardedStrategy, monkeypatch)
+
+
 ACCELERATOR_DDP_FULLY_SHARDED = testing.runnable_accelerator(DDPFullyShardedStrategy)
 SKIP_DDP_FULLY_SHARDED = testing.unavailable_reason(
     DDPFullyShardedStrategy, ACCELERATOR_DDP_FULLY_SHARDED
@@ -233,12 +254,34 @@ def test_ddp_fully_sharded_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_DDP_FULLY_SHARDED is not None, reason=str(SKIP_DDP_FULLY_SHARDED))
-def test_ddp_fully_sharded_collectives() -> None:
+def test_ddp_fully_sharded_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(DDPFullyShardedStrategy, ACCELERATOR_DDP_FULLY_SHARDED)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "ddp_fully_sharded", accelerator=ACCELERATOR_DDP_FULLY_SHARDED, devices=2
+        "train",
+        "ddp_fully_sharded",
+        accelerator=ACCELERATOR_DDP_FULLY_SHARDED,
+        devices=2,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_DDP_FULLY_SHARDED is not None, reason=str(SKIP_DDP_FULLY_SHARDED))
+def test_ddp_fully_sharded_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api",
+        "ddp_fully_sharded",
+        accelerator=ACCELERATOR_DDP_FULLY_SHARDED,
+        devices=2,
+        folder=tmp_path,
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_DDP_FULLY_SHARDED is not None, reason=str(SKIP_DDP_FULLY_SHARDED))
@@ -255,19 +298,16 @@ def test_ddp_fully_sharded_checkpoint_round_trip(tmp_path: pytest.TempPathFactor
 
 
 @pytest.mark.skipif(SKIP_DDP_FULLY_SHARDED is not None, reason=str(SKIP_DDP_FULLY_SHARDED))
-def test_ddp_fully_sharded_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
+def test_ddp_fully_sharded_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
         "ddp_fully_sharded",
+        tmp_path,
         accelerator=ACCELERATOR_DDP_FULLY_SHARDED,
         devices=2,
         rank=1,
         how="raise",
-        timeout=120,
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- precision plugin fully_sharded_native_mixed (FullyShardedNativeMixedPrecisionPlugin)

@@ -83,6 +83,10 @@ def test_horovod_backend_selection(accelerator: type, backend: str) -> None:
     assert (HorovodStrategy.backend or accelerator.backend).name == backend
 
 
+def test_horovod_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(HorovodStrategy, monkeypatch)
+
+
 ACCELERATOR_HOROVOD = testing.runnable_accelerator(HorovodStrategy)
 SKIP_HOROVOD = testing.unavailable_reason(HorovodStrategy, ACCELERATOR_HOROVOD)
 
@@ -98,12 +102,25 @@ def test_horovod_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_HOROVOD is not None, reason=str(SKIP_HOROVOD))
-def test_horovod_collectives() -> None:
+def test_horovod_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(HorovodStrategy, ACCELERATOR_HOROVOD)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "horovod", accelerator=ACCELERATOR_HOROVOD, devices=2
+        "train", "horovod", accelerator=ACCELERATOR_HOROVOD, devices=2, steps=4, precision=precision
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_HOROVOD is not None, reason=str(SKIP_HOROVOD))
+def test_horovod_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "horovod", accelerator=ACCELERATOR_HOROVOD, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_HOROVOD is not None, reason=str(SKIP_HOROVOD))
@@ -116,19 +133,11 @@ def test_horovod_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None
 
 
 @pytest.mark.skipif(SKIP_HOROVOD is not None, reason=str(SKIP_HOROVOD))
-def test_horovod_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
-        "horovod",
-        accelerator=ACCELERATOR_HOROVOD,
-        devices=2,
-        rank=1,
-        how="raise",
-        timeout=120,
+def test_horovod_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "horovod", tmp_path, accelerator=ACCELERATOR_HOROVOD, devices=2, rank=1, how="raise"
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- cluster environment horovod (HorovodEnvironment)

@@ -76,12 +76,30 @@ def test_hpu_single_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_HPU_SINGLE is not None, reason=str(SKIP_HPU_SINGLE))
-def test_hpu_single_collectives() -> None:
+def test_hpu_single_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(SingleHPUStrategy, ACCELERATOR_HPU_SINGLE)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "hpu_single", accelerator=ACCELERATOR_HPU_SINGLE, devices=1
+        "train",
+        "hpu_single",
+        accelerator=ACCELERATOR_HPU_SINGLE,
+        devices=1,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=1)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_HPU_SINGLE is not None, reason=str(SKIP_HPU_SINGLE))
+def test_hpu_single_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "hpu_single", accelerator=ACCELERATOR_HPU_SINGLE, devices=1, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_HPU_SINGLE is not None, reason=str(SKIP_HPU_SINGLE))
@@ -158,6 +176,12 @@ def test_hpu_parallel_backend_selection(accelerator: type, backend: str) -> None
     assert (HPUParallelStrategy.backend or accelerator.backend).name == backend
 
 
+def test_hpu_parallel_detects_cluster_environments_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    testing.assert_detection_priority(HPUParallelStrategy, monkeypatch)
+
+
 ACCELERATOR_HPU_PARALLEL = testing.runnable_accelerator(HPUParallelStrategy)
 SKIP_HPU_PARALLEL = testing.unavailable_reason(HPUParallelStrategy, ACCELERATOR_HPU_PARALLEL)
 
@@ -173,12 +197,30 @@ def test_hpu_parallel_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_HPU_PARALLEL is not None, reason=str(SKIP_HPU_PARALLEL))
-def test_hpu_parallel_collectives() -> None:
+def test_hpu_parallel_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(HPUParallelStrategy, ACCELERATOR_HPU_PARALLEL)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "hpu_parallel", accelerator=ACCELERATOR_HPU_PARALLEL, devices=2
+        "train",
+        "hpu_parallel",
+        accelerator=ACCELERATOR_HPU_PARALLEL,
+        devices=2,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_HPU_PARALLEL is not None, reason=str(SKIP_HPU_PARALLEL))
+def test_hpu_parallel_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "hpu_parallel", accelerator=ACCELERATOR_HPU_PARALLEL, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_HPU_PARALLEL is not None, reason=str(SKIP_HPU_PARALLEL))
@@ -195,19 +237,16 @@ def test_hpu_parallel_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) ->
 
 
 @pytest.mark.skipif(SKIP_HPU_PARALLEL is not None, reason=str(SKIP_HPU_PARALLEL))
-def test_hpu_parallel_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
+def test_hpu_parallel_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
         "hpu_parallel",
+        tmp_path,
         accelerator=ACCELERATOR_HPU_PARALLEL,
         devices=2,
         rank=1,
         how="raise",
-        timeout=120,
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- accelerator hpu (HPUAccelerator)

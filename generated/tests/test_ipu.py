@@ -65,6 +65,10 @@ def test_ipu_backend_selection(accelerator: type, backend: str) -> None:
     assert (IPUStrategy.backend or accelerator.backend).name == backend
 
 
+def test_ipu_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(IPUStrategy, monkeypatch)
+
+
 ACCELERATOR_IPU = testing.runnable_accelerator(IPUStrategy)
 SKIP_IPU = testing.unavailable_reason(IPUStrategy, ACCELERATOR_IPU)
 
@@ -80,12 +84,25 @@ def test_ipu_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_IPU is not None, reason=str(SKIP_IPU))
-def test_ipu_collectives() -> None:
+def test_ipu_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(IPUStrategy, ACCELERATOR_IPU)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "ipu", accelerator=ACCELERATOR_IPU, devices=1
+        "train", "ipu", accelerator=ACCELERATOR_IPU, devices=1, steps=4, precision=precision
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=1)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_IPU is not None, reason=str(SKIP_IPU))
+def test_ipu_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "ipu", accelerator=ACCELERATOR_IPU, devices=1, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_IPU is not None, reason=str(SKIP_IPU))

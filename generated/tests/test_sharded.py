@@ -98,6 +98,10 @@ def test_ddp_sharded_backend_selection(accelerator: type, backend: str) -> None:
     assert (DDPShardedStrategy.backend or accelerator.backend).name == backend
 
 
+def test_ddp_sharded_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(DDPShardedStrategy, monkeypatch)
+
+
 ACCELERATOR_DDP_SHARDED = testing.runnable_accelerator(DDPShardedStrategy)
 SKIP_DDP_SHARDED = testing.unavailable_reason(DDPShardedStrategy, ACCELERATOR_DDP_SHARDED)
 
@@ -113,12 +117,30 @@ def test_ddp_sharded_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_DDP_SHARDED is not None, reason=str(SKIP_DDP_SHARDED))
-def test_ddp_sharded_collectives() -> None:
+def test_ddp_sharded_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(DDPShardedStrategy, ACCELERATOR_DDP_SHARDED)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "ddp_sharded", accelerator=ACCELERATOR_DDP_SHARDED, devices=2
+        "train",
+        "ddp_sharded",
+        accelerator=ACCELERATOR_DDP_SHARDED,
+        devices=2,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_DDP_SHARDED is not None, reason=str(SKIP_DDP_SHARDED))
+def test_ddp_sharded_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "ddp_sharded", accelerator=ACCELERATOR_DDP_SHARDED, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_DDP_SHARDED is not None, reason=str(SKIP_DDP_SHARDED))
@@ -131,19 +153,11 @@ def test_ddp_sharded_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> 
 
 
 @pytest.mark.skipif(SKIP_DDP_SHARDED is not None, reason=str(SKIP_DDP_SHARDED))
-def test_ddp_sharded_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
-        "ddp_sharded",
-        accelerator=ACCELERATOR_DDP_SHARDED,
-        devices=2,
-        rank=1,
-        how="raise",
-        timeout=120,
+def test_ddp_sharded_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "ddp_sharded", tmp_path, accelerator=ACCELERATOR_DDP_SHARDED, devices=2, rank=1, how="raise"
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- ddp_sharded_spawn (DDPSpawnShardedStrategy)
@@ -229,6 +243,12 @@ def test_ddp_sharded_spawn_backend_selection(accelerator: type, backend: str) ->
     assert (DDPSpawnShardedStrategy.backend or accelerator.backend).name == backend
 
 
+def test_ddp_sharded_spawn_detects_cluster_environments_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    testing.assert_detection_priority(DDPSpawnShardedStrategy, monkeypatch)
+
+
 ACCELERATOR_DDP_SHARDED_SPAWN = testing.runnable_accelerator(DDPSpawnShardedStrategy)
 SKIP_DDP_SHARDED_SPAWN = testing.unavailable_reason(
     DDPSpawnShardedStrategy, ACCELERATOR_DDP_SHARDED_SPAWN
@@ -246,12 +266,34 @@ def test_ddp_sharded_spawn_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_DDP_SHARDED_SPAWN is not None, reason=str(SKIP_DDP_SHARDED_SPAWN))
-def test_ddp_sharded_spawn_collectives() -> None:
+def test_ddp_sharded_spawn_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(DDPSpawnShardedStrategy, ACCELERATOR_DDP_SHARDED_SPAWN)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "ddp_sharded_spawn", accelerator=ACCELERATOR_DDP_SHARDED_SPAWN, devices=2
+        "train",
+        "ddp_sharded_spawn",
+        accelerator=ACCELERATOR_DDP_SHARDED_SPAWN,
+        devices=2,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_DDP_SHARDED_SPAWN is not None, reason=str(SKIP_DDP_SHARDED_SPAWN))
+def test_ddp_sharded_spawn_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api",
+        "ddp_sharded_spawn",
+        accelerator=ACCELERATOR_DDP_SHARDED_SPAWN,
+        devices=2,
+        folder=tmp_path,
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_DDP_SHARDED_SPAWN is not None, reason=str(SKIP_DDP_SHARDED_SPAWN))
@@ -268,19 +310,16 @@ def test_ddp_sharded_spawn_checkpoint_round_trip(tmp_path: pytest.TempPathFactor
 
 
 @pytest.mark.skipif(SKIP_DDP_SHARDED_SPAWN is not None, reason=str(SKIP_DDP_SHARDED_SPAWN))
-def test_ddp_sharded_spawn_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
+def test_ddp_sharded_spawn_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
         "ddp_sharded_spawn",
+        tmp_path,
         accelerator=ACCELERATOR_DDP_SHARDED_SPAWN,
         devices=2,
         rank=1,
         how="raise",
-        timeout=120,
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- precision plugin sharded_native_mixed (ShardedNativeMixedPrecisionPlugin)

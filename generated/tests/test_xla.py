@@ -86,12 +86,30 @@ def test_single_tpu_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_SINGLE_TPU is not None, reason=str(SKIP_SINGLE_TPU))
-def test_single_tpu_collectives() -> None:
+def test_single_tpu_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(SingleTPUStrategy, ACCELERATOR_SINGLE_TPU)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "single_tpu", accelerator=ACCELERATOR_SINGLE_TPU, devices=1
+        "train",
+        "single_tpu",
+        accelerator=ACCELERATOR_SINGLE_TPU,
+        devices=1,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=1)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_SINGLE_TPU is not None, reason=str(SKIP_SINGLE_TPU))
+def test_single_tpu_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "single_tpu", accelerator=ACCELERATOR_SINGLE_TPU, devices=1, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_SINGLE_TPU is not None, reason=str(SKIP_SINGLE_TPU))
@@ -160,6 +178,10 @@ def test_tpu_spawn_backend_selection(accelerator: type, backend: str) -> None:
     assert (TPUSpawnStrategy.backend or accelerator.backend).name == backend
 
 
+def test_tpu_spawn_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(TPUSpawnStrategy, monkeypatch)
+
+
 ACCELERATOR_TPU_SPAWN = testing.runnable_accelerator(TPUSpawnStrategy)
 SKIP_TPU_SPAWN = testing.unavailable_reason(TPUSpawnStrategy, ACCELERATOR_TPU_SPAWN)
 
@@ -175,12 +197,30 @@ def test_tpu_spawn_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_TPU_SPAWN is not None, reason=str(SKIP_TPU_SPAWN))
-def test_tpu_spawn_collectives() -> None:
+def test_tpu_spawn_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(TPUSpawnStrategy, ACCELERATOR_TPU_SPAWN)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "tpu_spawn", accelerator=ACCELERATOR_TPU_SPAWN, devices=2
+        "train",
+        "tpu_spawn",
+        accelerator=ACCELERATOR_TPU_SPAWN,
+        devices=2,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_TPU_SPAWN is not None, reason=str(SKIP_TPU_SPAWN))
+def test_tpu_spawn_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "tpu_spawn", accelerator=ACCELERATOR_TPU_SPAWN, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_TPU_SPAWN is not None, reason=str(SKIP_TPU_SPAWN))
@@ -193,19 +233,11 @@ def test_tpu_spawn_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> No
 
 
 @pytest.mark.skipif(SKIP_TPU_SPAWN is not None, reason=str(SKIP_TPU_SPAWN))
-def test_tpu_spawn_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
-        "tpu_spawn",
-        accelerator=ACCELERATOR_TPU_SPAWN,
-        devices=2,
-        rank=1,
-        how="raise",
-        timeout=120,
+def test_tpu_spawn_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "tpu_spawn", tmp_path, accelerator=ACCELERATOR_TPU_SPAWN, devices=2, rank=1, how="raise"
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- accelerator tpu (TPUAccelerator)

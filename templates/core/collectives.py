@@ -7,6 +7,7 @@ size, and unsupported dtypes are reduced in a wider one and cast back.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .exceptions import MisconfigurationError
+from .exceptions import CollectiveTimeoutError, MisconfigurationError
 from .imports import Requirement
 
 REDUCE_OPS = ("sum", "product", "min", "max", "mean")
@@ -114,3 +115,17 @@ def broadcast_object(obj: Any, src: int, group: Any = None, device: torch.device
     holder = [obj]
     dist.broadcast_object_list(holder, src=src, group=group, device=device)
     return holder[0]
+
+
+#: How backends word a timeout: gloo "Timed out waiting 5000ms for recv operation", the store
+#: "Timed out after 5 seconds waiting for clients", NCCL's watchdog "...timeout...".
+_TIMEOUT_WORDING = re.compile(r"\btimed? ?out\b|\btimeout\b", re.IGNORECASE)
+
+
+def is_timeout_error(error: BaseException) -> bool:
+    """Whether a backend's error means that a peer did not answer in time."""
+    if isinstance(error, CollectiveTimeoutError):
+        return False
+    if isinstance(error, TimeoutError):
+        return True
+    return isinstance(error, RuntimeError) and bool(_TIMEOUT_WORDING.search(str(error)))

@@ -45,16 +45,38 @@ class Condition:
 
 
 def _slurm_first_host(variable: str, value: str) -> str:
-    """First host of a SLURM node list: 'gpu[003-007,9],cpu1' -> 'gpu003'."""
-    value = value.strip()
-    match = re.match(r"^([^,\[]+)(\[([^\]]*)\])?", value)
-    if match is None:
-        raise ValueError(f"cannot read a host from {variable}={value!r}")
-    prefix, bracket = match.group(1), match.group(3)
-    if bracket is None:
-        return prefix
-    first = bracket.split(",")[0].split("-")[0]
-    return prefix + first
+    """First host of a SLURM host list.
+
+    Host lists join entries with commas; an entry may hold several bracketed ranges, each
+    a comma list of numbers or zero-padded intervals: 'gpu[003-007,9],cpu1' -> 'gpu003',
+    'rack[2-3]-node[01-04]' -> 'rack2-node01', 'node[7,2]-ib' -> 'node7-ib'.
+    """
+    text = value.strip()
+    depth = 0
+    for index, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char in ", " and depth == 0:
+            text = text[:index]
+            break
+        if depth not in (0, 1):
+            raise ValueError(f"{variable}={value!r} is not a SLURM host list (unbalanced brackets)")
+    if depth != 0 or not text:
+        raise ValueError(f"{variable}={value!r} is not a SLURM host list")
+
+    def first(match: re.Match[str]) -> str:
+        item = match.group(1).split(",")[0].strip()
+        start = item.split("-")[0]
+        if not start.isdigit():
+            raise ValueError(f"{variable}={value!r}: [{match.group(1)}] is not a range of numbers")
+        return start
+
+    host = re.sub(r"\[([^\]]*)\]", first, text)
+    if not host or "[" in host or "]" in host:
+        raise ValueError(f"{variable}={value!r} is not a SLURM host list")
+    return host
 
 
 def _job_port(job_variable: str) -> Any:

@@ -3,13 +3,20 @@
 Ranks and the world size come from the cluster environment. Collectives run on a
 torch.distributed process group created in ``setup_environment`` with the strategy's backend
 (the accelerator's by default), and honour what that backend can do natively.
+
+The process group belongs to the process, not to one strategy: a script that launches several
+times (training, then evaluation) reuses it, because a second rendezvous on the same address
+would meet the first one's leftovers. It is destroyed when the process ends, or when a launch
+fails (its peers are gone).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +28,7 @@ from .accelerator import Accelerator
 from .checkpoint_io import CheckpointIO
 from .collectives import CollectiveBackend
 from .environment import ClusterEnvironmentBase
-from .exceptions import MisconfigurationError
+from .exceptions import CollectiveTimeoutError, MisconfigurationError
 from .imports import import_object, require
 from .precision import PrecisionBase
 from .strategy import StrategyBase
@@ -50,7 +57,6 @@ class ParallelMixin(StrategyBase):
         self._parallel_devices = list(parallel_devices) if parallel_devices is not None else None
         self._cluster_environment = cluster_environment
         self.num_nodes = num_nodes
-        self._owns_process_group = False
 
     # -- composition ---------------------------------------------------------------------
 
@@ -120,6 +126,28 @@ class ParallelMixin(StrategyBase):
         environment.set_world_size(self.num_nodes * self.num_processes)
         environment.set_global_rank(self.node_rank * self.num_processes + self.local_rank)
 
+    # -- configuration -------------------------------------------------------------------
+
+    def validate_configuration(self) -> None:
+        super().validate_configuration()
+        timeout = self.timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise MisconfigurationError(f"timeout={timeout!r} is not allowed; give a positive number of seconds")
+        name = self.process_group_backend
+        if name is not None:
+            from .factory import known_backends
+
+            known = known_backends()
+            if name not in known:
+                raise MisconfigurationError(
+                    f"process_group_backend={name!r} is not a collective backend; use one of {', '.join(known)}"
+                )
+            if not dist.is_backend_available(name):
+                raise MisconfigurationError(
+                    f"process_group_backend={name!r} is not available in this torch build"
+                    f" (available: {', '.join(b for b in known if dist.is_backend_available(b))})"
+                )
+
     # -- environment ---------------------------------------------------------------------
 
     def setup_environment(self) -> None:
@@ -130,23 +158,79 @@ class ParallelMixin(StrategyBase):
         self.setup_distributed()
 
     def setup_distributed(self) -> None:
-        """Create the default process group (unless one exists already)."""
-        if dist.is_initialized():
-            return
+        """Create the default process group, or reuse the one an earlier launch created."""
         backend = self.collective_backend
+        if dist.is_initialized() and not self._replace_process_group(backend.name):
+            return
         require(backend.requirements, f"backend {backend.name!r}")
         if backend.init_hook is not None:
             import_object(backend.init_hook)()
         environment = self.cluster_environment
         os.environ["MASTER_ADDR"] = environment.main_address
         os.environ["MASTER_PORT"] = str(environment.main_port)
-        dist.init_process_group(
-            backend.name,
-            rank=self.global_rank,
-            world_size=self.world_size,
-            timeout=timedelta(seconds=self.timeout),
+        with self.timeouts_reported("connecting the processes"):
+            dist.init_process_group(
+                backend.name,
+                rank=self.global_rank,
+                world_size=self.world_size,
+                timeout=timedelta(seconds=self.timeout),
+            )
+        _created_process_group()
+
+    def _replace_process_group(self, backend: str) -> bool:
+        """Whether the existing group must be replaced (else it is reused); raise if it cannot
+        serve this launch."""
+        existing = (dist.get_backend(), dist.get_world_size(), dist.get_rank())
+        if existing == (backend, self.world_size, self.global_rank):
+            set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+            if set_timeout is not None:  # this launch's timeout, where torch can change it
+                with contextlib.suppress(Exception):
+                    set_timeout(timedelta(seconds=self.timeout))
+            return False
+        if existing[1] == 1:  # nobody else is connected to it
+            release_process_group()
+            return True
+        raise MisconfigurationError(
+            f"this process already belongs to a process group of {existing[1]} processes "
+            f"(backend {existing[0]!r}, rank {existing[2]}) from an earlier launch, and "
+            f"{type(self).__name__} asks for {self.world_size} (backend {backend!r}, rank "
+            f"{self.global_rank}); every launch of a script must use the same devices, nodes and backend"
         )
-        self._owns_process_group = True
+
+    def run_worker(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        # Timeouts can also surface outside the collectives below, e.g. in DDP's gradient
+        # reduction during backward.
+        with self.timeouts_reported("a collective"):
+            try:
+                return super().run_worker(function, args, kwargs)
+            except BaseException:
+                release_process_group()  # its peers are stopping: it cannot be used again
+                raise
+
+    @contextlib.contextmanager
+    def timeouts_reported(self, operation: str) -> Generator[None, None, None]:
+        """Turn a backend's timeout error inside the block into a CollectiveTimeoutError that
+        says what timed out and why (the backend's error stays attached as the cause)."""
+        try:
+            yield
+        except RuntimeError as exc:
+            if not collectives.is_timeout_error(exc):
+                raise
+            rank = self._safe_rank()
+            raise CollectiveTimeoutError(
+                f"rank {rank}: {operation} timed out after {self.timeout:g} s waiting for the other "
+                "processes (the strategy's timeout option); another process hangs, is far slower, "
+                "or died",
+                rank=rank,
+                operation=operation,
+                timeout=self.timeout,
+            ) from exc
+
+    def _safe_rank(self) -> int | None:
+        try:
+            return self.global_rank
+        except MisconfigurationError:
+            return None
 
     # -- collectives ---------------------------------------------------------------------
 
@@ -160,26 +244,30 @@ class ParallelMixin(StrategyBase):
         if not self._distributed():
             collectives.normalize_reduce_op(reduce_op)
             return tensor
-        return collectives.all_reduce(tensor, reduce_op, self.collective_backend, group)
+        with self.timeouts_reported("reduce"):
+            return collectives.all_reduce(tensor, reduce_op, self.collective_backend, group)
 
     def all_gather(self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False) -> torch.Tensor:
         if not self._distributed():
             return tensor.unsqueeze(0) if sync_grads else tensor.detach().unsqueeze(0)
-        return collectives.all_gather(tensor, self.collective_backend, group, sync_grads)
+        with self.timeouts_reported("all_gather"):
+            return collectives.all_gather(tensor, self.collective_backend, group, sync_grads)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not self._distributed():
             return obj
         device = self.root_device if self.collective_backend.name == "nccl" else None
-        return collectives.broadcast_object(obj, src, device=device)
+        with self.timeouts_reported("broadcast"):
+            return collectives.broadcast_object(obj, src, device=device)
 
     def barrier(self, name: str | None = None) -> None:
         if not self._distributed():
             return
-        if self.collective_backend.name == "nccl":
-            dist.barrier(device_ids=[self.root_device.index or 0])
-        else:
-            dist.barrier()
+        with self.timeouts_reported(f"barrier {name!r}" if name else "barrier"):
+            if self.collective_backend.name == "nccl":
+                dist.barrier(device_ids=[self.root_device.index or 0])
+            else:
+                dist.barrier()
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
@@ -198,8 +286,26 @@ class ParallelMixin(StrategyBase):
 
     def teardown(self) -> None:
         super().teardown()
-        if self._owns_process_group and self._distributed():
-            dist.destroy_process_group()
-        self._owns_process_group = False
         if self._cluster_environment is not None:
             self._cluster_environment.teardown()
+
+
+_release_registered = False
+
+
+def _created_process_group() -> None:
+    global _release_registered
+    if not _release_registered:
+        atexit.register(release_process_group)
+        _release_registered = True
+
+
+def release_process_group() -> None:
+    """Destroy the default process group of this process, if there is one."""
+    if dist.is_available() and dist.is_initialized():
+        # Wrappers left in reference cycles (DDP's reducer) hold pending work of the group:
+        # free them while the interpreter is whole, not during its shutdown, where gloo's
+        # threads can abort the process.
+        gc.collect()
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()

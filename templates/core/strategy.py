@@ -219,10 +219,17 @@ class StrategyBase(ABC):
         finally:
             self.teardown()
 
+    def validate_configuration(self) -> None:
+        """Check option values that their types alone do not rule out; raises
+        MisconfigurationError naming the option. Called by ``get_strategy`` and again before
+        a process starts using the strategy, for strategies constructed directly."""
+        return None
+
     def setup_environment(self) -> None:
         """Prepare this process: claim the device (parallel strategies also connect)."""
         if self._environment_ready:
             return
+        self.validate_configuration()
         self.accelerator.check_available()
         self.accelerator.setup_device(self.root_device)
         self.precision_plugin.connect(self.root_device, self.accelerator.needs_grad_scaler)
@@ -240,6 +247,7 @@ class StrategyBase(ABC):
         self.setup_environment()
         module = self.precision_plugin.convert_module(module)
         if self._layer_sync is not None:
+            self._layer_sync.check_supported(module, self.root_device, self.world_size)
             module = self._layer_sync.apply(module)
         module = self.model_to_device(module)
         hook = self.hook("setup")
@@ -394,9 +402,11 @@ class StrategyBase(ABC):
         return converted
 
     def save_checkpoint(self, checkpoint: Mapping[str, Any], filepath: PathLike, storage_options: Any = None) -> None:
-        """Save ``checkpoint`` to ``filepath`` from rank 0; returns once the file is complete.
+        """Save ``checkpoint`` to ``filepath`` from rank 0.
 
-        Modules and optimizers in the mapping are replaced by their full state dicts.
+        Modules and optimizers in the mapping are replaced by their full state dicts. Returns
+        once the file is complete, or, with an asynchronous CheckpointIO, once the write is
+        queued (``load_checkpoint`` waits for it).
         """
         state = self._state_to_save(checkpoint)
         if self.is_global_zero:
@@ -412,6 +422,8 @@ class StrategyBase(ABC):
         the same name, and the remaining entries are returned. Without it, the whole
         checkpoint is returned.
         """
+        # Rank 0 finishes its outstanding (asynchronous) saves before any rank reads.
+        self.checkpoint_io.wait()
         self.barrier("load_checkpoint")
         checkpoint = self.checkpoint_io.load_checkpoint(filepath, map_location="cpu")
         if state is None:
@@ -450,13 +462,14 @@ class StrategyBase(ABC):
     # -- teardown ------------------------------------------------------------------------
 
     def teardown(self) -> None:
-        """Release what the strategy holds; the unwrapped model moves back to the CPU."""
+        """Release what the strategy holds: ``model`` becomes the user's module, unwrapped and
+        back on the CPU (the wrapper belongs to the communication that ends here)."""
         self.call_hook("teardown")
         for handle in self._forward_hooks:
             handle.remove()
         self._forward_hooks = []
         if self._model is not None:
-            self.unwrap(self._model).to("cpu")
+            self._model = self.unwrap(self._model).to("cpu")
         if self._precision_plugin is not None:
             self._precision_plugin.teardown()
         if self._environment_ready:

@@ -8,19 +8,25 @@ Scenarios:
     train        train the reference model for a few SGD steps; print rank 0's final parameters
                  and the losses, reduced over ranks
     collectives  every collective of the strategy; print each rank's view
+    api          every method and property of the strategy API, the collectives included
     checkpoint   save, change, load, and print whether the state came back
-    fail         make one rank raise, exit or hang; the launch must fail and say which rank
+    fail         make one rank raise, exit, kill itself or hang; the launch must fail, say which
+                 rank, and leave no process behind
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +46,11 @@ CLUSTER_VARIABLES = (
     "NODE_RANK",
     "GROUP_RANK",
     "LOCAL_WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
     "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCHELASTIC_USE_AGENT_STORE",
     "SLURM_NTASKS",
     "SLURM_PROCID",
     "SLURM_LOCALID",
@@ -63,28 +73,79 @@ CLUSTER_VARIABLES = (
     "MPI_LOCALRANKID",
     "MPI_LOCALNRANKS",
     "STRATLIB_ERROR_FILE",
+    "STRATLIB_LAUNCH_FILE",
     "STRATLIB_PARENT_PID",
 )
 
+#: Marks every process of one scenario run, so that a test can find any that outlived it.
+RUN_MARKER_ENV = "STRATLIB_TEST_RUN"
+
 PACKAGE = (__package__ or "").rsplit(".", 1)[0]
 
+#: The strategy API every strategy offers (Lightning's names).
+API_METHODS = (
+    "launch",
+    "setup_environment",
+    "setup",
+    "model_to_device",
+    "backward",
+    "optimizer_step",
+    "reduce",
+    "all_gather",
+    "broadcast",
+    "barrier",
+    "reduce_boolean_decision",
+    "block_backward_sync",
+    "save_checkpoint",
+    "load_checkpoint",
+    "get_module_state_dict",
+    "teardown",
+)
+API_PROPERTIES = (
+    "root_device",
+    "global_rank",
+    "local_rank",
+    "node_rank",
+    "world_size",
+    "is_global_zero",
+    "parallel_devices",
+    "distributed_sampler_kwargs",
+    "accelerator",
+    "precision_plugin",
+    "checkpoint_io",
+    "cluster_environment",
+    "launcher",
+    "model",
+    "optimizers",
+)
+
 __all__ = [
+    "API_METHODS",
+    "API_PROPERTIES",
+    "FailureRun",
     "MisconfigurationError",
     "MissingDependencyError",
+    "assert_api",
     "assert_collectives",
+    "assert_detection_priority",
     "assert_device_parsing",
+    "assert_job_stopped",
     "assert_parameters_close",
     "assert_precision_plugin_trains",
+    "assert_training_converges",
     "clean_environ",
     "environment_values",
     "expected_values",
     "isolated_environment",
+    "leftover_processes",
     "main",
     "option_defaults",
-    "runnable_accelerator",
     "precision_plugin_class",
+    "precision_variant",
     "reference_parameters",
+    "run_failure_scenario",
     "run_scenario",
+    "runnable_accelerator",
     "set_environment",
     "unavailable_plugin_reason",
     "unavailable_reason",
@@ -121,11 +182,11 @@ def reference_batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def reference_parameters(steps: int, lr: float = 0.1) -> list[torch.Tensor]:
+def reference_parameters(steps: int, lr: float = 0.1, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     """Parameters after ``steps`` SGD steps on the whole batch in one process."""
-    model = reference_model()
+    model = reference_model().to(dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    x, y = reference_batch()
+    x, y = (t.to(dtype) for t in reference_batch())
     for _ in range(steps):
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
@@ -137,6 +198,12 @@ def shard(tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """This rank's equal share of the batch."""
     size = tensor.shape[0] // world_size
     return tensor[rank * size : (rank + 1) * size]
+
+
+def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The loss in the output's precision (float64 under '64-true'), at least float32."""
+    dtype = output.dtype if output.dtype == torch.float64 else torch.float32
+    return nn.functional.mse_loss(output.to(dtype), target.to(dtype))
 
 
 # --- scenarios (each runs inside the launched processes) -----------------------------------------
@@ -152,13 +219,15 @@ def _train(strategy: Any, steps: int, lr: float) -> dict[str, Any]:
     ys = shard(y, rank, world).to(strategy.root_device)
     losses = []
     for _ in range(steps):
-        loss = nn.functional.mse_loss(model(xs).float(), ys.float())
+        loss = _mse(model(xs), ys)
         strategy.backward(loss)
         strategy.optimizer_step(optimizer)
-        losses.append(float(strategy.reduce(loss.detach().float(), reduce_op="mean")))
+        losses.append(float(strategy.reduce(loss.detach(), reduce_op="mean")))
     state = strategy.get_module_state_dict(model)
     return {
-        "params": [t.detach().float().cpu().tolist() for t in state.values()],
+        # float64 keeps every digit of float64 parameters and is exact for narrower ones.
+        "params": [t.detach().cpu().double().tolist() for t in state.values()],
+        "param_dtypes": sorted({str(t.dtype).removeprefix("torch.") for t in state.values()}),
         "losses": losses,
         "world_size": world,
         "precision": strategy.precision_plugin.precision,
@@ -191,6 +260,98 @@ def _collectives(strategy: Any) -> dict[str, Any]:
     return views
 
 
+def _describe(value: Any) -> Any:
+    if isinstance(value, torch.device):
+        return str(value)
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _describe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_describe(v) for v in value]
+    return type(value).__name__
+
+
+def _flat_grads(module: nn.Module) -> torch.Tensor | None:
+    grads = [p.grad.detach().flatten().float() for p in module.parameters() if p.grad is not None]
+    return torch.cat(grads) if grads else None
+
+
+def _grads_agree(strategy: Any, module: nn.Module) -> bool | None:
+    """Whether every rank holds the same gradients (None where the wrapper keeps none)."""
+    grads = _flat_grads(module)
+    if strategy.reduce_boolean_decision(grads is None, all=False) or grads is None:
+        return None
+    gathered = strategy.all_gather(grads.to(strategy.root_device))
+    return bool(all(torch.allclose(gathered[0], g, atol=1e-6) for g in gathered))
+
+
+def _api(strategy: Any, folder: str) -> dict[str, Any]:
+    cls = type(strategy)
+    report: dict[str, Any] = {
+        "missing_methods": [n for n in API_METHODS if not callable(getattr(strategy, n, None))],
+        "missing_properties": [n for n in API_PROPERTIES if not hasattr(cls, n)],
+        "empty_before_setup": strategy.model is None and list(strategy.optimizers) == [],
+    }
+    report["properties"] = {
+        name: _describe(getattr(strategy, name)) for name in API_PROPERTIES if name not in ("model", "optimizers")
+    }
+    root = strategy.root_device
+    report["model_to_device"] = str(next(strategy.model_to_device(nn.Linear(2, 2)).parameters()).device) == str(root)
+
+    model = reference_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    wrapped, optimizer = strategy.setup(model, optimizer)
+    report["owns_model"] = strategy.model is wrapped and len(strategy.optimizers) == 1
+    report["owns_optimizer"] = bool(strategy.optimizers) and strategy.optimizers[0] is optimizer
+    inner = strategy.lightning_module if hasattr(strategy, "lightning_module") else wrapped
+
+    rank, world = strategy.global_rank, strategy.world_size
+    x, y = reference_batch()
+    xs, ys = shard(x, rank, world).to(root), shard(y, rank, world).to(root)
+    before = {k: v.detach().float().cpu().clone() for k, v in strategy.get_module_state_dict(wrapped).items()}
+    loss = _mse(wrapped(xs), ys)
+    strategy.backward(loss)
+    report["grads_synced"] = _grads_agree(strategy, inner)
+    strategy.optimizer_step(optimizer)
+    report["grads_cleared"] = _flat_grads(inner) is None
+    after = strategy.get_module_state_dict(wrapped)
+    report["step_changed_parameters"] = any(not torch.equal(before[k], v.detach().float().cpu()) for k, v in after.items())
+
+    # Gradient accumulation: inside the block each rank keeps its own gradients; the first
+    # backward after it synchronises again.
+    with strategy.block_backward_sync():
+        strategy.backward(_mse(wrapped(xs), ys))
+    report["grads_agree_inside_block"] = _grads_agree(strategy, inner)
+    strategy.backward(_mse(wrapped(xs), ys))
+    report["grads_agree_after_block"] = _grads_agree(strategy, inner)
+    optimizer.zero_grad(set_to_none=True)
+
+    report["collectives"] = _collectives(strategy)
+
+    state = strategy.get_module_state_dict(wrapped)
+    reference = reference_model().state_dict()
+    report["full_state_dict"] = list(state) == list(reference) and all(
+        tuple(state[k].shape) == tuple(v.shape) for k, v in reference.items()
+    )
+    path = Path(folder) / "api.ckpt"
+    strategy.save_checkpoint({"model": wrapped, "optimizer": optimizer, "step": 5}, path)
+    saved = {k: v.detach().float().cpu().clone() for k, v in state.items()}
+    with torch.no_grad():
+        for parameter in inner.parameters():
+            parameter.add_(1.0)
+    loaded = strategy.load_checkpoint(path)
+    report["checkpoint_loaded_on_every_rank"] = strategy.reduce_boolean_decision(
+        loaded.get("step") == 5 and "model" in loaded, all=True
+    )
+    remaining = strategy.load_checkpoint(path, state={"model": wrapped, "optimizer": optimizer})
+    restored = strategy.get_module_state_dict(wrapped)
+    report["checkpoint_restored"] = remaining == {"step": 5} and all(
+        torch.allclose(saved[k], v.detach().float().cpu()) for k, v in restored.items()
+    )
+    return report
+
+
 def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
     model = reference_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -198,14 +359,14 @@ def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
     x, y = reference_batch()
     xs = shard(x, strategy.global_rank, strategy.world_size).to(strategy.root_device)
     ys = shard(y, strategy.global_rank, strategy.world_size).to(strategy.root_device)
-    loss = nn.functional.mse_loss(model(xs).float(), ys.float())
+    loss = _mse(model(xs), ys)
     strategy.backward(loss)
     strategy.optimizer_step(optimizer)
     path = Path(folder) / "checkpoint.pt"
     strategy.save_checkpoint({"model": model, "optimizer": optimizer, "step": 1}, path)
     saved = {k: v.detach().float().cpu().clone() for k, v in strategy.get_module_state_dict(model).items()}
     # Change the model, then restore it from the file.
-    loss = nn.functional.mse_loss(model(xs).float(), ys.float())
+    loss = _mse(model(xs), ys)
     strategy.backward(loss)
     strategy.optimizer_step(optimizer)
     remaining = strategy.load_checkpoint(path, state={"model": model, "optimizer": optimizer})
@@ -214,9 +375,11 @@ def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
     return {"restored": same, "remaining": remaining, "exists": path.is_file(), "rank": strategy.global_rank}
 
 
-def _fail(strategy: Any, failing_rank: int, how: str) -> None:
+def _fail(strategy: Any, failing_rank: int, how: str, folder: str) -> None:
     strategy.barrier("start")
     if strategy.global_rank == failing_rank:
+        # When the failure happened, for the test to measure how long stopping the job took.
+        (Path(folder) / "failed_at").write_text(repr(time.time()), encoding="utf-8")
         if how == "raise":
             raise RuntimeError(f"deliberate failure on rank {failing_rank}")
         if how == "exit":
@@ -248,7 +411,7 @@ def _build(args: argparse.Namespace) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE}.core.testing")
-    parser.add_argument("scenario", choices=["train", "collectives", "checkpoint", "fail"])
+    parser.add_argument("scenario", choices=["train", "collectives", "api", "checkpoint", "fail"])
     parser.add_argument("strategy")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--devices", type=int, default=2)
@@ -266,32 +429,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = strategy.launch(_train, args.steps, args.lr)
     elif args.scenario == "collectives":
         result = strategy.launch(_collectives)
+    elif args.scenario == "api":
+        result = strategy.launch(_api, args.folder)
     elif args.scenario == "checkpoint":
         result = strategy.launch(_checkpoint, args.folder)
     else:
-        result = strategy.launch(_fail, args.rank, args.how)
+        result = strategy.launch(_fail, args.rank, args.how, args.folder)
     # Processes started by the launcher (or by torchrun) run this too; only rank 0 reports.
     if os.environ.get("RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0":
         print("RESULT " + json.dumps(result, default=str), flush=True)
     return 0
 
 
-def run_scenario(
-    scenario: str,
-    strategy: str,
-    *,
-    devices: int = 2,
-    timeout: float = 240,
-    env: dict[str, str] | None = None,
-    **options: Any,
-) -> tuple[subprocess.CompletedProcess[str], Any]:
-    """Run a scenario in a fresh process; returns the process and rank 0's parsed result."""
+def _scenario_command(scenario: str, strategy: str, devices: int, options: dict[str, Any]) -> list[str]:
     extra = []
     strategy_options = options.pop("strategy_options", {})
     for key, value in options.items():
         if value is not None:
             extra += [f"--{key.replace('_', '-')}", str(value)]
-    command = [
+    return [
         sys.executable,
         "-m",
         f"{PACKAGE}.core.testing",
@@ -303,24 +459,190 @@ def run_scenario(
         json.dumps(strategy_options),
         *extra,
     ]
+
+
+def _scenario_environ(env: dict[str, str] | None, marker: str) -> dict[str, str]:
     environ = clean_environ(env)
+    environ[RUN_MARKER_ENV] = marker
     # The package must import the same way in the new process, installed or not.
     package_parent = str(Path(__file__).resolve().parents[2])
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, environ.get("PYTHONPATH")]))
-    process = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environ)
+    return environ
+
+
+def _result_of(stdout: str) -> Any:
     result = None
-    for line in process.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("RESULT "):
             result = json.loads(line[len("RESULT ") :])
-    return process, result
+    return result
+
+
+def run_scenario(
+    scenario: str,
+    strategy: str,
+    *,
+    devices: int = 2,
+    timeout: float = 240,
+    env: dict[str, str] | None = None,
+    **options: Any,
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run a scenario in a fresh process; returns the process and rank 0's parsed result.
+
+    Keyword arguments become the scenario's command-line options (``precision="64-true"``,
+    ``steps=3``, ``folder=...``); ``strategy_options`` is a dict of strategy options.
+    """
+    command = _scenario_command(scenario, strategy, devices, options)
+    environ = _scenario_environ(env, uuid.uuid4().hex)
+    process = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environ)
+    return process, _result_of(process.stdout)
+
+
+@dataclass
+class FailureRun:
+    """How a ``fail`` scenario ended."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    #: Seconds from the failure (or the start of the hang, or the launcher's kill) until every
+    #: process of the run had ended.
+    seconds_to_stop: float | None
+    #: Processes of the run still alive a few seconds after the launcher ended: (pid, command).
+    leftovers: list[tuple[int, str]]
+
+
+def run_failure_scenario(
+    strategy: str,
+    folder: Any,
+    *,
+    rank: int = 1,
+    how: str = "raise",
+    devices: int = 2,
+    timeout: float = 180,
+    env: dict[str, str] | None = None,
+    kill_launcher: bool = False,
+    **options: Any,
+) -> FailureRun:
+    """Run the ``fail`` scenario: rank ``rank`` raises, exits, SIGKILLs itself or hangs.
+
+    With ``kill_launcher``, the launching process is SIGKILLed once the failing rank is in
+    place (use it with ``how="hang"``): its ranks must notice and end.
+    """
+    import signal
+
+    folder = Path(folder)
+    command = _scenario_command("fail", strategy, devices, {**options, "rank": rank, "how": how, "folder": folder})
+    marker = uuid.uuid4().hex
+    failed_at = folder / "failed_at"
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_scenario_environ(env, marker)
+    )
+    try:
+        if kill_launcher:
+            deadline = time.monotonic() + timeout
+            while not failed_at.is_file() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # let the other ranks enter their collective
+            failed_at.write_text(repr(time.time()), encoding="utf-8")
+            process.send_signal(signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_marked(marker)
+        process.kill()
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"the failing job did not end within {timeout} s:\n{stderr[-4000:]}") from None
+    leftovers = leftover_processes(marker)
+    ended = time.time()
+    seconds = ended - float(failed_at.read_text(encoding="utf-8")) if failed_at.is_file() else None
+    _kill_marked(marker)
+    return FailureRun(process.returncode, stdout, stderr, seconds, leftovers)
+
+
+def _marked_processes(marker: str) -> list[tuple[int, str]]:
+    """Live processes whose environment carries ``marker`` (found through /proc, or psutil)."""
+    needle = f"{RUN_MARKER_ENV}={marker}".encode()
+    found = []
+    proc = Path("/proc")
+    if proc.is_dir():
+        for entry in proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                    continue
+                stat = (entry / "stat").read_text()
+                if stat[stat.rindex(")") + 2 :].startswith(("Z", "X")):
+                    continue  # ended, waiting to be reaped
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            found.append((int(entry.name), command.strip()))
+        return found
+    try:
+        import psutil
+    except ImportError:
+        return []
+    for process in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if process.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if process.environ().get(RUN_MARKER_ENV) == marker:
+                found.append((process.pid, " ".join(process.info["cmdline"] or [])))
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def leftover_processes(marker: str, wait: float = 5.0) -> list[tuple[int, str]]:
+    """Processes of a run still alive ``wait`` seconds after its launcher ended (they may take
+    a moment to notice that their launcher is gone); returns as soon as none is left."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = _marked_processes(marker)
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
+
+
+def _kill_marked(marker: str) -> None:
+    import signal
+
+    for pid, _ in _marked_processes(marker):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def assert_job_stopped(
+    run: FailureRun, *, rank: int | None, message: str | None = None, within: float = 20.0
+) -> None:
+    """A failing job ended non-zero, named ``rank`` (and ``message``), quickly, with nothing left."""
+    assert run.returncode != 0, f"the job succeeded although rank {rank} failed:\n{run.stderr[-3000:]}"
+    if rank is not None:
+        assert f"rank {rank}" in run.stderr, f"the error does not name rank {rank}:\n{run.stderr[-3000:]}"
+    if message is not None:
+        assert message in run.stderr, f"the error does not say {message!r}:\n{run.stderr[-3000:]}"
+    assert not run.leftovers, f"processes outlived the job: {run.leftovers}"
+    assert run.seconds_to_stop is not None, "the failing rank did not record when it failed"
+    assert run.seconds_to_stop < within, f"the job took {run.seconds_to_stop:.1f} s to stop (limit {within} s)"
 
 
 def assert_parameters_close(actual: Sequence[Any], expected: Sequence[torch.Tensor], atol: float = 1e-5) -> None:
     assert len(actual) == len(expected), f"{len(actual)} tensors, expected {len(expected)}"
     for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        got = torch.tensor(a, dtype=torch.float32)
+        got = torch.tensor(a, dtype=e.dtype if e.dtype == torch.float64 else torch.float32)
         assert got.shape == e.shape, f"tensor {index}: shape {tuple(got.shape)} != {tuple(e.shape)}"
-        assert torch.allclose(got, e.float(), atol=atol), f"tensor {index} differs from the single-process reference"
+        assert torch.allclose(got, e.to(got.dtype), atol=atol, rtol=0), (
+            f"tensor {index} differs from the single-process reference by "
+            f"{(got - e.to(got.dtype)).abs().max().item():.3g}"
+        )
+
+
+def assert_training_converges(result: dict[str, Any]) -> None:
+    """Losses of the ``train`` scenario are finite and the last is below the first."""
+    losses = result["losses"]
+    assert losses and all(math.isfinite(v) for v in losses), f"losses not finite: {losses}"
+    assert losses[-1] < losses[0], f"the loss did not decrease: {losses}"
 
 
 # --- assertions for generated tests ------------------------------------------------------------
@@ -373,6 +695,28 @@ def unavailable_plugin_reason(cls: type) -> str | None:
     return missing[0].message(cls.__name__) if missing else None
 
 
+def precision_variant(cls: type, accelerator: str) -> str | None:
+    """A precision other than the default that ``cls`` runs with on ``accelerator``, to train
+    with in a test: '64-true' where possible (it can be compared exactly), else a mixed one."""
+    from .registry import generated_registry
+
+    accelerator_cls = generated_registry().ACCELERATORS.get(accelerator)
+    if accelerator_cls is None:
+        return None
+    default = cls.default_precision or accelerator_cls.default_precision  # type: ignore[attr-defined]
+    for mode in ("64-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true"):
+        if mode == default or mode not in cls.supported_precisions:  # type: ignore[attr-defined]
+            continue
+        if mode not in accelerator_cls.supported_precisions:
+            continue
+        try:
+            precision_plugin_class(cls, accelerator_cls, mode)
+        except MisconfigurationError:
+            continue
+        return mode
+    return None
+
+
 def assert_collectives(result: dict[str, Any], world_size: int) -> None:
     """Check rank 0's view of the ``collectives`` scenario."""
     ranks = list(range(world_size))
@@ -391,6 +735,29 @@ def assert_collectives(result: dict[str, Any], world_size: int) -> None:
     assert result["every_rank"] == ranks
 
 
+def assert_api(result: dict[str, Any], world_size: int) -> None:
+    """Check rank 0's report of the ``api`` scenario: every member exists and behaves."""
+    assert result["missing_methods"] == [], f"missing methods: {result['missing_methods']}"
+    assert result["missing_properties"] == [], f"missing properties: {result['missing_properties']}"
+    props = result["properties"]
+    assert props["global_rank"] == 0 and props["local_rank"] == 0 and props["node_rank"] == 0
+    assert props["world_size"] == world_size and props["is_global_zero"] is True
+    assert props["root_device"] in props["parallel_devices"], props
+    assert props["distributed_sampler_kwargs"] == {"num_replicas": world_size, "rank": 0}
+    for plugin in ("accelerator", "precision_plugin", "checkpoint_io", "launcher"):
+        assert isinstance(props[plugin], str) and props[plugin], f"{plugin}: {props[plugin]!r}"
+    assert result["empty_before_setup"], "model or optimizers set before setup()"
+    assert result["model_to_device"], "model_to_device did not move the module to root_device"
+    assert result["owns_model"] and result["owns_optimizer"], "the strategy does not hold what setup() returned"
+    assert result["step_changed_parameters"], "backward + optimizer_step changed no parameter"
+    assert result["grads_synced"] in (True, None), "gradients differ across ranks after backward"
+    assert result["grads_agree_after_block"] in (True, None), "gradients not synchronised after block_backward_sync"
+    assert_collectives(result["collectives"], world_size)
+    assert result["full_state_dict"], "get_module_state_dict is not the full state of the user's module"
+    assert result["checkpoint_loaded_on_every_rank"], "a rank could not load the checkpoint"
+    assert result["checkpoint_restored"], "load_checkpoint did not restore the saved state"
+
+
 def assert_device_parsing(accelerator: type) -> None:
     """Device selection of an available accelerator: counts, 'auto', errors."""
     from .exceptions import MisconfigurationError
@@ -403,6 +770,8 @@ def assert_device_parsing(accelerator: type) -> None:
         assert accelerator.parse_devices(3) == [0, 1, 2]  # type: ignore[attr-defined]
     else:
         assert accelerator.parse_devices(-1) == list(range(count))  # type: ignore[attr-defined]
+        assert accelerator.parse_devices("-1") == list(range(count))  # type: ignore[attr-defined]
+        assert accelerator.parse_devices([0]) == [0]  # type: ignore[attr-defined]
     for bad in (0, -2, "x", 1.5, True):
         try:
             accelerator.parse_devices(bad)  # type: ignore[attr-defined]
@@ -429,6 +798,45 @@ def set_environment(monkeypatch: Any, folder: Any, environ: dict[str, str], file
         monkeypatch.setenv(name, str(path))
 
 
+def _satisfying(condition: Any) -> dict[str, str]:
+    """Variables under which a detection condition holds."""
+    environ = dict.fromkeys(condition.all_set, "1")
+    if condition.any_set and not any(name in environ for name in condition.any_set):
+        environ[condition.any_set[0]] = "1"
+    return environ
+
+
+def assert_detection_priority(cls: type, monkeypatch: Any) -> None:
+    """With the variables of two environments set at once, ``cls`` detects the one that comes
+    first in its order (or one before it that the same variables also satisfy)."""
+    from .factory import detect_environment
+    from .registry import generated_registry
+
+    environments = generated_registry().CLUSTER_ENVIRONMENTS
+    order = [name for name in cls.cluster_environments if name in environments]  # type: ignore[attr-defined]
+    checked = 0
+    for first_index, first in enumerate(order):
+        for second in order[first_index + 1 :]:
+            environ = {**_satisfying(environments[second].detection), **_satisfying(environments[first].detection)}
+            if not environments[first].detection.holds(environ):
+                continue
+            for name in CLUSTER_VARIABLES:
+                monkeypatch.delenv(name, raising=False)
+            for name, value in environ.items():
+                monkeypatch.setenv(name, value)
+            expected = next(
+                n for n in order if environments[n].detection.holds(environ) and environments[n].detect()
+            )
+            detected = detect_environment(cls)
+            assert type(detected) is environments[expected], (
+                f"with {sorted(environ)} set, {cls.__name__} detected {type(detected).__name__}, "
+                f"expected {environments[expected].__name__} (order: {', '.join(order)})"
+            )
+            assert order.index(expected) <= first_index
+            checked += 1
+    assert checked or len(order) < 2, f"{cls.__name__}: no pair of environments could be checked"
+
+
 def environment_values(environment: Any) -> dict[str, Any]:
     return {
         "world_size": environment.world_size(),
@@ -449,13 +857,13 @@ def expected_values(expected: dict[str, Any]) -> dict[str, Any]:
     return _OpenDict(resolved)
 
 
-class _OpenDict(dict):  # type: ignore[type-arg]
+class _OpenDict(dict[str, Any]):
     """Compares equal to a dict that agrees on every key this one has."""
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, dict) and all(other.get(k) == v for k, v in self.items())
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 def assert_precision_plugin_trains(plugin_cls: type, precision: str) -> None:
@@ -466,7 +874,7 @@ def assert_precision_plugin_trains(plugin_cls: type, precision: str) -> None:
         return  # exercised by the tests of the strategies it belongs to
     strategy = package.SingleDeviceStrategy(device="cpu", accelerator=package.CPUAccelerator(), precision_plugin=plugin)
     model = reference_model()
-    model, optimizer = strategy.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    model, _ = strategy.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
     before = [p.detach().clone() for p in model.parameters()]
     x, y = reference_batch()
     output = model(x)

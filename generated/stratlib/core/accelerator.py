@@ -9,6 +9,7 @@ missing hardware plugin costs nothing until it is used.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -129,8 +130,10 @@ class Accelerator:
                     f"devices={devices} is not allowed; use a positive number, 'auto', or -1 for all devices"
                 )
             if count is not None and devices > count:
+                visible = os.environ.get(cls.visible_devices_env) if cls.visible_devices_env else None
+                shown = f" ({cls.visible_devices_env}={visible!r})" if visible is not None else ""
                 raise MisconfigurationError(
-                    f"devices={devices} asks for more {name} devices than the {count} present"
+                    f"devices={devices} asks for more {name} devices than the {count} present{shown}"
                 )
             return list(range(devices))
         indices = list(devices)
@@ -138,14 +141,16 @@ class Accelerator:
             raise MisconfigurationError("devices=[] selects no device; give at least one index")
         if not cls.indexed:
             raise MisconfigurationError(
-                f"{name!r} devices are not addressed by index; give devices as a number"
+                f"devices={devices!r}: {name!r} devices are not addressed by index; give devices as a number"
             )
         for index in indices:
             if isinstance(index, bool) or not isinstance(index, int) or index < 0:
                 raise MisconfigurationError(f"devices={devices!r}: {index!r} is not a device index")
             if count is not None and index >= count:
+                visible = os.environ.get(cls.visible_devices_env) if cls.visible_devices_env else None
+                shown = f"; {cls.visible_devices_env}={visible!r}" if visible is not None else ""
                 raise MisconfigurationError(
-                    f"devices={devices!r}: there is no {name} device {index} (found {count})"
+                    f"devices={devices!r}: there is no {name} device {index} (found {count}{shown})"
                 )
         if len(set(indices)) != len(indices):
             raise MisconfigurationError(f"devices={devices!r} names a device twice")

@@ -40,8 +40,13 @@ class CheckpointIO(ABC):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
+    def wait(self) -> None:
+        """Block until every save started so far is complete (saves are synchronous here)."""
+        return None
+
     def teardown(self) -> None:
         """Finish outstanding work and release resources."""
+        return None
 
 
 class TorchCheckpointIO(CheckpointIO):
@@ -62,6 +67,9 @@ class TorchCheckpointIO(CheckpointIO):
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
+            # mkstemp creates the file private (0600); give it the mode a plain open() would.
+            with contextlib.suppress(OSError):
+                os.chmod(tmp, 0o666 & ~_umask())
             with os.fdopen(fd, "wb") as handle:
                 torch.save(checkpoint, handle)
                 handle.flush()
@@ -77,6 +85,20 @@ class TorchCheckpointIO(CheckpointIO):
         if not Path(path).is_file():
             raise FileNotFoundError(f"checkpoint {os.fspath(path)!r} does not exist")
         return torch.load(path, map_location=map_location or "cpu", weights_only=self.weights_only)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the platform allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_directory(folder: Path) -> None:
@@ -98,7 +120,8 @@ class AsyncCheckpointIO(CheckpointIO):
 
     Tensors are copied to the CPU before ``save_checkpoint`` returns, so training can go on
     changing them. An error in a background save is raised by the next call, by ``wait`` or by
-    ``teardown``. Loads wait for outstanding saves first.
+    ``teardown``. Loads wait for outstanding saves first, and a strategy's
+    ``load_checkpoint`` waits for rank 0's saves before any rank reads.
     """
 
     def __init__(self, checkpoint_io: CheckpointIO | None = None) -> None:

@@ -28,3 +28,20 @@ class ProcessFailedError(RuntimeError):
         self.rank = rank
         self.exit_code = exit_code
         self.error = error
+
+
+class CollectiveTimeoutError(ProcessFailedError):
+    """A collective operation waited longer than the strategy's ``timeout`` for the other
+    processes: one of them hangs, is much slower, or died without its connection closing.
+
+    Raised in the process that waited; the backend's own error is its ``__cause__``.
+
+    Attributes:
+        operation: What was waiting ('reduce', 'barrier', 'backward', 'connect', ...).
+        timeout: The limit in seconds.
+    """
+
+    def __init__(self, message: str, rank: int | None = None, operation: str = "", timeout: float | None = None):
+        super().__init__(message, rank=rank)
+        self.operation = operation
+        self.timeout = timeout

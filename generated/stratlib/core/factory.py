@@ -63,6 +63,17 @@ def backend_named(name: str) -> CollectiveBackend:
     return generated_registry().BACKENDS.get(name) or CollectiveBackend(name)
 
 
+def known_backends() -> list[str]:
+    """Backends a process group can use: those the specs declare and those torch knows
+    (including ones registered by plugins)."""
+    import torch.distributed as dist
+
+    names = list(generated_registry().BACKENDS)
+    torch_names = getattr(getattr(dist, "Backend", None), "backend_list", [])
+    names += [n for n in torch_names if n not in names and n not in ("undefined", "fake")]
+    return names
+
+
 def default_accelerator(strategy: type[StrategyBase]) -> Accelerator:
     """The first available accelerator among those the strategy supports."""
     accelerators = generated_registry().ACCELERATORS
@@ -140,7 +151,8 @@ def strategy_options(cls: type[StrategyBase]) -> dict[str, inspect.Parameter]:
 
 def _annotation(cls: type, name: str) -> Any:
     try:
-        return typing.get_type_hints(cls.__init__).get(name, Any)
+        constructor: Any = cls
+        return typing.get_type_hints(constructor.__init__).get(name, Any)
     except Exception:  # annotations that cannot be evaluated are not checked
         return Any
 
@@ -232,7 +244,8 @@ def get_strategy(
     elif isinstance(strategy, str):
         name = strategy
         if name == "auto":
-            probe = _resolve_accelerator(StrategyBase, accelerator, None)
+            any_strategy: Any = StrategyBase
+            probe = _resolve_accelerator(any_strategy, accelerator, None)
             name = "single_device" if len(probe.parse_devices(devices)) * num_nodes == 1 else "ddp"
         entry = strategy_entry(name)
         cls, preset = entry.cls, dict(entry.preset)
@@ -247,9 +260,11 @@ def get_strategy(
     check_options(cls, merged)
 
     accelerator_obj = _resolve_accelerator(cls, accelerator, instance)
+    kind = _kind(cls)
+    if kind == "parallel" and devices == "auto" and not accelerator_obj.indexed:
+        devices = _processes_started_per_node(cls, cluster_environment, num_nodes) or devices
     indices = accelerator_obj.parse_devices(devices)
     device_list = accelerator_obj.get_parallel_devices(indices)
-    kind = _kind(cls)
     if kind == "single_device":
         if len(device_list) != 1:
             raise MisconfigurationError(
@@ -284,17 +299,38 @@ def get_strategy(
         if checkpoint_io is not None:
             instance.checkpoint_io = checkpoint_io
         if kind == "parallel":
-            if getattr(instance, "_parallel_devices", None) is None or devices != "auto":
-                instance.parallel_devices = device_list  # type: ignore[attr-defined]
-            instance.num_nodes = num_nodes  # type: ignore[attr-defined]
+            existing: Any = instance
+            if getattr(existing, "_parallel_devices", None) is None or devices != "auto":
+                existing.parallel_devices = device_list
+            existing.num_nodes = num_nodes
             if cluster_environment is not None:
-                instance.cluster_environment = cluster_environment  # type: ignore[attr-defined]
+                existing.cluster_environment = cluster_environment
     if kind == "parallel":
         parallel: Any = instance
         parallel.cluster_environment.validate_settings(parallel.num_processes, num_nodes)
+    instance.validate_configuration()
     if sync_batchnorm:
         instance.layer_sync = TorchSyncBatchNorm()
     return instance
+
+
+def _processes_started_per_node(
+    cls: type[StrategyBase], environment: ClusterEnvironmentBase | None, num_nodes: int
+) -> int | None:
+    """Under a scheduler that started the processes (torchrun, srun, ...), how many it started
+    per node; devices that are processes (CPU) then default to that number."""
+    from .parallel import ParallelMixin
+
+    if not issubclass(cls, ParallelMixin) or cls.num_processes is not ParallelMixin.num_processes:
+        return None  # strategies with their own notion of processes per node (DP, DDP2)
+    environment = environment or detect_environment(cls)
+    if environment.settable or not environment.creates_processes_externally:
+        return None
+    try:
+        world_size = environment.world_size()
+    except MisconfigurationError:
+        return None
+    return world_size // num_nodes if world_size % num_nodes == 0 and world_size >= num_nodes else None
 
 
 def _kind(cls: type[StrategyBase]) -> str:

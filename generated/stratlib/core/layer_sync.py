@@ -9,6 +9,8 @@ from abc import ABC, abstractmethod
 import torch
 from torch import nn
 
+from .exceptions import MisconfigurationError
+
 
 class LayerSync(ABC):
     """Converts layers of a module to synchronised versions, and back."""
@@ -21,13 +23,41 @@ class LayerSync(ABC):
     def revert(self, module: nn.Module) -> nn.Module:
         """Undo ``apply``."""
 
+    def check_supported(self, module: nn.Module, device: torch.device, world_size: int) -> None:
+        """Raise MisconfigurationError if ``module`` cannot be synchronised on ``device``."""
+        return None
+
 
 class TorchSyncBatchNorm(LayerSync):
     """Replaces BatchNorm layers by torch.nn.SyncBatchNorm, which averages statistics over
-    every process of the group."""
+    every process of the group.
+
+    torch implements the synchronised statistics only for accelerators (its
+    ``batch_norm_stats`` kernels have no CPU version, and ``SyncBatchNorm`` refuses CPU
+    tensors), so several CPU processes cannot use it; ``check_supported`` says so before
+    training starts rather than at the first forward pass.
+    """
+
+    #: Device types whose tensors torch.nn.SyncBatchNorm synchronises.
+    device_types: tuple[str, ...] = ("cuda", "hpu", "xpu")
 
     def apply(self, module: nn.Module) -> nn.Module:
         return nn.SyncBatchNorm.convert_sync_batchnorm(module)
+
+    def check_supported(self, module: nn.Module, device: torch.device, world_size: int) -> None:
+        if world_size < 2:
+            return  # a single process normalises with its own statistics
+        supported = (*self.device_types, torch._C._get_privateuse1_backend_name())
+        if device.type in supported:
+            return
+        if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()):
+            return
+        raise MisconfigurationError(
+            f"sync_batchnorm=True: torch.nn.SyncBatchNorm synchronises batch statistics only on "
+            f"{', '.join(self.device_types)} devices (torch {torch.__version__.split('+')[0]} has no CPU "
+            f"kernels for it), and this strategy trains on {device.type}; use sync_batchnorm=False on "
+            f"{device.type}, or train on an accelerator"
+        )
 
     def revert(self, module: nn.Module) -> nn.Module:
         converted = module

@@ -24,7 +24,7 @@ class DDPStrategy(DDPMixin, ParallelStrategy):
     Each process holds a replica of the model wrapped in DistributedDataParallel, which
     averages gradients during the backward pass. When the script is not already started
     by a cluster launcher (torchrun, srun, ...), it is started again for every other local
-    rank.
+    rank; those ranks run the whole script, so they take part in its later launches too.
 
     Registry names:
 

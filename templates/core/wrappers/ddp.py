@@ -3,20 +3,24 @@ averaged during the backward pass."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from torch import nn
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.optim import Optimizer
 
+from ..exceptions import MisconfigurationError
 from ..parallel import ParallelMixin
 
 
 class DDPMixin(ParallelMixin):
     """Wraps the model in DistributedDataParallel.
 
-    Subclasses customise the wrapping by overriding ``configure_ddp`` (as in the seeds'
-    ``CustomDDPStrategy``) or ``ddp_kwargs``.
+    Subclasses customise the wrapping by overriding ``ddp_kwargs``, or ``configure_ddp``:
+    either ``configure_ddp(self, module)`` returning the wrapped module, or, as in Lightning's
+    ``CustomDDPStrategy`` example, ``configure_ddp(self)`` assigning the wrapped
+    ``self.model``.
     """
 
     find_unused_parameters: bool = False
@@ -28,7 +32,16 @@ class DDPMixin(ParallelMixin):
     def setup_module_and_optimizers(
         self, module: nn.Module, optimizers: list[Optimizer]
     ) -> tuple[nn.Module, list[Optimizer]]:
-        return self.configure_ddp(module), optimizers
+        configure = self.configure_ddp
+        if inspect.signature(configure).parameters:
+            return configure(module), optimizers
+        # The form of the seeds' examples, ``def configure_ddp(self)``: it replaces
+        # ``self.model`` by the wrapped model.
+        self.model = module
+        configure()  # type: ignore[call-arg]
+        if self.model is None:
+            raise MisconfigurationError(f"{type(self).__name__}.configure_ddp() left self.model empty")
+        return self.model, optimizers
 
     def ddp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for DistributedDataParallel."""
@@ -49,9 +62,8 @@ class DDPMixin(ParallelMixin):
         return [device.index] if device.type != "cpu" and device.index is not None else None
 
     def configure_ddp(self, module: nn.Module) -> nn.Module:
-        return DistributedDataParallel(
-            module, device_ids=self.ddp_device_ids(), **self.ddp_kwargs()
-        )
+        """Wrap ``module`` (already on this process's device) for the backward pass."""
+        return DistributedDataParallel(module, device_ids=self.ddp_device_ids(), **self.ddp_kwargs())
 
 
 class DDP2Mixin(DDPMixin):

@@ -1,0 +1,14 @@
+"""Shared fixtures of the runtime tests: they start real processes (2 ranks over gloo on this
+machine's CPU) the way users do."""
+
+from __future__ import annotations
+
+import pytest
+
+from stratlib.core import testing
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without cluster or rendezvous variables from the outside."""
+    testing.isolated_environment(monkeypatch)

@@ -1,0 +1,47 @@
+"""Scripts whose ranks disagree between launches (a DDP job of 2 ranks started with python).
+
+extra_launch   rank 1 launches a second time, rank 0 does not: rank 1 would wait for rank 0
+               forever; the script must end with an error that says so.
+fail_between   rank 1 fails after the first launch, outside any launch: rank 0's second
+               launch must raise that failure.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import stratlib
+
+
+def step(strategy: stratlib.StrategyBase) -> float:
+    return strategy.reduce(torch.tensor(float(strategy.global_rank)), reduce_op="sum").item()
+
+
+def main(mode: str) -> None:
+    strategy = stratlib.get_strategy("ddp", accelerator="cpu", devices=2, timeout=120.0)
+    total = strategy.launch(step)
+    rank = strategy.global_rank
+    print(f"rank {rank}: first launch summed {total}", flush=True)
+    if mode == "extra_launch" and rank == 1:
+        strategy.launch(step)
+    if mode == "fewer_launches" and rank == 0:
+        try:
+            strategy.launch(step)
+        except stratlib.ProcessFailedError as error:
+            print(f"second launch failed: {error}", flush=True)
+            sys.exit(7)
+    if mode == "fail_between":
+        if rank == 1:
+            raise RuntimeError("rank 1 fails between launches")
+        again = stratlib.get_strategy("ddp", accelerator="cpu", devices=2)
+        try:
+            again.launch(step)
+        except stratlib.ProcessFailedError as error:
+            print(f"second launch failed: {error}", flush=True)
+            sys.exit(7)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

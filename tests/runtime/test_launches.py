@@ -1,0 +1,83 @@
+"""Scripts that launch more than once with the script-relaunching DDP launcher, and the test
+support that finds processes a job left behind.
+
+The ranks a script starts run the whole script, so they take part in its later launches too
+(``test_precision.py`` and ``test_strategy_options.py`` run six launches in one job each).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from stratlib.core import testing
+
+from .support import finish, python, start
+
+
+def test_rank_launching_more_often_than_rank_zero_ends_the_script() -> None:
+    [(code, _, stderr)] = finish([start(python("launches.py", "extra_launch"))], timeout=200)
+    assert code == 1
+    assert stderr.rstrip().endswith(
+        "rank 1 (local rank 1) entered launch number 2, but rank 0 ended the script after 1; "
+        "every process must call launch() equally often"
+    )
+
+
+def test_failure_between_launches_is_raised_by_the_next_launch() -> None:
+    [(code, stdout, _)] = finish([start(python("launches.py", "fail_between"))], timeout=200)
+    assert code == 7, stdout
+    assert "second launch failed: rank 1 (local rank 1) raised an exception:" in stdout
+    assert "RuntimeError: rank 1 fails between launches" in stdout
+
+
+def test_rank_launching_less_often_than_rank_zero_fails_its_launch() -> None:
+    started = time.monotonic()
+    [(code, stdout, _)] = finish([start(python("launches.py", "fewer_launches"))], timeout=200)
+    assert code == 7, stdout
+    assert (
+        "second launch failed: rank 1 (local rank 1) ended its script after 1 launch(es), while "
+        "rank 0 is in launch number 2; every process must call launch() equally often"
+    ) in stdout
+    assert time.monotonic() - started < 100, "rank 0 waited for the timeout (120 s)"
+
+
+def test_leftover_processes_are_found_by_their_marker() -> None:
+    marker = uuid.uuid4().hex
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**testing.clean_environ(), testing.RUN_MARKER_ENV: marker},
+    )
+    try:
+        found = testing.leftover_processes(marker, wait=0.5)
+        assert [pid for pid, _ in found] == [sleeper.pid]
+        assert "time.sleep(60)" in found[0][1]
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+    start_time = time.monotonic()
+    assert testing.leftover_processes(marker, wait=5.0) == []
+    assert time.monotonic() - start_time < 1.0, "waited although nothing was left"
+
+
+@pytest.mark.parametrize(
+    ("run", "complaint"),
+    [
+        (testing.FailureRun(0, "", "", 1.0, []), "the job succeeded"),
+        (testing.FailureRun(1, "", "rank 0 failed", 1.0, []), "does not name rank 1"),
+        (
+            testing.FailureRun(1, "", "rank 1 failed", 1.0, [(42, "python x")]),
+            "processes outlived the job",
+        ),
+        (testing.FailureRun(1, "", "rank 1 failed", 99.0, []), "took 99.0 s to stop"),
+        (testing.FailureRun(1, "", "rank 1 failed", None, []), "did not record when it failed"),
+    ],
+)
+def test_assert_job_stopped_can_fail(run: testing.FailureRun, complaint: str) -> None:
+    with pytest.raises(AssertionError, match=complaint):
+        testing.assert_job_stopped(run, rank=1, within=20.0)
