@@ -201,7 +201,9 @@ def golden_stored(case: str) -> dict[str, bytes]:
 
 
 def bad_cases() -> list[str]:
-    return sorted(p.stem if p.is_file() else p.name for p in BAD.iterdir() if p.suffix != ".expected")
+    return sorted(
+        p.stem if p.is_file() else p.name for p in BAD.iterdir() if p.suffix != ".expected"
+    )
 
 
 def bad_files(case: str) -> list[str]:

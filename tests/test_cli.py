@@ -17,6 +17,7 @@ from sgtest import (
     run_cli,
     run_process,
 )
+
 from stratgen import __version__
 from stratgen.catalog import resolve
 from stratgen.cli import build_parser, main
@@ -143,7 +144,15 @@ def test_list_shows_every_strategy_and_alias_of_the_catalog() -> None:
     assert result.code == 0 and result.err == ""
     strategy_table, accelerator_table = result.out.split("\n\n")
     lines = strategy_table.splitlines()
-    assert lines[0].split() == ["strategy", "class", "accelerators", "backend", "launcher", "available", "here"]
+    assert lines[0].split() == [
+        "strategy",
+        "class",
+        "accelerators",
+        "backend",
+        "launcher",
+        "available",
+        "here",
+    ]
     catalog = resolve(Project(load_config(REPO)).sources())
     rows = {line.split()[0]: line for line in lines[2:] if line.strip()}
     for name, (strategy, _) in catalog.registry().items():
@@ -195,8 +204,15 @@ def test_every_config_key_is_honoured(tmp_path: Path) -> None:
 
 def test_flags_override_the_config(project: Path) -> None:
     result = run_cli(
-        "generate", "--project", project, "--package", "otherlib", "--output", "elsewhere",
-        "--tests", "elsewhere/t",
+        "generate",
+        "--project",
+        project,
+        "--package",
+        "otherlib",
+        "--output",
+        "elsewhere",
+        "--tests",
+        "elsewhere/t",
     )
     assert result.code == 0, result.err
     assert (project / "elsewhere" / "otherlib" / "strategies" / "mine.py").is_file()
@@ -217,7 +233,9 @@ def test_specs_templates_and_builtin_flags_override_the_config(project: Path) ->
     assert not (project / "out" / "minilib" / "strategies" / "mine.py").exists()
     assert '"""Flagged. minilib:' in (project / "out" / "minilib" / "__init__.py").read_text()
     # With the built-in specs too, the minimal base specs collide with them.
-    both = run_cli("validate", "--project", project, "--builtin-specs", project / "specs" / "mine.yaml")
+    both = run_cli(
+        "validate", "--project", project, "--builtin-specs", project / "specs" / "mine.yaml"
+    )
     assert both.code == 2 and "is already defined in stratgen:specs/" in both.err
     assert run_cli("check", "--project", project, "--no-builtin-specs").code == 1
 
@@ -236,7 +254,10 @@ def test_project_root_is_found_from_a_subfolder(project: Path) -> None:
         ("builtin-specs = 1\n", "builtin-specs must be a bool, found 1"),
         ('package = "My-Lib"\n', "package name 'My-Lib' must be a lower-case Python identifier"),
         ('package = "class"\n', "package name 'class' must be a lower-case Python identifier"),
-        ('output = "../elsewhere"\n', "output folder '../elsewhere' must be a folder inside the project"),
+        (
+            'output = "../elsewhere"\n',
+            "output folder '../elsewhere' must be a folder inside the project",
+        ),
         ('tests = "/tmp"\n', "tests folder '/tmp' must be a folder inside the project"),
         ('output = "."\n', "output folder '.' must be a folder inside the project"),
         ('templates = "nowhere"\n', "templates folder nowhere/ does not exist"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sgtest import make_project, run_cli
+
 from stratgen.catalog import resolve
 from stratgen.project import Project, load_config
 
@@ -64,7 +65,9 @@ def test_extending_an_unknown_builtin_suggests_the_closest(tmp_path: Path) -> No
     root = make_project(tmp_path / "p", {"mine.yaml": spec}, base=False, builtin=True)
     result = run_cli("validate", "--project", root, root / "specs" / "mine.yaml")
     assert result.code == 2
-    assert "specs/mine.yaml:4:14: strategies[0].extends: no strategy named 'ddp_spwan'" in result.err
+    assert (
+        "specs/mine.yaml:4:14: strategies[0].extends: no strategy named 'ddp_spwan'" in result.err
+    )
     assert "(did you mean 'ddp_spawn'?)" in result.err
 
 

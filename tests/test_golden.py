@@ -27,6 +27,7 @@ from sgtest import (
     indented,
     option_text,
 )
+
 from stratgen.project import Project, load_config, resource_dir
 from stratgen.render import header
 
@@ -154,10 +155,12 @@ def test_hostile_text_comes_out_verbatim(import_project: Any, tmp_path: Path) ->
     assert inspect.signature(package.HostileStrategy).parameters["level"].default == (
         hostile["options"]["level"]["default"]
     )
-    assert package.registry.STRATEGIES["hostile_quoted"].preset == hostile["aliases"][
-        "hostile_quoted"
-    ]
-    alias_line = f"- ``\"hostile_quoted\"``: level={hostile['aliases']['hostile_quoted']['level']!r}"
+    assert (
+        package.registry.STRATEGIES["hostile_quoted"].preset == hostile["aliases"]["hostile_quoted"]
+    )
+    alias_line = (
+        f"- ``\"hostile_quoted\"``: level={hostile['aliases']['hostile_quoted']['level']!r}"
+    )
     assert alias_line in doc
 
     child_doc = package.HostileIndentedStrategy.__doc__

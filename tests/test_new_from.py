@@ -97,7 +97,9 @@ def test_hooks_next_to_the_spec_come_along(project: Path, outside: Path) -> None
     (outside / "hooks").mkdir()
     (outside / "hooks" / "mine.py").write_text("def after_setup(strategy):\n    return None\n")
     source = outside / "mine.yaml"
-    source.write_text(STRATEGY_SPEC.replace("    options:", "    hooks: hooks/mine.py\n    options:"))
+    source.write_text(
+        STRATEGY_SPEC.replace("    options:", "    hooks: hooks/mine.py\n    options:")
+    )
     result = run_cli("new", "--from", source, "--project", project)
     assert result.code == 0, result.err
     assert "added   specs/hooks/mine.py" in result.out
@@ -109,7 +111,9 @@ def test_hooks_next_to_the_spec_come_along(project: Path, outside: Path) -> None
 
 def test_a_missing_hooks_file_is_refused(project: Path, outside: Path) -> None:
     source = outside / "mine.yaml"
-    source.write_text(STRATEGY_SPEC.replace("    options:", "    hooks: hooks/mine.py\n    options:"))
+    source.write_text(
+        STRATEGY_SPEC.replace("    options:", "    hooks: hooks/mine.py\n    options:")
+    )
     before = snapshot(project)
     result = run_cli("new", "--from", source, "--project", project)
     assert result.code == 2

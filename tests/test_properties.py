@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sgtest import MINIMAL_BASE, args_section, indented, option_text
+
 from stratgen.catalog import PARALLEL_OPTIONS, RESERVED_CLASS_NAMES, WRAPPERS, reserved_option_names
 from stratgen.fmt import Formatter
 from stratgen.project import Project, load_config
@@ -31,6 +32,7 @@ class PackageFormatter(Formatter):
 
     def format(self, source: str, name: str) -> str:
         return source if "/tests/" in name else super().format(source, name)
+
 
 _counter = itertools.count()
 
@@ -163,7 +165,9 @@ def forget(package: Any) -> None:
 
 @settings(max_examples=25)
 @given(spec=specs())
-def test_random_valid_specs_render_to_importable_code(workspace: Path, spec: dict[str, Any]) -> None:
+def test_random_valid_specs_render_to_importable_code(
+    workspace: Path, spec: dict[str, Any]
+) -> None:
     registry, package = render_and_import(workspace, spec)
     try:
         strategy = spec["strategies"][0]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from sgtest import REPO, STRATEGY_SPEC, make_project, run_cli
+
 from stratgen import pyapi, render
 from stratgen.catalog import RESERVED_CLASS_NAMES, core_read_options, reserved_option_names
 

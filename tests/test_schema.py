@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from sgtest import BAD, FIXTURES, REPO, bad_files, run_cli
+
 from stratgen.yamlload import load_yaml
 
 SCHEMA_FILE = REPO / "specs" / "stratgen.schema.json"
@@ -55,7 +56,9 @@ class Validator:
     def __init__(self, schema: dict[str, Any]) -> None:
         self.root = schema
 
-    def errors(self, value: Any, schema: dict[str, Any] | None = None, path: str = "$") -> list[str]:
+    def errors(
+        self, value: Any, schema: dict[str, Any] | None = None, path: str = "$"
+    ) -> list[str]:
         schema = self.root if schema is None else schema
         found: list[str] = []
         for key, rule in schema.items():
@@ -125,9 +128,9 @@ def _data(path: Path) -> Any:
 def test_checked_in_schema_is_what_stratgen_prints() -> None:
     result = run_cli("schema", "--project", REPO)
     assert result.code == 0 and result.err == ""
-    assert result.out == SCHEMA_FILE.read_text(encoding="utf-8"), (
-        "specs/stratgen.schema.json is stale: run `stratgen schema --write specs/stratgen.schema.json`"
-    )
+    assert result.out == SCHEMA_FILE.read_text(
+        encoding="utf-8"
+    ), "specs/stratgen.schema.json is stale: run `stratgen schema --write specs/stratgen.schema.json`"
     json.loads(result.out)
 
 

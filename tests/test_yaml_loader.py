@@ -7,6 +7,7 @@ import time
 
 import pytest
 from sgtest import BAD
+
 from stratgen.errors import Location, SpecError
 from stratgen.yamlload import MAX_BYTES, MAX_DEPTH, MAX_NODES, load_yaml
 

@@ -44,8 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
-    import stratlib
     import torch
+
+    import stratlib
 
     torch.set_num_threads(1)
     model, optimizer = build_state(args.megabytes)

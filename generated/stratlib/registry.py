@@ -5,15 +5,15 @@ package, by name. ``get_strategy`` and ``list_strategies`` read these tables."""
 
 from __future__ import annotations
 
-from .backends import GLOO, NCCL, MPI, HOROVOD, XLA, HCCL
-from .core.collectives import CollectiveBackend
-from .core.registry import StrategyEntry
 from .accelerators.cpu import CPUAccelerator
 from .accelerators.cuda import CUDAAccelerator
 from .accelerators.hpu import HPUAccelerator
 from .accelerators.ipu import IPUAccelerator
 from .accelerators.mps import MPSAccelerator
 from .accelerators.tpu import TPUAccelerator
+from .backends import GLOO, HCCL, HOROVOD, MPI, NCCL, XLA
+from .core.collectives import CollectiveBackend
+from .core.registry import StrategyEntry
 from .environments.bagua import BaguaEnvironment
 from .environments.horovod import HorovodEnvironment
 from .environments.kubeflow import KubeflowEnvironment

@@ -11,10 +11,10 @@ import pytest
 from stratlib import (
     CPUAccelerator,
     CUDAAccelerator,
-    DataParallelStrategy,
     DDP2Strategy,
     DDPSpawnStrategy,
     DDPStrategy,
+    DataParallelStrategy,
     registry,
 )
 from stratlib.core import testing

@@ -11,8 +11,8 @@ import pytest
 from stratlib import (
     ClusterEnvironment,
     KubeflowEnvironment,
-    LightningEnvironment,
     LSFEnvironment,
+    LightningEnvironment,
     MPIEnvironment,
     SLURMEnvironment,
     TorchElasticEnvironment,

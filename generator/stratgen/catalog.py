@@ -327,7 +327,9 @@ class Catalog:
                 table[alias] = (strategy, preset)
         return table
 
-    def select_precision(self, strategy: Strategy, accelerator: str, mode: str) -> PrecisionPlugin | None:
+    def select_precision(
+        self, strategy: Strategy, accelerator: str, mode: str
+    ) -> PrecisionPlugin | None:
         """The plugin the runtime will pick for this strategy, accelerator and precision."""
         best: PrecisionPlugin | None = None
         for plugin in self.precision_plugins.values():
@@ -540,8 +542,12 @@ def _backend_ref(
 ) -> Backend | None:
     if ref in catalog.backends:
         return catalog.backends[ref]
-    problems.add(loc, path, f"no backend named {ref!r}{did_you_mean(ref, catalog.backends)}; "
-                 f"declared backends: {', '.join(catalog.backends) or 'none'}")
+    problems.add(
+        loc,
+        path,
+        f"no backend named {ref!r}{did_you_mean(ref, catalog.backends)}; "
+        f"declared backends: {', '.join(catalog.backends) or 'none'}",
+    )
     return None
 
 
@@ -605,8 +611,15 @@ def _resolve_environments(catalog: Catalog, problems: _Problems) -> None:
         parent = catalog.environments.get(spec.extends) if spec.extends else None
         values = _inherit(spec, parent.values if parent else None)
         if not spec.abstract:
-            for key in ("detect", "world_size", "global_rank", "local_rank", "node_rank",
-                        "main_address", "main_port"):
+            for key in (
+                "detect",
+                "world_size",
+                "global_rank",
+                "local_rank",
+                "node_rank",
+                "main_address",
+                "main_port",
+            ):
                 if values[key] is None:
                     problems.add(
                         spec.loc,
@@ -616,8 +629,10 @@ def _resolve_environments(catalog: Catalog, problems: _Problems) -> None:
                     )
         for key in ("world_size", "global_rank", "local_rank", "node_rank", "main_port"):
             source_spec: ValueSource | None = values[key]
-            if source_spec is not None and isinstance(source_spec.default, str) and (
-                source_spec.parse in (None, "int")
+            if (
+                source_spec is not None
+                and isinstance(source_spec.default, str)
+                and (source_spec.parse in (None, "int"))
             ):
                 problems.add(
                     source_spec.loc,
@@ -648,8 +663,11 @@ def _resolve_precision_plugins(catalog: Catalog, problems: _Problems) -> None:
         spec: PrecisionPluginSpec = entry.spec
         parent = catalog.precision_plugins.get(spec.extends) if spec.extends else None
         values = {
-            key: getattr(spec, key) if getattr(spec, key) is not None or parent is None
-            else getattr(parent, key)
+            key: (
+                getattr(spec, key)
+                if getattr(spec, key) is not None or parent is None
+                else getattr(parent, key)
+            )
             for key in ("kind", "wrappers", "accelerators", "grad_scaler", "requires")
         }
         values["modes"] = spec.modes
@@ -663,7 +681,9 @@ def _resolve_precision_plugins(catalog: Catalog, problems: _Problems) -> None:
                     f"accelerators: {_listing(catalog.accelerators)}",
                 )
         if not spec.abstract and not values["modes"]:
-            problems.add(spec.loc, f"{entry.path}.modes", "a plugin that is not abstract needs 'modes'")
+            problems.add(
+                spec.loc, f"{entry.path}.modes", "a plugin that is not abstract needs 'modes'"
+            )
         catalog.precision_plugins[name] = PrecisionPlugin(
             spec=spec,
             source=entry.source,
@@ -692,7 +712,9 @@ def _check_precision_ambiguity(catalog: Catalog, problems: _Problems) -> None:
                 continue
             wrappers_meet = not a.wrappers or not b.wrappers or set(a.wrappers) & set(b.wrappers)
             accels_meet = (
-                not a.accelerators or not b.accelerators or set(a.accelerators) & set(b.accelerators)
+                not a.accelerators
+                or not b.accelerators
+                or set(a.accelerators) & set(b.accelerators)
             )
             if wrappers_meet and accels_meet:
                 problems.add(
@@ -746,11 +768,20 @@ def _resolve_strategy(
     base = spec.base or (parent.base if parent else ROOT_STRATEGY)
     if spec.name in BASE_SPECS and base != spec.name:
         problems.add(
-            _field_loc(spec, "base"), f"{path}.base", f"the base spec {spec.name!r} must have base {spec.name!r}"
+            _field_loc(spec, "base"),
+            f"{path}.base",
+            f"the base spec {spec.name!r} must have base {spec.name!r}",
         )
     if spec.name not in BASE_SPECS and spec.extends is None and spec.base is None:
-        problems.add(spec.loc, path, "a strategy needs 'base' (single_device or parallel) or 'extends'")
-    if parent is not None and spec.base is not None and spec.extends is not None and spec.base != parent.base:
+        problems.add(
+            spec.loc, path, "a strategy needs 'base' (single_device or parallel) or 'extends'"
+        )
+    if (
+        parent is not None
+        and spec.base is not None
+        and spec.extends is not None
+        and spec.base != parent.base
+    ):
         problems.add(
             _field_loc(spec, "base"),
             f"{path}.base",
@@ -799,7 +830,9 @@ def _resolve_strategy(
     default_precision = precision.default if precision and precision.default else parent_default
     supported = precision.supported if precision and precision.supported else parent_supported
     if precision is not None:
-        _check_precision_defaults(problems, precision, f"{path}.precision", default_precision, supported)
+        _check_precision_defaults(
+            problems, precision, f"{path}.precision", default_precision, supported
+        )
 
     cluster = pick("cluster", ())
     for index, env in enumerate(cluster):
@@ -819,7 +852,11 @@ def _resolve_strategy(
                 f"cluster environment {env!r} is abstract and can never be detected",
             )
     if base == "parallel" and not spec.abstract and not cluster:
-        problems.add(spec.loc, f"{path}.cluster", "a parallel strategy needs at least one cluster environment")
+        problems.add(
+            spec.loc,
+            f"{path}.cluster",
+            "a parallel strategy needs at least one cluster environment",
+        )
 
     accelerators = pick("accelerators", tuple(catalog.accelerators))
     for index, accelerator in enumerate(accelerators):
@@ -998,9 +1035,11 @@ def _check_names(catalog: Catalog, problems: _Problems) -> None:
                 other_loc, owner = registry[alias]
                 problems.add(
                     loc,
-                    f"{_spec_path(strategy)}.name"
-                    if alias == strategy.name
-                    else f"{_spec_path(strategy)}.aliases.{alias}",
+                    (
+                        f"{_spec_path(strategy)}.name"
+                        if alias == strategy.name
+                        else f"{_spec_path(strategy)}.aliases.{alias}"
+                    ),
                     f"registry name {alias!r} is already taken by strategy {owner!r}",
                     related=other_loc,
                 )
@@ -1057,7 +1096,10 @@ def _check_precision_coverage(catalog: Catalog, problems: _Problems) -> None:
             accelerator = catalog.accelerators[accelerator_name]
             on_device = accelerator.spec.precision.supported or PRECISIONS
             for mode in strategy.supported_precisions:
-                if mode in on_device and catalog.select_precision(strategy, accelerator_name, mode) is None:
+                if (
+                    mode in on_device
+                    and catalog.select_precision(strategy, accelerator_name, mode) is None
+                ):
                     problems.add(
                         _field_loc(strategy.spec, "precision"),
                         f"{_spec_path(strategy)}.precision",

@@ -97,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
         "content changes are written; files generated earlier that no spec produces any more "
         "are removed.",
     )
-    gen.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    gen.add_argument(
+        "--dry-run", action="store_true", help="report what would change; write nothing"
+    )
     gen.add_argument("--diff", action="store_true", help="print a unified diff of the changes")
     gen.add_argument("--timings", action="store_true", help="print the time spent in each step")
 
@@ -135,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the JSON Schema of the spec format",
         description="Print the JSON Schema of spec files (for editors and CI).",
     )
-    schema.add_argument("--write", "-w", dest="schema_output", type=Path, help="write it to this file")
+    schema.add_argument(
+        "--write", "-w", dest="schema_output", type=Path, help="write it to this file"
+    )
 
     new = commands.add_parser(
         "new",
@@ -151,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--accelerator", help="accelerator the strategy runs on (default: cpu)")
     new.add_argument("--base", choices=["single_device", "parallel"], help="kind of strategy")
     new.add_argument(
-        "--launcher", choices=["popen", "spawn", "fork", "forkserver", "external"], help="how processes start"
+        "--launcher",
+        choices=["popen", "spawn", "fork", "forkserver", "external"],
+        help="how processes start",
     )
     new.add_argument("--backend", help="collective backend (default: auto)")
     new.add_argument("--precision", help="default precision (default: 32-true)")
@@ -167,15 +173,20 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--package", help="import name of your package")
     init.add_argument("--defaults", action="store_true", help="ask nothing; use defaults")
     init.add_argument(
-        "--template", help="template to copy instead of the bundled one: a git URL or folder, "
-        "which `copier update` can later update from"
+        "--template",
+        help="template to copy instead of the bundled one: a git URL or folder, "
+        "which `copier update` can later update from",
     )
-    init.add_argument("--vcs-ref", help="tag or commit of a git --template (default: the latest tag)")
+    init.add_argument(
+        "--vcs-ref", help="tag or commit of a git --template (default: the latest tag)"
+    )
     init.add_argument("--no-color", action="store_true", help="never colour the output")
     return parser
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     parser = build_parser()
@@ -194,7 +205,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         for problem in exc.problems:
             console.error(str(problem))
         count = len(exc.problems)
-        console.err.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was written.\n")
+        console.err.write(
+            f"{count} problem{'s' if count != 1 else ''} found; nothing was written.\n"
+        )
         return EXIT_ERROR
     except (StratgenError, FormatError) as exc:
         console.error(str(exc))

@@ -55,8 +55,10 @@ def _print_timings(project: Project, console: Console) -> None:
     steps = project.timings.steps
     total = sum(steps.values())
     parts = ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in steps.items())
-    console.err.write(f"timings: {parts}; total {total * 1000:.0f} ms "
-                      f"(black cache: {project.formatter.hits} hits, {project.formatter.misses} misses)\n")
+    console.err.write(
+        f"timings: {parts}; total {total * 1000:.0f} ms "
+        f"(black cache: {project.formatter.hits} hits, {project.formatter.misses} misses)\n"
+    )
 
 
 def _known_current(project: Project) -> int | None:
@@ -98,7 +100,11 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
             console.say(f"would remove {path}")
         changes = len(drift.missing) + len(drift.changed) + len(orphans)
         if args.dry_run:
-            console.say(f"{changes} file(s) would change; nothing written (dry run)." if changes else "Up to date; nothing to write.")
+            console.say(
+                f"{changes} file(s) would change; nothing written (dry run)."
+                if changes
+                else "Up to date; nothing to write."
+            )
             if args.timings:
                 _print_timings(project, console)
             return EXIT_DRIFT if changes else EXIT_OK
@@ -108,7 +114,9 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     for path in report.removed:
         console.say(f"removed {path}")
     for path in report.kept:
-        console.warn(f"kept {path}: no spec produces it any more, but it was edited by hand; delete it yourself")
+        console.warn(
+            f"kept {path}: no spec produces it any more, but it was edited by hand; delete it yourself"
+        )
     console.say(
         f"{len(report.written)} written, {len(report.unchanged)} unchanged, {len(report.removed)} removed."
     )
@@ -141,7 +149,11 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
     for text in drift.diffs:
         console.say(text.rstrip("\n"))
-    for label, paths in (("changed", drift.changed), ("missing", drift.missing), ("extra", drift.extra)):
+    for label, paths in (
+        ("changed", drift.changed),
+        ("missing", drift.missing),
+        ("extra", drift.extra),
+    ):
         for path in paths:
             console.say(f"{label}: {path}")
     console.err.write(
@@ -164,7 +176,11 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     sources = project.sources(extra=[(p, str(p)) for p in outside])
     catalog = resolve(sources)
     names = {p.resolve() for p in args.files}
-    checked = [s for s in sources if (project.config.root / s.path).resolve() in names or Path(s.path).resolve() in names]
+    checked = [
+        s
+        for s in sources
+        if (project.config.root / s.path).resolve() in names or Path(s.path).resolve() in names
+    ]
     for source in checked:
         spec = source.spec
         counts = []

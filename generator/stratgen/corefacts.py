@@ -23,14 +23,14 @@ def _public_names(tree: ast.Module) -> set[str]:
                 names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 names.add(node.target.id)
-        for node in ast.walk(cls):
+        for inner in ast.walk(cls):
             if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.ctx, ast.Store)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "self"
+                isinstance(inner, ast.Attribute)
+                and isinstance(inner.ctx, ast.Store)
+                and isinstance(inner.value, ast.Name)
+                and inner.value.id == "self"
             ):
-                names.add(node.attr)
+                names.add(inner.attr)
     return {n for n in names if not n.startswith("_")}
 
 
@@ -50,7 +50,9 @@ def strategy_attributes() -> frozenset[str]:
 
 
 @cache
-def class_annotations(module: str, class_name: str) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
+def class_annotations(
+    module: str, class_name: str
+) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
     """Class-level annotations of a core class: attribute -> (annotation source, imports it
     needs as (module, name) pairs, module relative to the package root like 'core.imports')."""
     from .project import resource_dir

@@ -221,7 +221,9 @@ def atomic_write(target: Path, data: bytes, durable: bool = False) -> None:
     generated files that `stratgen generate` can always write again.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}{TEMP_MARK}", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}{TEMP_MARK}", suffix=".tmp"
+    )
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -253,6 +255,4 @@ def _is_safe_relative(path: str) -> bool:
 def unified_diff(path: str, old: bytes, new: bytes) -> str:
     old_lines = old.decode("utf-8", "replace").splitlines(keepends=True)
     new_lines = new.decode("utf-8", "replace").splitlines(keepends=True)
-    return "".join(
-        difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}", n=3)
-    )
+    return "".join(difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}", n=3))

@@ -76,8 +76,16 @@ def _object(cls: Any, defs: dict[str, Any]) -> dict[str, Any]:
         prop = _schema(hints[f.name], defs)
         doc = f.metadata.get("doc")
         if doc:
-            prop = {**prop, "description": doc} if "$ref" not in prop else {"allOf": [prop], "description": doc}
-        if f.default is not dataclasses.MISSING and f.default is not None and not isinstance(f.default, tuple | dict):
+            prop = (
+                {**prop, "description": doc}
+                if "$ref" not in prop
+                else {"allOf": [prop], "description": doc}
+            )
+        if (
+            f.default is not dataclasses.MISSING
+            and f.default is not None
+            and not isinstance(f.default, tuple | dict)
+        ):
             prop["default"] = f.default
         properties[f.name] = prop
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

@@ -263,16 +263,22 @@ class AcceleratorSpec:
     visible_devices_env: EnvVar | None = described(
         "Environment variable that restricts visible devices, e.g. CUDA_VISIBLE_DEVICES."
     )
-    backend: Name = required("Collective backend used with this device when a strategy says 'auto'.")
+    backend: Name = required(
+        "Collective backend used with this device when a strategy says 'auto'."
+    )
     precision: PrecisionDefaults = described_factory(
         "Default and supported precisions on this device.", PrecisionDefaults
     )
-    grad_scaler: bool = described("Whether '16-mixed' needs a GradScaler on this device.", default=False)
+    grad_scaler: bool = described(
+        "Whether '16-mixed' needs a GradScaler on this device.", default=False
+    )
     set_device: ImportPath | None = described(
         "Function called with the torch.device when a process starts using it."
     )
     teardown: ImportPath | None = described("Function called without arguments at teardown.")
-    step_hooks: StepHooks = described_factory("Functions called after backward / optimizer step.", StepHooks)
+    step_hooks: StepHooks = described_factory(
+        "Functions called after backward / optimizer step.", StepHooks
+    )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
 
@@ -342,11 +348,19 @@ class PrecisionPluginSpec:
     """A precision plugin: which precisions it serves and where it applies."""
 
     name: Name = required("Name of the plugin in the registry.", inherit=False)
-    class_name: ClassName = required("Generated class, e.g. 'DoublePrecisionPlugin'.", inherit=False)
+    class_name: ClassName = required(
+        "Generated class, e.g. 'DoublePrecisionPlugin'.", inherit=False
+    )
     description: str = described("Docstring of the class.", default="", inherit=False)
-    module: Name | None = described("Module name in the package; defaults to the plugin name.", inherit=False)
-    abstract: bool = described("A base for other plugins, never selected itself.", default=False, inherit=False)
-    extends: Name | None = described("Plugin whose fields and class this one inherits.", inherit=False)
+    module: Name | None = described(
+        "Module name in the package; defaults to the plugin name.", inherit=False
+    )
+    abstract: bool = described(
+        "A base for other plugins, never selected itself.", default=False, inherit=False
+    )
+    extends: Name | None = described(
+        "Plugin whose fields and class this one inherits.", inherit=False
+    )
     kind: PrecisionKind | None = described("Which core behaviour the plugin has.")
     modes: tuple[PrecisionName, ...] | None = described(
         "Precisions the plugin implements (not inherited).", inherit=False
@@ -402,12 +416,20 @@ class ValueSource:
 class ClusterEnvironmentSpec:
     """A cluster or launcher: how to tell it is there and where ranks and addresses live."""
 
-    name: Name = required("Name of the environment, used in strategies' 'cluster' lists.", inherit=False)
+    name: Name = required(
+        "Name of the environment, used in strategies' 'cluster' lists.", inherit=False
+    )
     class_name: ClassName = required("Generated class, e.g. 'SLURMEnvironment'.", inherit=False)
     description: str = described("Docstring of the class.", default="", inherit=False)
-    module: Name | None = described("Module name in the package; defaults to the name.", inherit=False)
-    abstract: bool = described("A base for other environments, never detected itself.", default=False, inherit=False)
-    extends: Name | None = described("Environment whose fields and class this one inherits.", inherit=False)
+    module: Name | None = described(
+        "Module name in the package; defaults to the name.", inherit=False
+    )
+    abstract: bool = described(
+        "A base for other environments, never detected itself.", default=False, inherit=False
+    )
+    extends: Name | None = described(
+        "Environment whose fields and class this one inherits.", inherit=False
+    )
     detect: Condition | None = described("When the process runs under this environment.")
     creates_processes_externally: Condition | None = described(
         "When the environment (not the strategy) starts one process per device."

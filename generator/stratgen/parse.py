@@ -152,9 +152,7 @@ class Converter:
             return None
         candidates = [m for m in members if m is not type(None) and self._fits_shape(node, m)]
         if not candidates:
-            raise self.fail(
-                node.loc, path, f"expected {_describe(tp)}, found {_kind(node.value)}"
-            )
+            raise self.fail(node.loc, path, f"expected {_describe(tp)}, found {_kind(node.value)}")
         # Try each member whose shape fits; report the last member's problems if none work.
         for index, member in enumerate(candidates):
             saved = len(self.problems)

@@ -14,9 +14,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import Location, SpecError, StratgenError, did_you_mean
 from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
@@ -67,7 +65,9 @@ def find_root(start: Path) -> Path:
     """The nearest folder at or above ``start`` whose pyproject.toml has [tool.stratgen]."""
     for folder in (start, *start.parents):
         pyproject = folder / "pyproject.toml"
-        if pyproject.is_file() and "[tool.stratgen]" in pyproject.read_text(encoding="utf-8", errors="replace"):
+        if pyproject.is_file() and "[tool.stratgen]" in pyproject.read_text(
+            encoding="utf-8", errors="replace"
+        ):
             return folder
     return start
 
@@ -209,7 +209,9 @@ class Project:
                 problems.extend(exc.problems)
                 continue
             if label is not None:  # a file about to be copied: hooks stay next to the original
-                source = type(source)(source.path, Path(label).stem, source.spec, source.builtin, str(path.parent))
+                source = type(source)(
+                    source.path, Path(label).stem, source.spec, source.builtin, str(path.parent)
+                )
             sources.append(source)
         self.timings.add("load", started)
         if problems:
@@ -234,7 +236,12 @@ class Project:
             template_dirs.insert(0, self.config.root / self.config.templates)
         renderer = Renderer(template_dirs)
         rendered = render(
-            catalog, selection, renderer, self.config.package, self.config.package_dir, self.config.tests
+            catalog,
+            selection,
+            renderer,
+            self.config.package,
+            self.config.package_dir,
+            self.config.tests,
         )
         self.timings.add("render", started)
 

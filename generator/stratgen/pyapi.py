@@ -350,7 +350,9 @@ def strategy_module(strategy: Strategy) -> PyModule:
         _registry_lines(strategy),
         _args_lines(strategy),
     )
-    cls = PyClass(strategy.class_name, bases, doc, annotated(attributes, STRATEGY_ROOT, imports), init)
+    cls = PyClass(
+        strategy.class_name, bases, doc, annotated(attributes, STRATEGY_ROOT, imports), init
+    )
     return PyModule(
         path=f"strategies/{strategy.module}.py",
         source=strategy.source.path,
@@ -445,7 +447,9 @@ def option_annotation(option: Option, imports: Imports) -> str:
             if t == "path":
                 imports.stdlib.add("import os")
             if t in ("mapping", "sequence"):
-                imports.stdlib.add("from collections.abc import " + ("Mapping" if t == "mapping" else "Sequence"))
+                imports.stdlib.add(
+                    "from collections.abc import " + ("Mapping" if t == "mapping" else "Sequence")
+                )
             if t in ("mapping", "sequence", "any"):
                 imports.stdlib.add("from typing import Any")
         annotation = " | ".join(parts)
@@ -460,7 +464,9 @@ def _strategy_init(strategy: Strategy, imports: Imports) -> Init | None:
     redefaulted = [
         name
         for name, option in strategy.options.items()
-        if parent is not None and name in parent.options and parent.options[name].default != option.default
+        if parent is not None
+        and name in parent.options
+        and parent.options[name].default != option.default
     ]
     if not own and not redefaulted:
         return None
@@ -570,8 +576,17 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
         "requirements": "()",
     }
     attributes = [(k, v) for k, v in attributes if defaults.get(k) != v]
-    doc = _class_doc(spec.description or f"The {spec.name!r} accelerator.", [f'Accelerator name: ``"{spec.name}"``.'], [])
-    cls = PyClass(spec.class_name, [ACCELERATOR_ROOT[1]], doc, annotated(attributes, ACCELERATOR_ROOT, imports))
+    doc = _class_doc(
+        spec.description or f"The {spec.name!r} accelerator.",
+        [f'Accelerator name: ``"{spec.name}"``.'],
+        [],
+    )
+    cls = PyClass(
+        spec.class_name,
+        [ACCELERATOR_ROOT[1]],
+        doc,
+        annotated(attributes, ACCELERATOR_ROOT, imports),
+    )
     return PyModule(
         path=f"accelerators/{accelerator.module}.py",
         source=accelerator.source.path,
@@ -617,17 +632,27 @@ def precision_module(plugin: PrecisionPlugin) -> PyModule:
             "requirements": parent.requires,
         }
         if parent
-        else {"modes": (), "wrappers": (), "accelerators": (), "grad_scaler_class": None, "requirements": ()}
+        else {
+            "modes": (),
+            "wrappers": (),
+            "accelerators": (),
+            "grad_scaler_class": None,
+            "requirements": (),
+        }
     )
     attributes = []
     for key, value in facts.items():
         if key != "plugin_name" and parent_facts.get(key) == value:
             continue
-        source = _requirements(plugin.requires, imports) if key == "requirements" else literal(value)
+        source = (
+            _requirements(plugin.requires, imports) if key == "requirements" else literal(value)
+        )
         attributes.append((key, source))
-    extra = [] if plugin.abstract or not plugin.modes else [
-        "Serves precision " + ", ".join(f'``"{m}"``' for m in plugin.modes) + "."
-    ]
+    extra = (
+        []
+        if plugin.abstract or not plugin.modes
+        else ["Serves precision " + ", ".join(f'``"{m}"``' for m in plugin.modes) + "."]
+    )
     doc = _class_doc(plugin.description or f"The {plugin.name!r} precision plugin.", extra, [])
     cls = PyClass(plugin.class_name, bases, doc, annotated(attributes, PRECISION_ROOT, imports))
     return PyModule(
@@ -642,7 +667,14 @@ def precision_module(plugin: PrecisionPlugin) -> PyModule:
 
 # --- cluster environments ------------------------------------------------------------------------
 
-_ENV_VALUE_KEYS = ("world_size", "global_rank", "local_rank", "node_rank", "main_address", "main_port")
+_ENV_VALUE_KEYS = (
+    "world_size",
+    "global_rank",
+    "local_rank",
+    "node_rank",
+    "main_address",
+    "main_port",
+)
 
 
 def environment_module(env: ClusterEnvironment) -> PyModule:
@@ -654,7 +686,9 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
     else:
         imports.add_local(f"environments.{parent.module}", parent.class_name)
         bases = [parent.class_name]
-    attributes: list[tuple[str, str]] = [("environment_name", literal(None if env.abstract else env.name))]
+    attributes: list[tuple[str, str]] = [
+        ("environment_name", literal(None if env.abstract else env.name))
+    ]
     parent_values = parent.values if parent else {}
     for key in ("detect", "creates_processes_externally", "settable", *_ENV_VALUE_KEYS, "requires"):
         value = env.values.get(key)
@@ -772,7 +806,9 @@ class StrategyTestFacts:
         return self.strategy.class_name
 
 
-def strategy_test_facts(catalog: Catalog, strategy: Strategy, accelerators: Iterable[str]) -> StrategyTestFacts:
+def strategy_test_facts(
+    catalog: Catalog, strategy: Strategy, accelerators: Iterable[str]
+) -> StrategyTestFacts:
     registry = [(strategy.name, "{}")] if not strategy.abstract else []
     registry += [(alias, literal(preset)) for alias, preset in strategy.aliases.items()]
     facts = _strategy_facts(strategy)
@@ -802,7 +838,11 @@ def strategy_test_facts(catalog: Catalog, strategy: Strategy, accelerators: Iter
                 precision_cases.append((accelerator.class_name, mode, plugin.class_name))
         backend = strategy.backend or accelerator.backend
         backend_cases.append((accelerator.class_name, backend.name))
-    single_process = strategy.base != "parallel" or strategy.wrapper in ("dp", "ddp2") or strategy.launcher == "none"
+    single_process = (
+        strategy.base != "parallel"
+        or strategy.wrapper in ("dp", "ddp2")
+        or strategy.launcher == "none"
+    )
     return StrategyTestFacts(
         strategy=strategy,
         registry=registry,

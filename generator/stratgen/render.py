@@ -85,7 +85,9 @@ class Renderer:
     def __init__(self, template_dirs: Iterable[Path]) -> None:
         self.template_dirs = [Path(d) for d in template_dirs]
         self.env = jinja2.Environment(
-            loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(d)) for d in self.template_dirs]),
+            loader=jinja2.ChoiceLoader(
+                [jinja2.FileSystemLoader(str(d)) for d in self.template_dirs]
+            ),
             undefined=jinja2.StrictUndefined,
             autoescape=False,
             keep_trailing_newline=True,
@@ -105,7 +107,9 @@ class Renderer:
                 f"{exc.filename or exc.name}:{exc.lineno}: template error: {exc.message}"
             ) from None
         except jinja2.TemplateNotFound as exc:
-            raise StratgenError(f"template {exc.name} is missing from the template folders") from None
+            raise StratgenError(
+                f"template {exc.name} is missing from the template folders"
+            ) from None
 
     def core_files(self) -> list[tuple[str, str]]:
         """(relative path, text) of every core runtime file, first template folder winning."""
@@ -172,7 +176,9 @@ def _render(
 
     # The core runtime, as written.
     for rel, text in renderer.core_files():
-        body = text if text.startswith("#!") else f"{header('the stratgen template ' + rel)}\n{text}"
+        body = (
+            text if text.startswith("#!") else f"{header('the stratgen template ' + rel)}\n{text}"
+        )
         emit(f"{package_dir}/{rel}", body, python=False)
 
     strategies = [catalog.strategies[n] for n in selection.strategies]
@@ -214,7 +220,19 @@ def _render(
             ),
         )
 
-    emit(f"{package_dir}/registry.py", _registry(renderer, catalog, strategies, accelerators, plugins, environments, selection, all_sources))
+    emit(
+        f"{package_dir}/registry.py",
+        _registry(
+            renderer,
+            catalog,
+            strategies,
+            accelerators,
+            plugins,
+            environments,
+            selection,
+            all_sources,
+        ),
+    )
     emit(f"{package_dir}/__init__.py", _package_init(renderer, package, families, all_sources))
     emit(f"{package_dir}/py.typed", "", python=False)
     files.extend(_tests(renderer, catalog, selection, package, package_dir, tests_dir))
@@ -238,9 +256,14 @@ def _emit_hooks(strategies: list[Strategy], package_dir: str, emit: Any) -> None
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise StratgenError(f"{path}: cannot read the hooks file: {exc}") from None
-            hooks_files[name] = header(f"{strategy.source.path} (hooks: {strategy.hooks})") + "\n" + text
+            hooks_files[name] = (
+                header(f"{strategy.source.path} (hooks: {strategy.hooks})") + "\n" + text
+            )
     if hooks_files:
-        emit(f"{package_dir}/hooks/__init__.py", header("hooks of the specs") + '\n"""Hand-written hooks named by specs."""\n')
+        emit(
+            f"{package_dir}/hooks/__init__.py",
+            header("hooks of the specs") + '\n"""Hand-written hooks named by specs."""\n',
+        )
         for name, text in sorted(hooks_files.items()):
             emit(f"{package_dir}/hooks/{name}.py", text, python=False)
 
@@ -263,7 +286,9 @@ def _registry(
         imports.append((f"strategies.{strategy.module}", [strategy.class_name]))
         entries.append({"alias": strategy.name, "class_name": strategy.class_name, "preset": "{}"})
         for alias, preset in strategy.aliases.items():
-            entries.append({"alias": alias, "class_name": strategy.class_name, "preset": literal(preset)})
+            entries.append(
+                {"alias": alias, "class_name": strategy.class_name, "preset": literal(preset)}
+            )
     for accelerator in accelerators:
         imports.append((f"accelerators.{accelerator.module}", [accelerator.class_name]))
     selectable = [p for p in plugins if not p.abstract]
@@ -272,12 +297,20 @@ def _registry(
     concrete_envs = [e for e in environments if not e.abstract]
     for env in concrete_envs:
         imports.append((f"environments.{env.module}", [env.class_name]))
+    constants = sorted(pyapi.backend_constant(n) for n in selection.backends)
+    imports += [
+        ("backends", constants),
+        ("core.collectives", ["CollectiveBackend"]),
+        ("core.registry", ["StrategyEntry"]),
+    ]
     return renderer.template("package/registry.py.j2").render(
         header=header(source),
         imports=sorted(imports),
         strategies=entries,
         # In order of preference for accelerator="auto": devices first, the CPU last.
-        accelerators=[(a.name, a.class_name) for a in sorted(accelerators, key=lambda a: a.name == "cpu")],
+        accelerators=[
+            (a.name, a.class_name) for a in sorted(accelerators, key=lambda a: a.name == "cpu")
+        ],
         precision_plugins=[p.class_name for p in selectable],
         environments=[(e.name, e.class_name) for e in concrete_envs],
         backends=[{"name": n, "constant": pyapi.backend_constant(n)} for n in selection.backends],
@@ -295,7 +328,10 @@ def _package_init(renderer: Renderer, package: str, families: list[Any], source:
         imports.append((module, list(exported)))
         names.extend(exported)
     return renderer.template("package/__init__.py.j2").render(
-        header=header(source), package=package, imports=sorted(imports), all_names=sorted(set(names))
+        header=header(source),
+        package=package,
+        imports=sorted(imports),
+        all_names=sorted(set(names)),
     )
 
 
@@ -331,10 +367,24 @@ def _tests(
     template = renderer.template("tests/test_spec.py.j2")
     for source in catalog.sources:
         spec = source.spec
-        strategies = [catalog.strategies[s.name] for s in spec.strategies if s.name in chosen["strategies"]]
-        accelerator = catalog.accelerators.get(spec.accelerator.name) if spec.accelerator and spec.accelerator.name in chosen["accelerator"] else None
-        plugins = [catalog.precision_plugins[p.name] for p in spec.precision_plugins if p.name in chosen["precision_plugins"]]
-        envs = [catalog.environments[e.name] for e in spec.cluster_environments if e.name in chosen["cluster_environments"]]
+        strategies = [
+            catalog.strategies[s.name] for s in spec.strategies if s.name in chosen["strategies"]
+        ]
+        accelerator = (
+            catalog.accelerators.get(spec.accelerator.name)
+            if spec.accelerator and spec.accelerator.name in chosen["accelerator"]
+            else None
+        )
+        plugins = [
+            catalog.precision_plugins[p.name]
+            for p in spec.precision_plugins
+            if p.name in chosen["precision_plugins"]
+        ]
+        envs = [
+            catalog.environments[e.name]
+            for e in spec.cluster_environments
+            if e.name in chosen["cluster_environments"]
+        ]
         if not (strategies or accelerator or plugins or envs):
             continue
         imports = [s.class_name for s in strategies] + [p.class_name for p in plugins]
@@ -352,7 +402,9 @@ def _tests(
             package=package,
             source=source,
             imports=sorted(set(imports) | accelerator_classes),
-            strategies=[pyapi.strategy_test_facts(catalog, s, selection.accelerators) for s in strategies],
+            strategies=[
+                pyapi.strategy_test_facts(catalog, s, selection.accelerators) for s in strategies
+            ],
             accelerator=accelerator,
             precision_plugins=plugins,
             environments=[pyapi.environment_test_case(e) for e in envs],
@@ -360,7 +412,9 @@ def _tests(
         files.append(RenderedFile(f"{tests_dir}/{test_module_name(source)}", text, True))
     package_parent = os.path.relpath(package_dir.rsplit("/", 1)[0] or ".", tests_dir)
     conftest = renderer.template("tests/conftest.py.j2").render(
-        header=header("stratgen's test template"), package=package, package_parent=Path(package_parent).as_posix()
+        header=header("stratgen's test template"),
+        package=package,
+        package_parent=Path(package_parent).as_posix(),
     )
     files.append(RenderedFile(f"{tests_dir}/conftest.py", conftest, True))
     return files

@@ -74,7 +74,11 @@ class Accelerator:
         """Raise a clear error if this accelerator cannot be used here."""
         require(cls.requirements, f"accelerator={cls.accelerator_name!r}")
         if not cls.is_available():
-            probe = f" ({cls.availability_probe.replace(':', '.')}() is False)" if cls.availability_probe else ""
+            probe = (
+                f" ({cls.availability_probe.replace(':', '.')}() is False)"
+                if cls.availability_probe
+                else ""
+            )
             raise MisconfigurationError(
                 f"accelerator={cls.accelerator_name!r} is not available on this machine{probe}"
             )
@@ -128,7 +132,9 @@ class Accelerator:
                     f"devices={devices} is not allowed; use a positive number, 'auto', or -1 for all devices"
                 )
             if count is not None and devices > count:
-                visible = os.environ.get(cls.visible_devices_env) if cls.visible_devices_env else None
+                visible = (
+                    os.environ.get(cls.visible_devices_env) if cls.visible_devices_env else None
+                )
                 shown = f" ({cls.visible_devices_env}={visible!r})" if visible is not None else ""
                 raise MisconfigurationError(
                     f"devices={devices} asks for more {name} devices than the {count} present{shown}"
@@ -145,7 +151,9 @@ class Accelerator:
             if isinstance(index, bool) or not isinstance(index, int) or index < 0:
                 raise MisconfigurationError(f"devices={devices!r}: {index!r} is not a device index")
             if count is not None and index >= count:
-                visible = os.environ.get(cls.visible_devices_env) if cls.visible_devices_env else None
+                visible = (
+                    os.environ.get(cls.visible_devices_env) if cls.visible_devices_env else None
+                )
                 shown = f"; {cls.visible_devices_env}={visible!r}" if visible is not None else ""
                 raise MisconfigurationError(
                     f"devices={devices!r}: there is no {name} device {index} (found {count}{shown})"

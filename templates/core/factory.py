@@ -24,7 +24,15 @@ from .strategy import StrategyBase
 
 #: Arguments of the core constructors; everything else a strategy takes is an option.
 PLUMBING = frozenset(
-    {"accelerator", "device", "parallel_devices", "cluster_environment", "checkpoint_io", "precision_plugin", "num_nodes"}
+    {
+        "accelerator",
+        "device",
+        "parallel_devices",
+        "cluster_environment",
+        "checkpoint_io",
+        "precision_plugin",
+        "num_nodes",
+    }
 )
 
 
@@ -105,7 +113,9 @@ def select_precision_plugin(
 ) -> PrecisionBase:
     """The most specific plugin serving ``precision`` for this strategy on this accelerator."""
     mode = canonical_precision(precision)
-    return precision_plugin_class(strategy, accelerator, mode)(mode, device_type=accelerator.device_type)
+    return precision_plugin_class(strategy, accelerator, mode)(
+        mode, device_type=accelerator.device_type
+    )
 
 
 def precision_plugin_class(
@@ -143,7 +153,9 @@ def strategy_options(cls: type[StrategyBase]) -> dict[str, inspect.Parameter]:
     return {
         name: p
         for name, p in parameters.items()
-        if name != "self" and name not in PLUMBING and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        if name != "self"
+        and name not in PLUMBING
+        and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
     }
 
 
@@ -190,7 +202,9 @@ def check_options(cls: type[StrategyBase], options: dict[str, Any]) -> None:
             )
         ok, expected = _fits(value, _annotation(cls, name))
         if not ok:
-            raise MisconfigurationError(f"{name}={value!r} is not allowed for {cls.__name__}; expected {expected}")
+            raise MisconfigurationError(
+                f"{name}={value!r} is not allowed for {cls.__name__}; expected {expected}"
+            )
 
 
 # --- the factory ---------------------------------------------------------------------------------
@@ -227,7 +241,9 @@ def get_strategy(
         **options: Options of the strategy (see its class), on top of the registry name's preset.
     """
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-        raise MisconfigurationError(f"num_nodes={num_nodes!r} is not allowed; use a positive number")
+        raise MisconfigurationError(
+            f"num_nodes={num_nodes!r} is not allowed; use a positive number"
+        )
     instance: StrategyBase | None = None
     preset: dict[str, Any] = {}
     if isinstance(strategy, StrategyBase):
@@ -252,7 +268,9 @@ def get_strategy(
             f"strategy={strategy!r} is not allowed; give a registry name, a strategy class or a strategy"
         )
     if inspect.isabstract(cls):
-        raise MisconfigurationError(f"{cls.__name__} is an abstract base; choose a concrete strategy")
+        raise MisconfigurationError(
+            f"{cls.__name__} is an abstract base; choose a concrete strategy"
+        )
 
     merged = {**preset, **options}
     check_options(cls, merged)
@@ -270,16 +288,24 @@ def get_strategy(
                 "strategy such as 'ddp' for more"
             )
         if num_nodes != 1:
-            raise MisconfigurationError(f"num_nodes={num_nodes}: {cls.__name__} runs on one machine")
+            raise MisconfigurationError(
+                f"num_nodes={num_nodes}: {cls.__name__} runs on one machine"
+            )
 
-    mode = canonical_precision(precision) if precision is not None else (
-        cls.default_precision or accelerator_obj.default_precision
+    mode = (
+        canonical_precision(precision)
+        if precision is not None
+        else (cls.default_precision or accelerator_obj.default_precision)
     )
     _check_precision(cls, accelerator_obj, mode, precision)
     plugin = select_precision_plugin(cls, accelerator_obj, mode)
 
     if instance is None:
-        kwargs: dict[str, Any] = {"accelerator": accelerator_obj, "precision_plugin": plugin, **merged}
+        kwargs: dict[str, Any] = {
+            "accelerator": accelerator_obj,
+            "precision_plugin": plugin,
+            **merged,
+        }
         if checkpoint_io is not None:
             kwargs["checkpoint_io"] = checkpoint_io
         if kind == "single_device":
@@ -328,7 +354,9 @@ def _processes_started_per_node(
         world_size = environment.world_size()
     except MisconfigurationError:
         return None
-    return world_size // num_nodes if world_size % num_nodes == 0 and world_size >= num_nodes else None
+    return (
+        world_size // num_nodes if world_size % num_nodes == 0 and world_size >= num_nodes else None
+    )
 
 
 def _kind(cls: type[StrategyBase]) -> str:
@@ -357,7 +385,9 @@ def _resolve_accelerator(
         name = "cuda" if accelerator == "gpu" else accelerator
         obj = accelerator_class(name)()
     else:
-        raise MisconfigurationError(f"accelerator={accelerator!r} is not allowed; give a name or an Accelerator")
+        raise MisconfigurationError(
+            f"accelerator={accelerator!r} is not allowed; give a name or an Accelerator"
+        )
     if supported and obj.accelerator_name not in supported:
         raise MisconfigurationError(
             f"accelerator={obj.accelerator_name!r}: {cls.__name__} runs on {', '.join(supported)}"
@@ -366,7 +396,9 @@ def _resolve_accelerator(
     return obj
 
 
-def _check_precision(cls: type[StrategyBase], accelerator: Accelerator, mode: str, asked: Any) -> None:
+def _check_precision(
+    cls: type[StrategyBase], accelerator: Accelerator, mode: str, asked: Any
+) -> None:
     shown = asked if asked is not None else mode
     if mode not in cls.supported_precisions:
         raise MisconfigurationError(

@@ -98,7 +98,10 @@ _launches_entered = 0
 
 
 def run_reporting_errors(
-    strategy: StrategyBase, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    strategy: StrategyBase,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
 ) -> Any:
     """Run a worker; on failure, leave the traceback where the launching process finds it
     (PopenLauncher's error file, or torchrun's TORCHELASTIC_ERROR_FILE)."""
@@ -138,7 +141,10 @@ def watch_parent(parent_pid: int) -> None:
         while os.getppid() == parent_pid:
             time.sleep(0.5)
         with contextlib.suppress(OSError):
-            os.write(2, f"launching process {parent_pid} ended; stopping process {os.getpid()}\n".encode())
+            os.write(
+                2,
+                f"launching process {parent_pid} ended; stopping process {os.getpid()}\n".encode(),
+            )
         _remove_job_files()
         os._exit(1)
 
@@ -328,7 +334,11 @@ class _PopenJob:
     # -- rank 0 --------------------------------------------------------------------------
 
     def run_rank_zero(
-        self, strategy: StrategyBase, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+        self,
+        strategy: StrategyBase,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
     ) -> Any:
         if strategy.num_processes != self.num_processes:  # type: ignore[attr-defined]
             raise MisconfigurationError(
@@ -386,7 +396,10 @@ class _PopenJob:
     def finish(self) -> None:
         """Wait for the children when the script ends, and end it with their failure if one
         fails. Children waiting in a launch that rank 0 never reaches are stopped."""
-        if getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None) is not None:
+        if (
+            getattr(sys, "last_exc", None) is not None
+            or getattr(sys, "last_value", None) is not None
+        ):
             self.close()  # the script failed; its own error is already printed
             return
         while True:
@@ -575,10 +588,14 @@ class SpawnLauncher(Launcher):
         reports = []
         for local_rank in failed:
             code = process_context.processes[local_rank].exitcode
-            reports.append((local_rank, code, _read_spawn_error(process_context.error_files[local_rank])))
+            reports.append(
+                (local_rank, code, _read_spawn_error(process_context.error_files[local_rank]))
+            )
         local_rank, code, error = root_cause(reports)
         rank = self._rank(local_rank)
-        return ProcessFailedError(failure_message(rank, local_rank, code, error), rank=rank, exit_code=code, error=error)
+        return ProcessFailedError(
+            failure_message(rank, local_rank, code, error), rank=rank, exit_code=code, error=error
+        )
 
     def _rank(self, local_rank: int) -> int:
         strategy = self.strategy
@@ -666,7 +683,9 @@ def _uneven_launches(entered: int, other: int, ended: str) -> str:
     if ended == "rank 0":
         what = f"entered launch number {entered}, but rank 0 ended the script after {other}"
     else:
-        what = f"ended its script after {entered} launch(es), while rank 0 is in launch number {other}"
+        what = (
+            f"ended its script after {entered} launch(es), while rank 0 is in launch number {other}"
+        )
     return f"{what}; every process must call launch() equally often"
 
 
@@ -697,9 +716,15 @@ LAUNCHERS: dict[str, Callable[[StrategyBase], Launcher]] = {
     "none": InlineLauncher,
     "external": ExternalLauncher,
     "popen": PopenLauncher,
-    "spawn": lambda strategy: SpawnLauncher(strategy, getattr(strategy, "start_method", None) or "spawn"),
-    "fork": lambda strategy: SpawnLauncher(strategy, getattr(strategy, "start_method", None) or "fork"),
-    "forkserver": lambda strategy: SpawnLauncher(strategy, getattr(strategy, "start_method", None) or "forkserver"),
+    "spawn": lambda strategy: SpawnLauncher(
+        strategy, getattr(strategy, "start_method", None) or "spawn"
+    ),
+    "fork": lambda strategy: SpawnLauncher(
+        strategy, getattr(strategy, "start_method", None) or "fork"
+    ),
+    "forkserver": lambda strategy: SpawnLauncher(
+        strategy, getattr(strategy, "start_method", None) or "forkserver"
+    ),
 }
 
 
@@ -715,7 +740,9 @@ def create_launcher(strategy: StrategyBase) -> Launcher:
     try:
         factory = LAUNCHERS[name]
     except KeyError:
-        raise MisconfigurationError(f"no launcher named {name!r}; known: {', '.join(sorted(LAUNCHERS))}") from None
+        raise MisconfigurationError(
+            f"no launcher named {name!r}; known: {', '.join(sorted(LAUNCHERS))}"
+        ) from None
     return factory(strategy)
 
 

@@ -51,9 +51,13 @@ class ParallelMixin(StrategyBase):
         precision_plugin: PrecisionBase | None = None,
         num_nodes: int = 1,
     ) -> None:
-        super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)
+        super().__init__(
+            accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin
+        )
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-            raise MisconfigurationError(f"num_nodes={num_nodes!r} is not allowed; use a positive number")
+            raise MisconfigurationError(
+                f"num_nodes={num_nodes!r} is not allowed; use a positive number"
+            )
         self._parallel_devices = list(parallel_devices) if parallel_devices is not None else None
         self._cluster_environment = cluster_environment
         self.num_nodes = num_nodes
@@ -76,7 +80,9 @@ class ParallelMixin(StrategyBase):
     def parallel_devices(self) -> list[torch.device]:
         if self._parallel_devices is None:
             accelerator = self.accelerator
-            self._parallel_devices = accelerator.get_parallel_devices(accelerator.parse_devices("auto"))
+            self._parallel_devices = accelerator.get_parallel_devices(
+                accelerator.parse_devices("auto")
+            )
         return self._parallel_devices
 
     @parallel_devices.setter
@@ -132,7 +138,9 @@ class ParallelMixin(StrategyBase):
         super().validate_configuration()
         timeout = self.timeout
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise MisconfigurationError(f"timeout={timeout!r} is not allowed; give a positive number of seconds")
+            raise MisconfigurationError(
+                f"timeout={timeout!r} is not allowed; give a positive number of seconds"
+            )
         name = self.process_group_backend
         if name is not None:
             from .factory import known_backends
@@ -197,7 +205,9 @@ class ParallelMixin(StrategyBase):
             f"{self.global_rank}); every launch of a script must use the same devices, nodes and backend"
         )
 
-    def run_worker(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    def run_worker(
+        self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
         # Timeouts can also surface outside the collectives below, e.g. in DDP's gradient
         # reduction during backward.
         with self.timeouts_reported("a collective"):
@@ -247,7 +257,9 @@ class ParallelMixin(StrategyBase):
         with self.timeouts_reported("reduce"):
             return collectives.all_reduce(tensor, reduce_op, self.collective_backend, group)
 
-    def all_gather(self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False) -> torch.Tensor:
+    def all_gather(
+        self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False
+    ) -> torch.Tensor:
         if not self._distributed():
             return tensor.unsqueeze(0) if sync_grads else tensor.detach().unsqueeze(0)
         with self.timeouts_reported("all_gather"):

@@ -201,7 +201,9 @@ class MixedPrecisionMixin(PrecisionBase):
 
     wraps_forward = True
 
-    def __init__(self, precision: str | None = None, *, device_type: str | None = None, scaler: Any = None) -> None:
+    def __init__(
+        self, precision: str | None = None, *, device_type: str | None = None, scaler: Any = None
+    ) -> None:
         super().__init__(precision, device_type=device_type)
         self.scaler = scaler
 
@@ -211,7 +213,12 @@ class MixedPrecisionMixin(PrecisionBase):
 
     def connect(self, device: torch.device, needs_grad_scaler: bool) -> None:
         super().connect(device, needs_grad_scaler)
-        if self.scaler is None and self.precision == "16-mixed" and needs_grad_scaler and self.grad_scaler_class:
+        if (
+            self.scaler is None
+            and self.precision == "16-mixed"
+            and needs_grad_scaler
+            and self.grad_scaler_class
+        ):
             self.scaler = make_grad_scaler(import_object(self.grad_scaler_class), device)
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:

@@ -22,7 +22,9 @@ class SingleDeviceMixin(StrategyBase):
         checkpoint_io: CheckpointIO | None = None,
         precision_plugin: PrecisionBase | None = None,
     ) -> None:
-        super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)
+        super().__init__(
+            accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin
+        )
         self._device = torch.device(device) if device is not None else None
 
     @property
@@ -38,7 +40,9 @@ class SingleDeviceMixin(StrategyBase):
         normalize_reduce_op(reduce_op)  # reject unknown operations here too
         return tensor
 
-    def all_gather(self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False) -> torch.Tensor:
+    def all_gather(
+        self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False
+    ) -> torch.Tensor:
         return tensor.unsqueeze(0) if sync_grads else tensor.detach().unsqueeze(0)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:

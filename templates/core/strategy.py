@@ -99,7 +99,9 @@ class StrategyBase(ABC):
             from .factory import select_precision_plugin
 
             precision = self.default_precision or self.accelerator.default_precision
-            self._precision_plugin = select_precision_plugin(type(self), self.accelerator, precision)
+            self._precision_plugin = select_precision_plugin(
+                type(self), self.accelerator, precision
+            )
         return self._precision_plugin
 
     @precision_plugin.setter
@@ -208,7 +210,9 @@ class StrategyBase(ABC):
         """
         return self.launcher.launch(function, *args, **kwargs)
 
-    def run_worker(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    def run_worker(
+        self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
         """Run one process's share of ``launch``: set up, call ``function``, tear down."""
         self.setup_environment()
         try:
@@ -314,17 +318,25 @@ class StrategyBase(ABC):
     def _backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         self.precision_plugin.backward(tensor, *args, **kwargs)
 
-    def optimizer_step(self, optimizer: Optimizer | None = None, *, zero_grad: bool = True, **kwargs: Any) -> Any:
+    def optimizer_step(
+        self, optimizer: Optimizer | None = None, *, zero_grad: bool = True, **kwargs: Any
+    ) -> Any:
         """Step ``optimizer`` (the first one set up by default), then clear its gradients.
 
         Pass ``zero_grad=False`` to keep gradients, e.g. to inspect them.
         """
         if optimizer is None:
             if not self._optimizers:
-                raise MisconfigurationError("optimizer_step() needs an optimizer: pass one or set it up with setup()")
+                raise MisconfigurationError(
+                    "optimizer_step() needs an optimizer: pass one or set it up with setup()"
+                )
             optimizer = self._optimizers[0]
         hook = self.hook("optimizer_step")
-        result = hook(self, optimizer, **kwargs) if hook is not None else self._optimizer_step(optimizer, **kwargs)
+        result = (
+            hook(self, optimizer, **kwargs)
+            if hook is not None
+            else self._optimizer_step(optimizer, **kwargs)
+        )
         self.accelerator.after_optimizer_step()
         if zero_grad:
             optimizer.zero_grad(set_to_none=True)
@@ -333,7 +345,9 @@ class StrategyBase(ABC):
     def _optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
         return self.precision_plugin.optimizer_step(optimizer, **kwargs)
 
-    def clip_gradients(self, module: nn.Module, optimizer: Optimizer, max_norm: float) -> torch.Tensor:
+    def clip_gradients(
+        self, module: nn.Module, optimizer: Optimizer, max_norm: float
+    ) -> torch.Tensor:
         """Clip the gradient norm of ``module``'s parameters to ``max_norm``."""
         return self.precision_plugin.clip_gradients(module.parameters(), optimizer, max_norm)
 
@@ -350,7 +364,9 @@ class StrategyBase(ABC):
         """Reduce ``tensor`` over all processes ('mean', 'sum', 'min', 'max', 'product')."""
 
     @abstractmethod
-    def all_gather(self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False) -> torch.Tensor:
+    def all_gather(
+        self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False
+    ) -> torch.Tensor:
         """Gather ``tensor`` from all processes into a new leading dimension."""
 
     @abstractmethod
@@ -373,14 +389,18 @@ class StrategyBase(ABC):
         """The full, unsharded state dict of ``module`` (wrappers removed)."""
         return self.unwrap(module).state_dict()
 
-    def load_module_state_dict(self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True) -> None:
+    def load_module_state_dict(
+        self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
+    ) -> None:
         self.unwrap(module).load_state_dict(state_dict, strict=strict)
 
     def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         """The optimizer's complete state (consolidated from every rank where it is sharded)."""
         return optimizer.state_dict()
 
-    def load_optimizer_state_dict(self, optimizer: Optimizer, state_dict: Mapping[str, Any]) -> None:
+    def load_optimizer_state_dict(
+        self, optimizer: Optimizer, state_dict: Mapping[str, Any]
+    ) -> None:
         optimizer.load_state_dict(dict(state_dict))
 
     def _is_optimizer(self, value: Any) -> bool:
@@ -401,7 +421,9 @@ class StrategyBase(ABC):
                 converted[key] = value
         return converted
 
-    def save_checkpoint(self, checkpoint: Mapping[str, Any], filepath: PathLike, storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: Mapping[str, Any], filepath: PathLike, storage_options: Any = None
+    ) -> None:
         """Save ``checkpoint`` to ``filepath`` from rank 0.
 
         Modules and optimizers in the mapping are replaced by their full state dicts. Returns

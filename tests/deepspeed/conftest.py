@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 import torch
-from stratlib.core import testing
 from torch import nn
+
+from stratlib.core import testing
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE.parents[1] / "generated"

@@ -23,11 +23,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import stratlib
 import torch
+from torch import nn
+
+import stratlib
 from stratlib.core import testing
 from stratlib.core.exceptions import MisconfigurationError
-from torch import nn
 
 #: Whether this process started with DeepSpeed's accelerator variable set, and whether
 #: importing the package imported deepspeed.

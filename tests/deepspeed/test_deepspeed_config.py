@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import stratlib
 import torch
+from torch import nn
+
+import stratlib
 from stratlib import DeepSpeedPrecisionPlugin, DeepSpeedStrategy
 from stratlib.core import testing
 from stratlib.core.exceptions import MisconfigurationError
 from stratlib.core.wrappers.deepspeed import CONFIG_DEFAULTS, extension_build_lock
-from torch import nn
 
 GENERATED = Path(__file__).resolve().parents[2] / "generated"
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from stratlib.core import testing
 
 pytestmark = [

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import stratlib
 import yaml
+
+import stratlib
 from stratlib import registry
 from stratlib.core.testing import clean_environ
 

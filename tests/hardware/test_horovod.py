@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 import stratlib
 from stratlib import HorovodEnvironment, HorovodStrategy
 from stratlib.core.testing import assert_parameters_close, reference_parameters

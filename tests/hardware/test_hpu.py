@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from stratlib import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
 from stratlib.backends import GLOO, HCCL
 from stratlib.core.testing import assert_parameters_close, reference_parameters

@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import stratlib
 import torch
+
+import stratlib
 from stratlib import IPUAccelerator, IPUPrecisionPlugin, IPUStrategy
 
 from .support import run_script

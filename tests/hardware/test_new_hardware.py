@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from stratlib.core.testing import assert_parameters_close, clean_environ, reference_parameters
 
 from .support import REPO

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 import stratlib
 from stratlib import SingleTPUStrategy, TPUAccelerator, TPUSpawnStrategy, XLAEnvironment
 from stratlib.core.testing import assert_parameters_close, reference_parameters

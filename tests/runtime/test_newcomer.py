@@ -24,9 +24,9 @@ STEPS = 3
 def assert_trained_like_one_process(result: dict, environment: str, atol: float = 1e-5) -> None:
     assert result["world_size"] == 2
     assert result["environment"] == environment
-    assert result["samples_seen"] == list(range(16)), (
-        "the ranks did not split the data set between them"
-    )
+    assert result["samples_seen"] == list(
+        range(16)
+    ), "the ranks did not split the data set between them"
     assert result["every_rank_loaded"] is True
     testing.assert_parameters_close(
         result["params"], testing.reference_parameters(STEPS), atol=atol

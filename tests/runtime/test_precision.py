@@ -48,9 +48,9 @@ def test_ddp_trains_in_every_precision(reports: dict, typed: str) -> None:
     assert report["world_size"] == 2
     assert (report["precision"], report["plugin"]) == (precision, plugin)
     assert report["param_dtype"] == param_dtype
-    assert report["activation_dtype"] == activation_dtype, (
-        "the forward pass did not run in this precision"
-    )
+    assert (
+        report["activation_dtype"] == activation_dtype
+    ), "the forward pass did not run in this precision"
     assert report["scaler"] == "NoneType", "the CPU needs no gradient scaler"
     losses = report["losses"]
     assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0], losses
@@ -145,9 +145,9 @@ def test_gradient_scaler_skips_a_step_with_infinite_gradients() -> None:
     plugin.backward(plugin.pre_backward(loss))
     scale = plugin.scaler.get_scale()
     plugin.optimizer_step(optimizer)
-    assert torch.equal(parameter.detach(), torch.ones(2)), (
-        "a step with inf gradients must be skipped"
-    )
+    assert torch.equal(
+        parameter.detach(), torch.ones(2)
+    ), "a step with inf gradients must be skipped"
     assert plugin.scaler.get_scale() < scale, "the scale must back off after an overflow"
 
 

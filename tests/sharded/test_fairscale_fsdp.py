@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 import pytest
-import stratlib
 import torch
+
+import stratlib
 from stratlib import (
     DDPFullyShardedStrategy,
     FullyShardedNativeMixedPrecisionPlugin,

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-import stratlib
 import torch
 from fairscale.optim.grad_scaler import ShardedGradScaler
+
+import stratlib
 from stratlib import DDPShardedStrategy, ShardedNativeMixedPrecisionPlugin
 from stratlib.core import precision as precision_module
 from stratlib.core import testing

@@ -29,7 +29,9 @@ class CheckpointIO(ABC):
     """Interface of checkpoint plugins."""
 
     @abstractmethod
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None
+    ) -> None:
         """Write ``checkpoint`` to ``path``."""
 
     @abstractmethod
@@ -60,7 +62,9 @@ class TorchCheckpointIO(CheckpointIO):
     def __init__(self, weights_only: bool = True) -> None:
         self.weights_only = weights_only
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None
+    ) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         target = Path(path)
@@ -143,7 +147,9 @@ class AsyncCheckpointIO(CheckpointIO):
         for future in pending:
             future.result()
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None
+    ) -> None:
         self._raise_finished_errors()
         snapshot = apply_to_tensors(checkpoint, lambda t: t.detach().to("cpu", copy=True))
         self._submit(self.checkpoint_io.save_checkpoint, snapshot, path, storage_options)

@@ -101,7 +101,9 @@ def all_gather(
     if sync_grads:
         from torch.distributed.nn.functional import all_gather as differentiable_all_gather
 
-        return torch.stack(differentiable_all_gather(tensor.contiguous(), group=group or dist.group.WORLD))
+        return torch.stack(
+            differentiable_all_gather(tensor.contiguous(), group=group or dist.group.WORLD)
+        )
     tensor = tensor.detach().contiguous()
     out_dtype = tensor.dtype
     wider = backend.cast_for(tensor.dtype)
@@ -112,7 +114,9 @@ def all_gather(
     return torch.stack(gathered).to(out_dtype)
 
 
-def broadcast_object(obj: Any, src: int, group: Any = None, device: torch.device | None = None) -> Any:
+def broadcast_object(
+    obj: Any, src: int, group: Any = None, device: torch.device | None = None
+) -> Any:
     """Send a picklable object from rank ``src`` to every process and return it."""
     holder = [obj]
     dist.broadcast_object_list(holder, src=src, group=group, device=device)

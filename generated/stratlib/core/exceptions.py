@@ -23,7 +23,9 @@ class ProcessFailedError(RuntimeError):
         error: The failing process's traceback, when it could report one.
     """
 
-    def __init__(self, message: str, rank: int | None = None, exit_code: int | None = None, error: str = ""):
+    def __init__(
+        self, message: str, rank: int | None = None, exit_code: int | None = None, error: str = ""
+    ):
         super().__init__(message)
         self.rank = rank
         self.exit_code = exit_code
@@ -41,7 +43,13 @@ class CollectiveTimeoutError(ProcessFailedError):
         timeout: The limit in seconds.
     """
 
-    def __init__(self, message: str, rank: int | None = None, operation: str = "", timeout: float | None = None):
+    def __init__(
+        self,
+        message: str,
+        rank: int | None = None,
+        operation: str = "",
+        timeout: float | None = None,
+    ):
         super().__init__(message, rank=rank)
         self.operation = operation
         self.timeout = timeout

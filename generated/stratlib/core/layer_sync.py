@@ -63,7 +63,11 @@ class TorchSyncBatchNorm(LayerSync):
         converted = module
         if isinstance(module, nn.SyncBatchNorm):
             converted = _BatchNormXd(
-                module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats
+                module.num_features,
+                module.eps,
+                module.momentum,
+                module.affine,
+                module.track_running_stats,
             )
             if module.affine:
                 with torch.no_grad():

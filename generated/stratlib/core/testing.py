@@ -184,7 +184,9 @@ def reference_batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def reference_parameters(steps: int, lr: float = 0.1, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+def reference_parameters(
+    steps: int, lr: float = 0.1, dtype: torch.dtype = torch.float32
+) -> list[torch.Tensor]:
     """Parameters after ``steps`` SGD steps on the whole batch in one process."""
     model = reference_model().to(dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -249,7 +251,9 @@ def _collectives(strategy: Any) -> dict[str, Any]:
         "max": strategy.reduce(value, reduce_op="max").item(),
         "min": strategy.reduce(value, reduce_op="min").item(),
         "int_sum": strategy.reduce(torch.tensor(rank + 1, device=device), reduce_op="sum").item(),
-        "gather": strategy.all_gather(torch.tensor([rank, 10 * rank], device=device)).cpu().tolist(),
+        "gather": strategy.all_gather(torch.tensor([rank, 10 * rank], device=device))
+        .cpu()
+        .tolist(),
         "broadcast": strategy.broadcast({"sender": rank, "items": [1, 2]}, src=0),
         "all_true": strategy.reduce_boolean_decision(True, all=True),
         "all_rank0": strategy.reduce_boolean_decision(rank == 0, all=True),
@@ -296,10 +300,14 @@ def _api(strategy: Any, folder: str) -> dict[str, Any]:
         "empty_before_setup": strategy.model is None and list(strategy.optimizers) == [],
     }
     report["properties"] = {
-        name: _describe(getattr(strategy, name)) for name in API_PROPERTIES if name not in ("model", "optimizers")
+        name: _describe(getattr(strategy, name))
+        for name in API_PROPERTIES
+        if name not in ("model", "optimizers")
     }
     root = strategy.root_device
-    report["model_to_device"] = str(next(strategy.model_to_device(nn.Linear(2, 2)).parameters()).device) == str(root)
+    report["model_to_device"] = str(
+        next(strategy.model_to_device(nn.Linear(2, 2)).parameters()).device
+    ) == str(root)
 
     model = reference_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -311,14 +319,19 @@ def _api(strategy: Any, folder: str) -> dict[str, Any]:
     rank, world = strategy.global_rank, strategy.world_size
     x, y = reference_batch()
     xs, ys = shard(x, rank, world).to(root), shard(y, rank, world).to(root)
-    before = {k: v.detach().float().cpu().clone() for k, v in strategy.get_module_state_dict(wrapped).items()}
+    before = {
+        k: v.detach().float().cpu().clone()
+        for k, v in strategy.get_module_state_dict(wrapped).items()
+    }
     loss = _mse(wrapped(xs), ys)
     strategy.backward(loss)
     report["grads_synced"] = _grads_agree(strategy, inner)
     strategy.optimizer_step(optimizer)
     report["grads_cleared"] = _flat_grads(inner) is None
     after = strategy.get_module_state_dict(wrapped)
-    report["step_changed_parameters"] = any(not torch.equal(before[k], v.detach().float().cpu()) for k, v in after.items())
+    report["step_changed_parameters"] = any(
+        not torch.equal(before[k], v.detach().float().cpu()) for k, v in after.items()
+    )
 
     # Gradient accumulation: inside the block each rank keeps its own gradients; the first
     # backward after it synchronises again.
@@ -366,15 +379,25 @@ def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
     strategy.optimizer_step(optimizer)
     path = Path(folder) / "checkpoint.pt"
     strategy.save_checkpoint({"model": model, "optimizer": optimizer, "step": 1}, path)
-    saved = {k: v.detach().float().cpu().clone() for k, v in strategy.get_module_state_dict(model).items()}
+    saved = {
+        k: v.detach().float().cpu().clone()
+        for k, v in strategy.get_module_state_dict(model).items()
+    }
     # Change the model, then restore it from the file.
     loss = _mse(model(xs), ys)
     strategy.backward(loss)
     strategy.optimizer_step(optimizer)
     remaining = strategy.load_checkpoint(path, state={"model": model, "optimizer": optimizer})
-    restored = {k: v.detach().float().cpu() for k, v in strategy.get_module_state_dict(model).items()}
+    restored = {
+        k: v.detach().float().cpu() for k, v in strategy.get_module_state_dict(model).items()
+    }
     same = all(torch.allclose(saved[k], restored[k]) for k in saved)
-    return {"restored": same, "remaining": remaining, "exists": path.is_file(), "rank": strategy.global_rank}
+    return {
+        "restored": same,
+        "remaining": remaining,
+        "exists": path.is_file(),
+        "rank": strategy.global_rank,
+    }
 
 
 def _fail(strategy: Any, failing_rank: int, how: str, folder: str) -> None:
@@ -443,7 +466,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _scenario_command(scenario: str, strategy: str, devices: int, options: dict[str, Any]) -> list[str]:
+def _scenario_command(
+    scenario: str, strategy: str, devices: int, options: dict[str, Any]
+) -> list[str]:
     extra = []
     strategy_options = options.pop("strategy_options", {})
     for key, value in options.items():
@@ -468,7 +493,9 @@ def _scenario_environ(env: dict[str, str] | None, marker: str) -> dict[str, str]
     environ[RUN_MARKER_ENV] = marker
     # The package must import the same way in the new process, installed or not.
     package_parent = str(Path(__file__).resolve().parents[2])
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, environ.get("PYTHONPATH")]))
+    environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [package_parent, environ.get("PYTHONPATH")])
+    )
     return environ
 
 
@@ -534,16 +561,24 @@ def run_failure_scenario(
     import signal
 
     folder = Path(folder)
-    command = _scenario_command("fail", strategy, devices, {**options, "rank": rank, "how": how, "folder": folder})
+    command = _scenario_command(
+        "fail", strategy, devices, {**options, "rank": rank, "how": how, "folder": folder}
+    )
     marker = uuid.uuid4().hex
     failed_at = folder / "failed_at"
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_scenario_environ(env, marker)
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_scenario_environ(env, marker),
     )
     try:
         if kill_launcher:
             deadline = time.monotonic() + timeout
-            while not failed_at.is_file() and process.poll() is None and time.monotonic() < deadline:
+            while (
+                not failed_at.is_file() and process.poll() is None and time.monotonic() < deadline
+            ):
                 time.sleep(0.05)
             time.sleep(0.5)  # let the other ranks enter their collective
             failed_at.write_text(repr(time.time()), encoding="utf-8")
@@ -553,7 +588,9 @@ def run_failure_scenario(
         _kill_marked(marker)
         process.kill()
         stdout, stderr = process.communicate()
-        raise AssertionError(f"the failing job did not end within {timeout} s:\n{stderr[-4000:]}") from None
+        raise AssertionError(
+            f"the failing job did not end within {timeout} s:\n{stderr[-4000:]}"
+        ) from None
     leftovers = leftover_processes(marker)
     ended = time.time()
     seconds = ended - float(failed_at.read_text(encoding="utf-8")) if failed_at.is_file() else None
@@ -576,7 +613,9 @@ def _marked_processes(marker: str) -> list[tuple[int, str]]:
                 stat = (entry / "stat").read_text()
                 if stat[stat.rindex(")") + 2 :].startswith(("Z", "X")):
                     continue  # ended, waiting to be reaped
-                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                command = (
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                )
             except OSError:
                 continue
             found.append((int(entry.name), command.strip()))
@@ -619,17 +658,25 @@ def assert_job_stopped(
     run: FailureRun, *, rank: int | None, message: str | None = None, within: float = 20.0
 ) -> None:
     """A failing job ended non-zero, named ``rank`` (and ``message``), quickly, with nothing left."""
-    assert run.returncode != 0, f"the job succeeded although rank {rank} failed:\n{run.stderr[-3000:]}"
+    assert (
+        run.returncode != 0
+    ), f"the job succeeded although rank {rank} failed:\n{run.stderr[-3000:]}"
     if rank is not None:
-        assert f"rank {rank}" in run.stderr, f"the error does not name rank {rank}:\n{run.stderr[-3000:]}"
+        assert (
+            f"rank {rank}" in run.stderr
+        ), f"the error does not name rank {rank}:\n{run.stderr[-3000:]}"
     if message is not None:
         assert message in run.stderr, f"the error does not say {message!r}:\n{run.stderr[-3000:]}"
     assert not run.leftovers, f"processes outlived the job: {run.leftovers}"
     assert run.seconds_to_stop is not None, "the failing rank did not record when it failed"
-    assert run.seconds_to_stop < within, f"the job took {run.seconds_to_stop:.1f} s to stop (limit {within} s)"
+    assert (
+        run.seconds_to_stop < within
+    ), f"the job took {run.seconds_to_stop:.1f} s to stop (limit {within} s)"
 
 
-def assert_parameters_close(actual: Sequence[Any], expected: Sequence[torch.Tensor], atol: float = 1e-5) -> None:
+def assert_parameters_close(
+    actual: Sequence[Any], expected: Sequence[torch.Tensor], atol: float = 1e-5
+) -> None:
     assert len(actual) == len(expected), f"{len(actual)} tensors, expected {len(expected)}"
     for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
         got = torch.tensor(a, dtype=e.dtype if e.dtype == torch.float64 else torch.float32)
@@ -750,12 +797,19 @@ def assert_api(result: dict[str, Any], world_size: int) -> None:
         assert isinstance(props[plugin], str) and props[plugin], f"{plugin}: {props[plugin]!r}"
     assert result["empty_before_setup"], "model or optimizers set before setup()"
     assert result["model_to_device"], "model_to_device did not move the module to root_device"
-    assert result["owns_model"] and result["owns_optimizer"], "the strategy does not hold what setup() returned"
+    assert (
+        result["owns_model"] and result["owns_optimizer"]
+    ), "the strategy does not hold what setup() returned"
     assert result["step_changed_parameters"], "backward + optimizer_step changed no parameter"
     assert result["grads_synced"] in (True, None), "gradients differ across ranks after backward"
-    assert result["grads_agree_after_block"] in (True, None), "gradients not synchronised after block_backward_sync"
+    assert result["grads_agree_after_block"] in (
+        True,
+        None,
+    ), "gradients not synchronised after block_backward_sync"
     assert_collectives(result["collectives"], world_size)
-    assert result["full_state_dict"], "get_module_state_dict is not the full state of the user's module"
+    assert result[
+        "full_state_dict"
+    ], "get_module_state_dict is not the full state of the user's module"
     assert result["checkpoint_loaded_on_every_rank"], "a rank could not load the checkpoint"
     assert result["checkpoint_restored"], "load_checkpoint did not restore the saved state"
 
@@ -785,7 +839,9 @@ def assert_device_parsing(accelerator: type) -> None:
     assert devices[0].type == accelerator.device_type  # type: ignore[attr-defined]
 
 
-def set_environment(monkeypatch: Any, folder: Any, environ: dict[str, str], files: dict[str, str]) -> None:
+def set_environment(
+    monkeypatch: Any, folder: Any, environ: dict[str, str], files: dict[str, str]
+) -> None:
     """Set variables for an environment test; ``files`` become files whose paths the variables
     hold. '<hostname>' stands for this machine's host name."""
     import socket
@@ -819,7 +875,10 @@ def assert_detection_priority(cls: type, monkeypatch: Any) -> None:
     checked = 0
     for first_index, first in enumerate(order):
         for second in order[first_index + 1 :]:
-            environ = {**_satisfying(environments[second].detection), **_satisfying(environments[first].detection)}
+            environ = {
+                **_satisfying(environments[second].detection),
+                **_satisfying(environments[first].detection),
+            }
             if not environments[first].detection.holds(environ):
                 continue
             for name in CLUSTER_VARIABLES:
@@ -827,7 +886,9 @@ def assert_detection_priority(cls: type, monkeypatch: Any) -> None:
             for name, value in environ.items():
                 monkeypatch.setenv(name, value)
             expected = next(
-                n for n in order if environments[n].detection.holds(environ) and environments[n].detect()
+                n
+                for n in order
+                if environments[n].detection.holds(environ) and environments[n].detect()
             )
             detected = detect_environment(cls)
             assert type(detected) is environments[expected], (
@@ -874,7 +935,9 @@ def assert_precision_plugin_trains(plugin_cls: type, precision: str) -> None:
     plugin = plugin_cls(precision)
     if plugin_cls.wrappers or (plugin_cls.accelerators and "cpu" not in plugin_cls.accelerators):  # type: ignore[attr-defined]
         return  # exercised by the tests of the strategies it belongs to
-    strategy = package.SingleDeviceStrategy(device="cpu", accelerator=package.CPUAccelerator(), precision_plugin=plugin)
+    strategy = package.SingleDeviceStrategy(
+        device="cpu", accelerator=package.CPUAccelerator(), precision_plugin=plugin
+    )
     model = reference_model()
     model, _ = strategy.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
     before = [p.detach().clone() for p in model.parameters()]
@@ -886,7 +949,9 @@ def assert_precision_plugin_trains(plugin_cls: type, precision: str) -> None:
     strategy.backward(loss)
     strategy.optimizer_step()
     after = list(model.parameters())
-    assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True)), "no parameter changed"
+    assert any(
+        not torch.equal(a, b) for a, b in zip(after, before, strict=True)
+    ), "no parameter changed"
     strategy.teardown()
 
 

@@ -19,12 +19,13 @@ import os
 import sys
 from typing import Any
 
-import stratlib
 import torch
 import torch.distributed as dist
+from torch import nn
+
+import stratlib
 from stratlib.core.exceptions import MisconfigurationError
 from stratlib.core.factory import select_precision_plugin
-from torch import nn
 
 
 def nested_model() -> nn.Module:

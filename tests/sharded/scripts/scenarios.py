@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import stratlib
 import torch
+from torch import nn
+
+import stratlib
 from stratlib.core.exceptions import MisconfigurationError
 from stratlib.core.testing import reference_batch, reference_model, shard
-from torch import nn
 
 #: Dtypes seen inside ``RecordingLinear.forward`` in this process.
 SEEN: list[dict[str, str]] = []

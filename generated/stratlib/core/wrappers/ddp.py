@@ -42,7 +42,9 @@ class DDPMixin(ParallelMixin):
         self.model = module
         configure()  # type: ignore[call-arg]
         if self.model is None:
-            raise MisconfigurationError(f"{type(self).__name__}.configure_ddp() left self.model empty")
+            raise MisconfigurationError(
+                f"{type(self).__name__}.configure_ddp() left self.model empty"
+            )
         return self.model, optimizers
 
     def ddp_kwargs(self) -> dict[str, Any]:
@@ -65,7 +67,9 @@ class DDPMixin(ParallelMixin):
 
     def configure_ddp(self, module: nn.Module) -> nn.Module:
         """Wrap ``module`` (already on this process's device) for the backward pass."""
-        return DistributedDataParallel(module, device_ids=self.ddp_device_ids(), **self.ddp_kwargs())
+        return DistributedDataParallel(
+            module, device_ids=self.ddp_device_ids(), **self.ddp_kwargs()
+        )
 
 
 class DDP2Mixin(DDPMixin):
