@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 import time
 from pathlib import Path
@@ -126,12 +125,6 @@ def evaluate(strategy: Any, model: nn.Module, val: TensorDataset, batch_size: in
 
 def train(strategy: Any, args: argparse.Namespace) -> dict[str, Any] | None:
     """One process's share of the training; returns the history on rank 0."""
-    if strategy.root_device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        # The processes on this machine share its cores: each gets its share as threads.
-        # Thread pools as large as the machine in every process spin against each other and
-        # make the small steps here many times slower (torchrun sets one thread for the same
-        # reason).
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(strategy.parallel_devices)))
     torch.manual_seed(args.seed)
     train_set, val_set = load_data(args.seed)
     model = build_model()

@@ -100,9 +100,8 @@ def strategies_section() -> str:
         else:
             preset = catalog.registry()[alias][1]
             shown = ", ".join(f"{k}={v!r}" for k, v in preset.items())
-            rows.append(
-                [f"`{alias}` ({shown})", accelerators, backend, launcher, f"as `{current}`"]
-            )
+            label = f"`{alias}` ({shown})" if shown else f"`{alias}` (another name)"
+            rows.append([label, accelerators, backend, launcher, f"as `{current}`"])
     return table(
         ["strategy / alias", "accelerators", "backend", "launcher", "CPU-only machine"], rows
     )

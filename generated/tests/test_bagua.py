@@ -34,7 +34,7 @@ def test_bagua_facts_match_the_spec() -> None:
     assert BaguaStrategy.strategy_name == "bagua"
     assert BaguaStrategy.wrapper == "bagua"
     assert BaguaStrategy.launcher_name == "popen"
-    assert BaguaStrategy.default_precision == "32-true"
+    assert BaguaStrategy.default_precision is None
     assert BaguaStrategy.supported_precisions == (
         "64-true",
         "32-true",

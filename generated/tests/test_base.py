@@ -33,7 +33,7 @@ def test_strategy_facts_match_the_spec() -> None:
     assert Strategy.strategy_name is None
     assert Strategy.wrapper == "none"
     assert Strategy.launcher_name == "none"
-    assert Strategy.default_precision == "32-true"
+    assert Strategy.default_precision is None
     assert Strategy.supported_precisions == (
         "64-true",
         "32-true",
@@ -114,7 +114,7 @@ def test_single_device_facts_match_the_spec() -> None:
     assert SingleDeviceStrategy.strategy_name == "single_device"
     assert SingleDeviceStrategy.wrapper == "none"
     assert SingleDeviceStrategy.launcher_name == "none"
-    assert SingleDeviceStrategy.default_precision == "32-true"
+    assert SingleDeviceStrategy.default_precision is None
     assert SingleDeviceStrategy.supported_precisions == (
         "64-true",
         "32-true",
@@ -234,7 +234,7 @@ def test_parallel_facts_match_the_spec() -> None:
     assert ParallelStrategy.strategy_name is None
     assert ParallelStrategy.wrapper == "none"
     assert ParallelStrategy.launcher_name == "external"
-    assert ParallelStrategy.default_precision == "32-true"
+    assert ParallelStrategy.default_precision is None
     assert ParallelStrategy.supported_precisions == (
         "64-true",
         "32-true",

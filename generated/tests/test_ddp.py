@@ -40,7 +40,7 @@ def test_ddp_facts_match_the_spec() -> None:
     assert DDPStrategy.strategy_name == "ddp"
     assert DDPStrategy.wrapper == "ddp"
     assert DDPStrategy.launcher_name == "popen"
-    assert DDPStrategy.default_precision == "32-true"
+    assert DDPStrategy.default_precision is None
     assert DDPStrategy.supported_precisions == (
         "64-true",
         "32-true",
@@ -179,7 +179,7 @@ def test_ddp_spawn_facts_match_the_spec() -> None:
     assert DDPSpawnStrategy.strategy_name == "ddp_spawn"
     assert DDPSpawnStrategy.wrapper == "ddp"
     assert DDPSpawnStrategy.launcher_name == "spawn"
-    assert DDPSpawnStrategy.default_precision == "32-true"
+    assert DDPSpawnStrategy.default_precision is None
     assert DDPSpawnStrategy.supported_precisions == (
         "64-true",
         "32-true",
@@ -323,7 +323,7 @@ def test_dp_facts_match_the_spec() -> None:
     assert DataParallelStrategy.strategy_name == "dp"
     assert DataParallelStrategy.wrapper == "dp"
     assert DataParallelStrategy.launcher_name == "none"
-    assert DataParallelStrategy.default_precision == "32-true"
+    assert DataParallelStrategy.default_precision is None
     assert DataParallelStrategy.supported_precisions == (
         "64-true",
         "32-true",
@@ -443,7 +443,7 @@ def test_ddp2_facts_match_the_spec() -> None:
     assert DDP2Strategy.strategy_name == "ddp2"
     assert DDP2Strategy.wrapper == "ddp2"
     assert DDP2Strategy.launcher_name == "popen"
-    assert DDP2Strategy.default_precision == "32-true"
+    assert DDP2Strategy.default_precision is None
     assert DDP2Strategy.supported_precisions == (
         "64-true",
         "32-true",

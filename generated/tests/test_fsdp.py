@@ -38,7 +38,7 @@ def test_fsdp_facts_match_the_spec() -> None:
     assert FSDPStrategy.strategy_name == "fsdp"
     assert FSDPStrategy.wrapper == "fsdp"
     assert FSDPStrategy.launcher_name == "popen"
-    assert FSDPStrategy.default_precision == "32-true"
+    assert FSDPStrategy.default_precision is None
     assert FSDPStrategy.supported_precisions == (
         "64-true",
         "32-true",
@@ -174,7 +174,7 @@ def test_ddp_fully_sharded_facts_match_the_spec() -> None:
     assert DDPFullyShardedStrategy.strategy_name == "ddp_fully_sharded"
     assert DDPFullyShardedStrategy.wrapper == "fairscale_fsdp"
     assert DDPFullyShardedStrategy.launcher_name == "popen"
-    assert DDPFullyShardedStrategy.default_precision == "32-true"
+    assert DDPFullyShardedStrategy.default_precision is None
     assert DDPFullyShardedStrategy.supported_precisions == (
         "64-true",
         "32-true",

@@ -30,7 +30,7 @@ def test_horovod_facts_match_the_spec() -> None:
     assert HorovodStrategy.strategy_name == "horovod"
     assert HorovodStrategy.wrapper == "horovod"
     assert HorovodStrategy.launcher_name == "horovodrun"
-    assert HorovodStrategy.default_precision == "32-true"
+    assert HorovodStrategy.default_precision is None
     assert HorovodStrategy.supported_precisions == (
         "64-true",
         "32-true",

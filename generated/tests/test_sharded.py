@@ -37,7 +37,7 @@ def test_ddp_sharded_facts_match_the_spec() -> None:
     assert DDPShardedStrategy.strategy_name == "ddp_sharded"
     assert DDPShardedStrategy.wrapper == "fairscale_sharded"
     assert DDPShardedStrategy.launcher_name == "popen"
-    assert DDPShardedStrategy.default_precision == "32-true"
+    assert DDPShardedStrategy.default_precision is None
     assert DDPShardedStrategy.supported_precisions == (
         "64-true",
         "32-true",
@@ -179,7 +179,7 @@ def test_ddp_sharded_spawn_facts_match_the_spec() -> None:
     assert DDPSpawnShardedStrategy.strategy_name == "ddp_sharded_spawn"
     assert DDPSpawnShardedStrategy.wrapper == "fairscale_sharded"
     assert DDPSpawnShardedStrategy.launcher_name == "spawn"
-    assert DDPSpawnShardedStrategy.default_precision == "32-true"
+    assert DDPSpawnShardedStrategy.default_precision is None
     assert DDPSpawnShardedStrategy.supported_precisions == (
         "64-true",
         "32-true",

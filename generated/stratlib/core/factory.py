@@ -228,7 +228,8 @@ def get_strategy(
 
     Args:
         strategy: A registry name (``"ddp"``, ``"ddp_spawn"``, ``"ddp_find_unused_parameters_true"``,
-            ...), ``"auto"`` (``"single_device"`` for one device, else ``"ddp"``), a strategy
+            ...), ``"auto"`` (``"single_device"`` for one device, else ``"ddp"``, or the
+            strategies a device's spec provides for them, such as ``"hpu_parallel"``), a strategy
             class, or an instance to complete.
         accelerator: ``"auto"`` (the first available one the strategy supports), a name such
             as ``"cpu"`` or ``"cuda"``, or an Accelerator.
@@ -262,7 +263,7 @@ def get_strategy(
         if name == "auto":
             any_strategy: Any = StrategyBase
             probe = _resolve_accelerator(any_strategy, accelerator, None)
-            name = "single_device" if len(probe.parse_devices(devices)) * num_nodes == 1 else "ddp"
+            name = auto_strategy(probe, len(probe.parse_devices(devices)) * num_nodes)
         entry = strategy_entry(name)
         cls, preset = entry.cls, dict(entry.preset)
     else:
@@ -358,6 +359,32 @@ def _processes_started_per_node(
         return None
     return (
         world_size // num_nodes if world_size % num_nodes == 0 and world_size >= num_nodes else None
+    )
+
+
+def auto_strategy(accelerator: Accelerator, processes: int) -> str:
+    """What strategy='auto' means on ``accelerator``: 'single_device' for one process and
+    'ddp' for several, or the first registered strategy of that kind made for the device
+    (e.g. 'hpu_single' and 'hpu_parallel' on Habana devices)."""
+    wanted = "single_device" if processes == 1 else "parallel"
+    preferred = "single_device" if wanted == "single_device" else "ddp"
+    candidates: list[str] = []
+    for name, entry in generated_registry().STRATEGIES.items():
+        cls = entry.cls
+        if entry.preset or cls.strategy_name != name or _kind(cls) != wanted:
+            continue
+        if cls.supported_accelerators and accelerator.accelerator_name not in cls.supported_accelerators:
+            continue
+        if not all(r.available for r in cls.requirements):
+            continue
+        candidates.append(name)
+    if preferred in candidates:
+        return preferred
+    if candidates:
+        return candidates[0]
+    raise MisconfigurationError(
+        f"strategy='auto': no registered strategy runs {processes} process(es) on "
+        f"{accelerator.accelerator_name!r}; name one"
     )
 
 

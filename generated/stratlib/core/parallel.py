@@ -36,6 +36,20 @@ from .precision import PrecisionBase
 from .strategy import StrategyBase
 
 
+def share_cpu_threads(processes_per_node: int) -> None:
+    """Give each process on this machine its share of the cores as torch threads.
+
+    Left alone, every process sizes its thread pool to the whole machine, and the pools spin
+    against each other: small steps get many times slower. torchrun sets one thread per
+    process for the same reason. A user's OMP_NUM_THREADS always wins.
+    """
+    if processes_per_node <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = max(1, (os.cpu_count() or 1) // processes_per_node)
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
 class ParallelMixin(StrategyBase):
     """Multi-process training; see the module documentation."""
 
@@ -164,6 +178,7 @@ class ParallelMixin(StrategyBase):
         if self._environment_ready:
             return
         self.configure_ranks()
+        share_cpu_threads(self.num_processes)
         super().setup_environment()
         self.setup_distributed()
 

@@ -59,6 +59,7 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
     strategy_name: ClassVar[str | None] = "deepspeed"
     wrapper: ClassVar[str] = "deepspeed"
     launcher_name: ClassVar[str] = "popen"
+    default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = (
         "32-true",
         "16-mixed",

@@ -47,6 +47,7 @@ class IPUStrategy(DataParallelMixin, ParallelStrategy):
     strategy_name: ClassVar[str | None] = "ipu"
     wrapper: ClassVar[str] = "dp"
     launcher_name: ClassVar[str] = "none"
+    default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
     cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
     supported_accelerators: ClassVar[tuple[str, ...]] = ("ipu",)

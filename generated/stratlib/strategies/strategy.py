@@ -25,7 +25,7 @@ class Strategy(StrategyBase):
     wrapper: ClassVar[str] = "none"
     launcher_name: ClassVar[str] = "none"
     backend: ClassVar[CollectiveBackend | None] = None
-    default_precision: ClassVar[str | None] = "32-true"
+    default_precision: ClassVar[str | None] = None
     supported_precisions: ClassVar[tuple[str, ...]] = (
         "64-true",
         "32-true",

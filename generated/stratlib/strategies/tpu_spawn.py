@@ -47,6 +47,7 @@ class TPUSpawnStrategy(XLAMixin, ParallelStrategy):
     wrapper: ClassVar[str] = "xla"
     launcher_name: ClassVar[str] = "xla"
     backend: ClassVar[CollectiveBackend | None] = XLA
+    default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
     cluster_environments: ClassVar[tuple[str, ...]] = ("xla",)
     supported_accelerators: ClassVar[tuple[str, ...]] = ("tpu",)
