@@ -371,7 +371,10 @@ def auto_strategy(accelerator: Accelerator, processes: int) -> str:
         cls = entry.cls
         if entry.preset or cls.strategy_name != name or _kind(cls) != wanted:
             continue
-        if cls.supported_accelerators and accelerator.accelerator_name not in cls.supported_accelerators:
+        if (
+            cls.supported_accelerators
+            and accelerator.accelerator_name not in cls.supported_accelerators
+        ):
             continue
         if not all(r.available for r in cls.requirements):
             continue

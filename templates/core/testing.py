@@ -134,6 +134,7 @@ __all__ = [
     "assert_precision_plugin_trains",
     "assert_training_converges",
     "clean_environ",
+    "cluster_variables",
     "environment_values",
     "expected_values",
     "isolated_environment",
@@ -154,15 +155,36 @@ BATCH = 16
 FEATURES = 8
 
 
+def cluster_variables() -> frozenset[str]:
+    """The variables above and every variable a cluster environment of this package reads."""
+    from .registry import generated_registry
+
+    names = set(CLUSTER_VARIABLES)
+    for environment in generated_registry().CLUSTER_ENVIRONMENTS.values():
+        for condition in (environment.detection, environment.external_processes):
+            names.update(condition.all_set, condition.any_set, condition.not_equal)
+        for key in (
+            "world_size",
+            "global_rank",
+            "local_rank",
+            "node_rank",
+            "main_address",
+            "main_port",
+        ):
+            names.update(getattr(environment, f"{key}_source").env)
+    return frozenset(names)
+
+
 def isolated_environment(monkeypatch: Any) -> None:
     """Remove cluster and rendezvous variables (for a pytest ``monkeypatch``)."""
-    for name in CLUSTER_VARIABLES:
+    for name in cluster_variables():
         monkeypatch.delenv(name, raising=False)
 
 
 def clean_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     """A copy of os.environ without cluster variables, with ``extra`` added."""
-    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARIABLES}
+    names = cluster_variables()
+    env = {k: v for k, v in os.environ.items() if k not in names}
     env.update(extra or {})
     return env
 
@@ -277,12 +299,28 @@ def _describe(value: Any) -> Any:
 
 
 def _flat_grads(module: nn.Module) -> torch.Tensor | None:
-    grads = [p.grad.detach().flatten().float() for p in module.parameters() if p.grad is not None]
+    """Every gradient of ``module`` in one tensor; sharded gradients (DTensors) are gathered
+    whole, which every rank must do together."""
+    grads = []
+    for parameter in module.parameters():
+        grad = parameter.grad
+        if grad is None:
+            continue
+        full = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+        grads.append(full.detach().flatten().float())
     return torch.cat(grads) if grads else None
 
 
+#: Wrappers that reduce each gradient to the one rank that owns its optimizer shard: the
+#: other ranks' copies are not meant to agree.
+OWNER_REDUCED_GRADIENTS = ("fairscale_sharded",)
+
+
 def _grads_agree(strategy: Any, module: nn.Module) -> bool | None:
-    """Whether every rank holds the same gradients (None where the wrapper keeps none)."""
+    """Whether every rank holds the same gradients (None where the wrapper keeps none, or keeps
+    them only on the rank that owns them)."""
+    if strategy.wrapper in OWNER_REDUCED_GRADIENTS:
+        return None
     grads = _flat_grads(module)
     if strategy.reduce_boolean_decision(grads is None, all=False) or grads is None:
         return None
@@ -844,7 +882,7 @@ def set_environment(
     hold. '<hostname>' stands for this machine's host name."""
     import socket
 
-    for name in CLUSTER_VARIABLES:
+    for name in cluster_variables():
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -879,7 +917,7 @@ def assert_detection_priority(cls: type, monkeypatch: Any) -> None:
             }
             if not environments[first].detection.holds(environ):
                 continue
-            for name in CLUSTER_VARIABLES:
+            for name in cluster_variables():
                 monkeypatch.delenv(name, raising=False)
             for name, value in environ.items():
                 monkeypatch.setenv(name, value)

@@ -269,6 +269,14 @@ class FSDPMixin(ParallelMixin):
             return
         from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
+        if not optimizer.state and not state_dict.get("state"):
+            # An optimizer without per-parameter state (plain SGD) has only hyperparameters to
+            # restore, and torch's loader cannot place a state that has no tensors.
+            for group, saved in zip(
+                optimizer.param_groups, state_dict["param_groups"], strict=True
+            ):
+                group.update({k: v for k, v in saved.items() if k != "params"})
+            return
         set_optimizer_state_dict(
             model, optimizer, dict(state_dict), options=_state_dict_options(full_state_dict=True)
         )

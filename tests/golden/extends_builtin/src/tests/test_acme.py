@@ -31,7 +31,7 @@ def test_acme_ddp_facts_match_the_spec() -> None:
     assert AcmeDDPStrategy.strategy_name == "acme_ddp"
     assert AcmeDDPStrategy.wrapper == "ddp"
     assert AcmeDDPStrategy.launcher_name == "spawn"
-    assert AcmeDDPStrategy.default_precision == "32-true"
+    assert AcmeDDPStrategy.default_precision is None
     assert AcmeDDPStrategy.supported_precisions == (
         "64-true",
         "32-true",
@@ -87,6 +87,10 @@ def test_acme_ddp_backend_selection(accelerator: type, backend: str) -> None:
     assert (AcmeDDPStrategy.backend or accelerator.backend).name == backend
 
 
+def test_acme_ddp_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(AcmeDDPStrategy, monkeypatch)
+
+
 ACCELERATOR_ACME_DDP = testing.runnable_accelerator(AcmeDDPStrategy)
 SKIP_ACME_DDP = testing.unavailable_reason(AcmeDDPStrategy, ACCELERATOR_ACME_DDP)
 
@@ -102,12 +106,30 @@ def test_acme_ddp_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_ACME_DDP is not None, reason=str(SKIP_ACME_DDP))
-def test_acme_ddp_collectives() -> None:
+def test_acme_ddp_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(AcmeDDPStrategy, ACCELERATOR_ACME_DDP)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "acme_ddp", accelerator=ACCELERATOR_ACME_DDP, devices=2
+        "train",
+        "acme_ddp",
+        accelerator=ACCELERATOR_ACME_DDP,
+        devices=2,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_ACME_DDP is not None, reason=str(SKIP_ACME_DDP))
+def test_acme_ddp_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "acme_ddp", accelerator=ACCELERATOR_ACME_DDP, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_ACME_DDP is not None, reason=str(SKIP_ACME_DDP))
@@ -120,16 +142,8 @@ def test_acme_ddp_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> Non
 
 
 @pytest.mark.skipif(SKIP_ACME_DDP is not None, reason=str(SKIP_ACME_DDP))
-def test_acme_ddp_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
-        "acme_ddp",
-        accelerator=ACCELERATOR_ACME_DDP,
-        devices=2,
-        rank=1,
-        how="raise",
-        timeout=120,
+def test_acme_ddp_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "acme_ddp", tmp_path, accelerator=ACCELERATOR_ACME_DDP, devices=2, rank=1, how="raise"
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")

@@ -5,10 +5,10 @@ package, by name. ``get_strategy`` and ``list_strategies`` read these tables."""
 
 from __future__ import annotations
 
-from .backends import GLOO, EVIL
+from .accelerators.cpu import CPUAccelerator
+from .backends import EVIL, GLOO
 from .core.collectives import CollectiveBackend
 from .core.registry import StrategyEntry
-from .accelerators.cpu import CPUAccelerator
 from .environments.hostile_env import HostileEnvironment
 from .environments.lightning import LightningEnvironment
 from .precision.precision import PrecisionPlugin

@@ -10,7 +10,7 @@ import pytest
 # Import the package from this checkout even when it is not installed.
 sys.path.insert(0, str((Path(__file__).parent / "..").resolve()))
 
-from hostilelib.core.testing import isolated_environment  # noqa: E402
+from hostilelib.core.testing import isolated_environment
 
 
 @pytest.fixture(autouse=True)

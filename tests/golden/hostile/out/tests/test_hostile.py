@@ -84,12 +84,25 @@ def test_hostile_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_HOSTILE is not None, reason=str(SKIP_HOSTILE))
-def test_hostile_collectives() -> None:
+def test_hostile_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(HostileStrategy, ACCELERATOR_HOSTILE)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "hostile", accelerator=ACCELERATOR_HOSTILE, devices=1
+        "train", "hostile", accelerator=ACCELERATOR_HOSTILE, devices=1, steps=4, precision=precision
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=1)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_HOSTILE is not None, reason=str(SKIP_HOSTILE))
+def test_hostile_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "hostile", accelerator=ACCELERATOR_HOSTILE, devices=1, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_HOSTILE is not None, reason=str(SKIP_HOSTILE))
@@ -172,12 +185,34 @@ def test_hostile_indented_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_HOSTILE_INDENTED is not None, reason=str(SKIP_HOSTILE_INDENTED))
-def test_hostile_indented_collectives() -> None:
+def test_hostile_indented_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(HostileIndentedStrategy, ACCELERATOR_HOSTILE_INDENTED)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "hostile_indented", accelerator=ACCELERATOR_HOSTILE_INDENTED, devices=1
+        "train",
+        "hostile_indented",
+        accelerator=ACCELERATOR_HOSTILE_INDENTED,
+        devices=1,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=1)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_HOSTILE_INDENTED is not None, reason=str(SKIP_HOSTILE_INDENTED))
+def test_hostile_indented_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api",
+        "hostile_indented",
+        accelerator=ACCELERATOR_HOSTILE_INDENTED,
+        devices=1,
+        folder=tmp_path,
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_HOSTILE_INDENTED is not None, reason=str(SKIP_HOSTILE_INDENTED))

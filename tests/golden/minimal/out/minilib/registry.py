@@ -5,11 +5,11 @@ package, by name. ``get_strategy`` and ``list_strategies`` read these tables."""
 
 from __future__ import annotations
 
+from .accelerators.cpu import CPUAccelerator
+from .accelerators.npu import NPUAccelerator
 from .backends import GLOO, RING
 from .core.collectives import CollectiveBackend
 from .core.registry import StrategyEntry
-from .accelerators.cpu import CPUAccelerator
-from .accelerators.npu import NPUAccelerator
 from .environments.lightning import LightningEnvironment
 from .environments.npu_cluster import NPUClusterEnvironment
 from .precision.npu_precision import NPUPrecisionPlugin

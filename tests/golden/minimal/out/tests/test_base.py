@@ -28,7 +28,7 @@ def test_strategy_is_an_abstract_base() -> None:
 
 
 def test_strategy_facts_match_the_spec() -> None:
-    assert Strategy.strategy_name == None
+    assert Strategy.strategy_name is None
     assert Strategy.wrapper == "none"
     assert Strategy.launcher_name == "none"
     assert Strategy.default_precision == "32-true"
@@ -124,12 +124,30 @@ def test_single_device_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_SINGLE_DEVICE is not None, reason=str(SKIP_SINGLE_DEVICE))
-def test_single_device_collectives() -> None:
+def test_single_device_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(SingleDeviceStrategy, ACCELERATOR_SINGLE_DEVICE)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "single_device", accelerator=ACCELERATOR_SINGLE_DEVICE, devices=1
+        "train",
+        "single_device",
+        accelerator=ACCELERATOR_SINGLE_DEVICE,
+        devices=1,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=1)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_SINGLE_DEVICE is not None, reason=str(SKIP_SINGLE_DEVICE))
+def test_single_device_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "single_device", accelerator=ACCELERATOR_SINGLE_DEVICE, devices=1, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_SINGLE_DEVICE is not None, reason=str(SKIP_SINGLE_DEVICE))
@@ -153,7 +171,7 @@ def test_parallel_is_an_abstract_base() -> None:
 
 
 def test_parallel_facts_match_the_spec() -> None:
-    assert ParallelStrategy.strategy_name == None
+    assert ParallelStrategy.strategy_name is None
     assert ParallelStrategy.wrapper == "none"
     assert ParallelStrategy.launcher_name == "external"
     assert ParallelStrategy.default_precision == "32-true"

@@ -82,12 +82,30 @@ def test_npu_single_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_NPU_SINGLE is not None, reason=str(SKIP_NPU_SINGLE))
-def test_npu_single_collectives() -> None:
+def test_npu_single_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(SingleNPUStrategy, ACCELERATOR_NPU_SINGLE)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "npu_single", accelerator=ACCELERATOR_NPU_SINGLE, devices=1
+        "train",
+        "npu_single",
+        accelerator=ACCELERATOR_NPU_SINGLE,
+        devices=1,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=1)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_NPU_SINGLE is not None, reason=str(SKIP_NPU_SINGLE))
+def test_npu_single_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "npu_single", accelerator=ACCELERATOR_NPU_SINGLE, devices=1, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=1)
 
 
 @pytest.mark.skipif(SKIP_NPU_SINGLE is not None, reason=str(SKIP_NPU_SINGLE))
@@ -161,6 +179,12 @@ def test_npu_parallel_backend_selection(accelerator: type, backend: str) -> None
     assert (NPUParallelStrategy.backend or accelerator.backend).name == backend
 
 
+def test_npu_parallel_detects_cluster_environments_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    testing.assert_detection_priority(NPUParallelStrategy, monkeypatch)
+
+
 ACCELERATOR_NPU_PARALLEL = testing.runnable_accelerator(NPUParallelStrategy)
 SKIP_NPU_PARALLEL = testing.unavailable_reason(NPUParallelStrategy, ACCELERATOR_NPU_PARALLEL)
 
@@ -176,12 +200,30 @@ def test_npu_parallel_trains_like_one_process() -> None:
 
 
 @pytest.mark.skipif(SKIP_NPU_PARALLEL is not None, reason=str(SKIP_NPU_PARALLEL))
-def test_npu_parallel_collectives() -> None:
+def test_npu_parallel_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(NPUParallelStrategy, ACCELERATOR_NPU_PARALLEL)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
     process, result = testing.run_scenario(
-        "collectives", "npu_parallel", accelerator=ACCELERATOR_NPU_PARALLEL, devices=2
+        "train",
+        "npu_parallel",
+        accelerator=ACCELERATOR_NPU_PARALLEL,
+        devices=2,
+        steps=4,
+        precision=precision,
     )
     assert process.returncode == 0, process.stderr
-    testing.assert_collectives(result, world_size=2)
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_NPU_PARALLEL is not None, reason=str(SKIP_NPU_PARALLEL))
+def test_npu_parallel_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "npu_parallel", accelerator=ACCELERATOR_NPU_PARALLEL, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
 
 
 @pytest.mark.skipif(SKIP_NPU_PARALLEL is not None, reason=str(SKIP_NPU_PARALLEL))
@@ -198,19 +240,16 @@ def test_npu_parallel_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) ->
 
 
 @pytest.mark.skipif(SKIP_NPU_PARALLEL is not None, reason=str(SKIP_NPU_PARALLEL))
-def test_npu_parallel_rank_failure_stops_the_job() -> None:
-    process, _ = testing.run_scenario(
-        "fail",
+def test_npu_parallel_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
         "npu_parallel",
+        tmp_path,
         accelerator=ACCELERATOR_NPU_PARALLEL,
         devices=2,
         rank=1,
         how="raise",
-        timeout=120,
     )
-    assert process.returncode != 0
-    assert "rank 1" in process.stderr
-    assert "deliberate failure on rank 1" in process.stderr
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
 # --- accelerator npu (NPUAccelerator)
