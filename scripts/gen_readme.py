@@ -308,8 +308,16 @@ def spec_reference_section() -> str:
 
 # --- README -----------------------------------------------------------------------------------
 
+def hpu_spec_section() -> str:
+    """The built-in HPU spec itself, for the walkthrough (the editor hint line left out)."""
+    lines = (ROOT / "specs" / "hpu.yaml").read_text(encoding="utf-8").splitlines()
+    body = [line for line in lines if not line.startswith("# yaml-language-server:")]
+    return "```yaml\n" + "\n".join(body).strip("\n") + "\n```\n"
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "strategies": lambda: strategies_section() + "\n",
+    "hpu-spec": hpu_spec_section,
     "commands": commands_section,
     "project-options": project_options_section,
     "config": config_section,
