@@ -1,8 +1,8 @@
 """Wall time of the ``stratgen`` CLI, each run a fresh process, with its own split by step.
 
-The project is a temporary folder whose ``pyproject.toml`` has an empty ``[tool.stratgen]``
-table and whose ``specs/`` folder is empty, so the output is the built-in specs rendered into
-``generated/``; it is checked to be identical to this checkout's ``generated/``.
+The project is a temporary folder with a copy of this checkout's ``specs/`` as its own specs
+(``builtin-specs = false``), so the output is the built-in specs rendered into ``generated/``;
+it is checked to be identical to this checkout's ``generated/``.
 
 Baseline: ``black --check`` of the same generated tree (line length 100, py311, one worker
 like stratgen's in-process formatting), fresh process, with black's own cache in the same
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .common import (
     GENERATED,
+    ROOT,
     BenchmarkError,
     Completed,
     Row,
@@ -79,8 +80,12 @@ class Workspace:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.project = folder / "project"
-        (self.project / "specs").mkdir(parents=True)
-        (self.project / "pyproject.toml").write_text("[tool.stratgen]\n", encoding="utf-8")
+        # A copy of this checkout's specs as the project's own (and no second, built-in copy
+        # of them): the output is then this checkout's generated/, byte for byte.
+        shutil.copytree(ROOT / "specs", self.project / "specs")
+        (self.project / "pyproject.toml").write_text(
+            "[tool.stratgen]\nbuiltin-specs = false\n", encoding="utf-8"
+        )
         self.warm_cache = folder / "stratgen-cache"
         self.warm_black = folder / "black-cache"
         self.baseline_tree = folder / "baseline" / "generated"

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 from .corefacts import strategy_attributes
 from .errors import Location, SpecError, SpecProblem, did_you_mean, one_of
 from .model import (
+    ENVIRONMENT_VALUES,
     PRECISIONS,
     AcceleratorSpec,
     Backend,
@@ -611,15 +612,7 @@ def _resolve_environments(catalog: Catalog, problems: _Problems) -> None:
         parent = catalog.environments.get(spec.extends) if spec.extends else None
         values = _inherit(spec, parent.values if parent else None)
         if not spec.abstract:
-            for key in (
-                "detect",
-                "world_size",
-                "global_rank",
-                "local_rank",
-                "node_rank",
-                "main_address",
-                "main_port",
-            ):
+            for key in ("detect", *ENVIRONMENT_VALUES):
                 if values[key] is None:
                     problems.add(
                         spec.loc,
@@ -627,7 +620,7 @@ def _resolve_environments(catalog: Catalog, problems: _Problems) -> None:
                         f"cluster environment {name!r} needs {key!r} (set it or inherit it "
                         "with 'extends')",
                     )
-        for key in ("world_size", "global_rank", "local_rank", "node_rank", "main_port"):
+        for key in (k for k in ENVIRONMENT_VALUES if k != "main_address"):  # the numbers
             source_spec: ValueSource | None = values[key]
             if (
                 source_spec is not None

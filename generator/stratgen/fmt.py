@@ -57,19 +57,26 @@ class Formatter:
         return digest.hexdigest()
 
     def format(self, source: str, name: str) -> str:
-        key = self._key(source)
-        cached = self._read(key)
-        if cached is not None:
-            self.hits += 1
-            return cached
-        self.misses += 1
-        black = self._black()
-        try:
-            result = black.format_str(source, mode=self._mode)
-        except Exception as exc:  # black raises several types for invalid code
-            raise FormatError(f"{name}: generated code is not valid Python: {exc}") from exc
-        self._write(key, result)
-        return str(result)
+        return self.format_all([(source, name)])[0]
+
+    def format_all(self, items: list[tuple[str, str]]) -> list[str]:
+        """Format every (source, name) pair; what the cache lacks is formatted in one pass,
+        spread over the machine's cores when there is enough of it."""
+        keys = [self._key(source) for source, _ in items]
+        results: list[str | None] = [self._read(key) for key in keys]
+        missing = [i for i, result in enumerate(results) if result is None]
+        self.hits += len(items) - len(missing)
+        self.misses += len(missing)
+        if missing:
+            self._black()
+            sources = [items[i][0] for i in missing]
+            for index, outcome in zip(missing, _format_sources(sources, self._mode), strict=True):
+                if isinstance(outcome, Exception):
+                    name = items[index][1]
+                    raise FormatError(f"{name}: generated code is not valid Python: {outcome}")
+                results[index] = outcome
+                self._write(keys[index], outcome)
+        return [str(result) for result in results]
 
     def _read(self, key: str) -> str | None:
         if self.cache is None:
@@ -91,6 +98,44 @@ class Formatter:
             os.replace(tmp, folder / key)
         except OSError:
             pass  # a read-only or full cache only costs speed
+
+
+#: Below this many files, starting worker processes costs more than it saves.
+PARALLEL_FROM = 8
+
+
+def _format_one(source: str, mode: Any) -> str | Exception:
+    import black
+
+    try:
+        return str(black.format_str(source, mode=mode))
+    except Exception as exc:  # black raises several types for invalid code
+        return exc
+
+
+def _format_sources(sources: list[str], mode: Any) -> list[str | Exception]:
+    """black over every source; in forked workers (which inherit the imported black) when
+    there are several cores and enough files, else here. Either way the result is the same."""
+    workers = min(len(sources) // (PARALLEL_FROM // 2), os.cpu_count() or 1, 8)
+    if workers < 2 or len(sources) < PARALLEL_FROM:
+        return [_format_one(source, mode) for source in sources]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:  # pragma: no cover - no fork on this platform
+        return [_format_one(source, mode) for source in sources]
+    # Warm black up here (grammars, caches), once, so that the forked workers inherit it.
+    _format_one("x = 1\n", mode)
+    # The largest files first, so that no worker is left with a big one at the end.
+    order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        done = list(pool.map(_format_one, [sources[i] for i in order], [mode] * len(order)))
+    results: list[str | Exception] = [""] * len(sources)
+    for position, index in enumerate(order):
+        results[index] = done[position]
+    return results
 
 
 _VERSION: str | None = None

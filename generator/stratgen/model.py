@@ -412,6 +412,17 @@ class ValueSource:
     __shorthand__: ClassVar[str] = "env"
 
 
+#: The values every cluster environment provides, each from a ``ValueSource``.
+ENVIRONMENT_VALUES = (
+    "world_size",
+    "global_rank",
+    "local_rank",
+    "node_rank",
+    "main_address",
+    "main_port",
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterEnvironmentSpec:
     """A cluster or launcher: how to tell it is there and where ranks and addresses live."""

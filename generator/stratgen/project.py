@@ -246,12 +246,20 @@ class Project:
         self.timings.add("render", started)
 
         started = time.perf_counter()
-        files: dict[str, bytes] = {}
-        for item in rendered:
-            if item.path in files:
-                raise StratgenError(f"two templates produce {item.path}")  # pragma: no cover
-            text = self.formatter.format(item.text, item.path) if item.python else item.text
-            files[item.path] = text.encode("utf-8")
+        paths = [item.path for item in rendered]
+        if len(set(paths)) != len(paths):  # pragma: no cover - a template bug
+            raise StratgenError("two templates produce the same file")
+        python = [item for item in rendered if item.python]
+        formatted = dict(
+            zip(
+                [item.path for item in python],
+                self.formatter.format_all([(item.text, item.path) for item in python]),
+                strict=True,
+            )
+        )
+        files: dict[str, bytes] = {
+            item.path: formatted.get(item.path, item.text).encode("utf-8") for item in rendered
+        }
         files[self.config.manifest] = manifest_bytes(files)
         self.timings.add("format", started)
         return Plan(files, catalog, selection)

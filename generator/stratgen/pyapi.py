@@ -25,7 +25,15 @@ from .catalog import (
     Strategy,
 )
 from .corefacts import class_annotations
-from .model import PRECISIONS, Backend, Condition, Option, Requirement, ValueSource
+from .model import (
+    ENVIRONMENT_VALUES,
+    PRECISIONS,
+    Backend,
+    Condition,
+    Option,
+    Requirement,
+    ValueSource,
+)
 
 # Core classes each spec value maps to: (module inside the package, class name).
 STRATEGY_ROOT = ("core.strategy", "StrategyBase")
@@ -667,15 +675,6 @@ def precision_module(plugin: PrecisionPlugin) -> PyModule:
 
 # --- cluster environments ------------------------------------------------------------------------
 
-_ENV_VALUE_KEYS = (
-    "world_size",
-    "global_rank",
-    "local_rank",
-    "node_rank",
-    "main_address",
-    "main_port",
-)
-
 
 def environment_module(env: ClusterEnvironment) -> PyModule:
     imports = Imports(stdlib={"from __future__ import annotations"})
@@ -690,7 +689,13 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
         ("environment_name", literal(None if env.abstract else env.name))
     ]
     parent_values = parent.values if parent else {}
-    for key in ("detect", "creates_processes_externally", "settable", *_ENV_VALUE_KEYS, "requires"):
+    for key in (
+        "detect",
+        "creates_processes_externally",
+        "settable",
+        *ENVIRONMENT_VALUES,
+        "requires",
+    ):
         value = env.values.get(key)
         if value is None or parent_values.get(key) == value:
             continue
