@@ -308,6 +308,7 @@ def spec_reference_section() -> str:
 
 # --- README -----------------------------------------------------------------------------------
 
+
 def hpu_spec_section() -> str:
     """The built-in HPU spec itself, for the walkthrough (the editor hint line left out)."""
     lines = (ROOT / "specs" / "hpu.yaml").read_text(encoding="utf-8").splitlines()
