@@ -188,7 +188,7 @@ def _step_notes(results: Sequence[dict[str, dict[str, Any]]], variant: str) -> s
 
 def launch_latency(settings: Settings) -> Section:
     config = launch_config(settings)
-    rounds = settings.pick(1, 7)
+    rounds = settings.pick(1, 11)
     results = run_rounds(config, rounds)
     latency = {
         v: [r[v]["first_step_end"] - r[v]["started_at"] for r in results] for v in variants()

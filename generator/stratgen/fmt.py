@@ -7,6 +7,7 @@ changes nothing formats nothing.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import tempfile
@@ -130,7 +131,11 @@ def _format_sources(sources: list[str], mode: Any) -> list[str | Exception]:
     _format_one("x = 1\n", mode)
     # The largest files first, so that no worker is left with a big one at the end.
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    # The workers live for one pass: the cyclic garbage black leaves (tens of megabytes) goes
+    # with them, and skipping its collection saves a tenth of their time.
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=gc.disable
+    ) as pool:
         done = list(pool.map(_format_one, [sources[i] for i in order], [mode] * len(order)))
     results: list[str | Exception] = [""] * len(sources)
     for position, index in enumerate(order):
