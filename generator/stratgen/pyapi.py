@@ -608,6 +608,28 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
 # --- precision plugins ---------------------------------------------------------------------------
 
 
+#: What the root precision plugin class declares.
+_PRECISION_ROOT_FACTS: dict[str, object] = {
+    "modes": (),
+    "wrappers": (),
+    "accelerators": (),
+    "grad_scaler_class": None,
+    "requirements": (),
+}
+
+
+def _precision_facts(plugin: PrecisionPlugin) -> dict[str, object]:
+    """The class attributes that a precision plugin's spec decides."""
+    return {
+        "plugin_name": plugin.name,
+        "modes": plugin.modes,
+        "wrappers": plugin.wrappers,
+        "accelerators": plugin.accelerators,
+        "grad_scaler_class": plugin.grad_scaler,
+        "requirements": plugin.requires,
+    }
+
+
 def precision_module(plugin: PrecisionPlugin) -> PyModule:
     imports = Imports(stdlib={"from __future__ import annotations"})
     bases = []
@@ -622,32 +644,9 @@ def precision_module(plugin: PrecisionPlugin) -> PyModule:
     else:
         imports.add_local(f"precision.{parent.module}", parent.class_name)
         bases.append(parent.class_name)
-    facts = {
-        "plugin_name": plugin.name,
-        "modes": plugin.modes,
-        "wrappers": plugin.wrappers,
-        "accelerators": plugin.accelerators,
-        "grad_scaler_class": plugin.grad_scaler,
-        "requirements": plugin.requires,
-    }
-    parent_facts = (
-        {
-            "plugin_name": parent.name,
-            "modes": parent.modes,
-            "wrappers": parent.wrappers,
-            "accelerators": parent.accelerators,
-            "grad_scaler_class": parent.grad_scaler,
-            "requirements": parent.requires,
-        }
-        if parent
-        else {
-            "modes": (),
-            "wrappers": (),
-            "accelerators": (),
-            "grad_scaler_class": None,
-            "requirements": (),
-        }
-    )
+    facts = _precision_facts(plugin)
+    # A fact that the parent class declares with the same value is inherited, not repeated.
+    parent_facts = _precision_facts(parent) if parent else _PRECISION_ROOT_FACTS
     attributes = []
     for key, value in facts.items():
         if key != "plugin_name" and parent_facts.get(key) == value:
