@@ -69,6 +69,7 @@ def test_deepspeed_facts_match_the_spec() -> None:
         "offload_parameters": False,
         "config": None,
         "logging_batch_size_per_gpu": None,
+        "state_dict_type": "full",
     }
 
 

@@ -63,6 +63,7 @@ def test_fsdp_facts_match_the_spec() -> None:
         "auto_wrap_layers": None,
         "cpu_offload": False,
         "reshard_after_forward": None,
+        "state_dict_type": "full",
     }
 
 

@@ -64,6 +64,7 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "auto_wrap_layers": ("sequence",),
             "cpu_offload": ("bool",),
             "reshard_after_forward": ("bool",),
+            "state_dict_type": ("str",),
         },
     ),
     "fairscale_sharded": (
@@ -86,6 +87,7 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "offload_parameters": ("bool",),
             "config": ("mapping", "path"),
             "logging_batch_size_per_gpu": ("int",),
+            "state_dict_type": ("str",),
         },
     ),
     "horovod": (

@@ -8,7 +8,7 @@ size, and unsupported dtypes are reduced in a wider one and cast back.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,39 @@ def normalize_reduce_op(op: Any) -> str:
             f"reduce_op={op!r} is not supported; use one of {', '.join(REDUCE_OPS)}"
         )
     return name
+
+
+def reduce_each(
+    data: Any, device: torch.device, reduce: Callable[[torch.Tensor], torch.Tensor]
+) -> Any:
+    """Apply ``reduce`` to every tensor in ``data``: a tensor, a Python number (made a tensor
+    on ``device``), or dicts, lists and tuples of them, nested; the result has the same shape
+    of containers. Anything else is a TypeError naming where it was found."""
+
+    def visit(value: Any, where: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            return reduce(value)
+        if isinstance(value, bool | int | float):
+            return reduce(torch.tensor(value, device=device))
+        if isinstance(value, Mapping):
+            return type(value)(  # type: ignore[call-arg]
+                (key, visit(item, f"{where}[{key!r}]")) for key, item in value.items()
+            )
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # named tuple
+            return type(value)(
+                *(
+                    visit(item, f"{where}.{name}")
+                    for name, item in zip(value._fields, value, strict=True)
+                )
+            )
+        if isinstance(value, list | tuple):
+            return type(value)(visit(item, f"{where}[{index}]") for index, item in enumerate(value))
+        raise TypeError(
+            f"reduce() takes tensors, numbers, and dicts, lists or tuples of them; {where} is "
+            f"a {type(value).__name__}"
+        )
+
+    return visit(data, "the input")
 
 
 _TORCH_OPS = {

@@ -511,7 +511,7 @@ def _spawned_worker(
     function: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
-    results: Any,
+    result_file: str,
     master: tuple[str, str],
 ) -> None:
     # The parent is the launching process, or the forkserver, which ends with it.
@@ -521,9 +521,14 @@ def _spawned_worker(
     try:
         result = strategy.run_worker(function, args, kwargs)
         if strategy.is_global_zero:
-            # Plain pickle bytes: tensors shared through file descriptors would vanish with
-            # the process that shares them.
-            results.put(pickle.dumps(_to_cpu(result)))
+            # A file, not a pipe: a pipe holds about 64 KiB, and the launching process reads
+            # only once every process has ended, so a larger result would block its writer
+            # forever. Plain pickle, not torch's sharing of tensors through file descriptors,
+            # which vanish with the process that shares them.
+            partial = f"{result_file}.partial"
+            with open(partial, "wb") as handle:
+                pickle.dump(_to_cpu(result), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(partial, result_file)
     finally:
         # multiprocessing ends its processes without running atexit handlers.
         from .parallel import release_process_group
@@ -565,24 +570,27 @@ class SpawnLauncher(Launcher):
         if callable(configure_ranks):
             configure_ranks()
         master = (environment.main_address, str(environment.main_port))
-        context = mp.get_context(self.start_method)
-        results = context.SimpleQueue()
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master
-        process_context = mp.start_processes(
-            _spawned_worker,
-            args=(strategy, function, args, kwargs, results, master),
-            nprocs=strategy.num_processes,  # type: ignore[attr-defined]
-            join=False,
-            start_method=self.start_method,
-        )
-        processes = process_context.processes
-        try:
-            failed = _wait_for_processes(processes, process_context.error_files)
-        finally:
-            _stop_processes(processes)
-        if failed:
-            raise self._failure(process_context, failed)
-        return pickle.loads(results.get()) if not results.empty() else None
+        with tempfile.TemporaryDirectory(prefix="stratlib-spawn-") as folder:
+            result_file = os.path.join(folder, "result.pickle")
+            process_context = mp.start_processes(
+                _spawned_worker,
+                args=(strategy, function, args, kwargs, result_file, master),
+                nprocs=strategy.num_processes,  # type: ignore[attr-defined]
+                join=False,
+                start_method=self.start_method,
+            )
+            processes = process_context.processes
+            try:
+                failed = _wait_for_processes(processes, process_context.error_files)
+            finally:
+                _stop_processes(processes)
+            if failed:
+                raise self._failure(process_context, failed)
+            if not os.path.exists(result_file):
+                return None  # rank 0 runs on another node
+            with open(result_file, "rb") as handle:
+                return pickle.load(handle)
 
     def _failure(self, process_context: Any, failed: list[int]) -> ProcessFailedError:
         reports = []

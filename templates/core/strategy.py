@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, MutableMapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,12 +25,13 @@ from torch import nn
 from torch.optim import Optimizer
 
 from .accelerator import PRECISIONS, Accelerator
-from .checkpoint_io import CheckpointIO, PathLike, TorchCheckpointIO
+from .checkpoint_io import AsyncCheckpointIO, CheckpointIO, PathLike, TorchCheckpointIO
 from .collectives import CollectiveBackend
 from .exceptions import MisconfigurationError
 from .imports import Requirement, require
 from .layer_sync import LayerSync
 from .precision import PrecisionBase
+from .sharded_checkpoint import ShardedSaver, is_sharded_checkpoint, resolve_checkpoint
 
 if TYPE_CHECKING:
     from .launchers import Launcher
@@ -75,6 +77,7 @@ class StrategyBase(ABC):
         self._environment_ready = False
         self._forward_hooks: list[Any] = []
         self._hooks_module: ModuleType | None = None
+        self._saver: ShardedSaver | None = None
 
     # -- composition ---------------------------------------------------------------------
 
@@ -401,6 +404,21 @@ class StrategyBase(ABC):
     def load_optimizer_state_dict(
         self, optimizer: Optimizer, state_dict: Mapping[str, Any]
     ) -> None:
+        if _keyed_by_name(state_dict) and self._model is not None:
+            # Written by a sharded strategy (or converted from a sharded checkpoint): its
+            # state is keyed by parameter name rather than position.
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_optimizer_state_dict,
+            )
+
+            set_optimizer_state_dict(
+                self._module_of(optimizer, []),
+                optimizer,
+                dict(state_dict),
+                options=StateDictOptions(full_state_dict=True),
+            )
+            return
         optimizer.load_state_dict(dict(state_dict))
 
     def _is_optimizer(self, value: Any) -> bool:
@@ -409,13 +427,16 @@ class StrategyBase(ABC):
         return isinstance(value, Optimizer) or any(value is o for o in self._optimizers)
 
     def _state_to_save(self, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+        """``checkpoint`` with modules, optimizers and every other stateful object (anything
+        with ``state_dict`` and ``load_state_dict``: schedulers, gradient scalers, samplers,
+        precision plugins, user objects) replaced by its state dict."""
         converted: dict[str, Any] = {}
         for key, value in checkpoint.items():
             if isinstance(value, nn.Module):
                 converted[key] = self.get_module_state_dict(value)
             elif self._is_optimizer(value):
                 converted[key] = self.get_optimizer_state(value)
-            elif isinstance(value, PrecisionBase):
+            elif is_stateful(value):
                 converted[key] = value.state_dict()
             else:
                 converted[key] = value
@@ -426,45 +447,198 @@ class StrategyBase(ABC):
     ) -> None:
         """Save ``checkpoint`` to ``filepath`` from rank 0.
 
-        Modules and optimizers in the mapping are replaced by their full state dicts. Returns
-        once the file is complete, or, with an asynchronous CheckpointIO, once the write is
-        queued (``load_checkpoint`` waits for it).
+        Modules, optimizers and other stateful objects in the mapping are replaced by their
+        full state dicts; other values are saved as they are. Returns once the file is
+        complete, or, with an asynchronous CheckpointIO, once the write is queued
+        (``load_checkpoint`` waits for it).
         """
+        if self.saves_sharded:
+            if storage_options is not None:
+                raise TypeError("sharded checkpoints take no storage_options")
+            self._save_sharded(checkpoint, filepath)
+            return
         state = self._state_to_save(checkpoint)
         if self.is_global_zero:
             self.checkpoint_io.save_checkpoint(state, filepath, storage_options=storage_options)
         self.barrier("save_checkpoint")
 
-    def load_checkpoint(
-        self, filepath: PathLike, state: Mapping[str, Any] | None = None, strict: bool = True
-    ) -> dict[str, Any]:
-        """Load a checkpoint on every rank.
+    # Sharded checkpoints (see ``sharded_checkpoint``): strategies whose processes hold parts
+    # of the model save that way when ``saves_sharded``; every strategy loads them.
 
-        With ``state``, modules and optimizers in it are restored in place from the entries of
-        the same name, and the remaining entries are returned. Without it, the whole
-        checkpoint is returned.
+    @property
+    def saves_sharded(self) -> bool:
+        """Whether ``save_checkpoint`` writes a sharded checkpoint folder."""
+        return False
+
+    @property
+    def _sharded_saver(self) -> ShardedSaver:
+        if self._saver is None:
+            self._saver = ShardedSaver(
+                lambda: self.global_rank, lambda obj, src: self.broadcast(obj, src), self.barrier
+            )
+        return self._saver
+
+    def _save_sharded(self, checkpoint: Mapping[str, Any], filepath: PathLike) -> None:
+        tensors: dict[str, Any] = {}
+        meta: dict[str, Any] = {}
+        modules = [value for value in checkpoint.values() if isinstance(value, nn.Module)]
+        for key, value in checkpoint.items():
+            if isinstance(value, nn.Module):
+                tensors[key] = self._sharded_module_state(value)
+            elif self._is_optimizer(value):
+                tensors[key] = self._sharded_optimizer_state(value, modules)
+            elif is_stateful(value):
+                meta[key] = value.state_dict()
+            else:
+                meta[key] = value
+        asynchronous = isinstance(self.checkpoint_io, AsyncCheckpointIO)
+        self._sharded_saver.save(tensors, meta, filepath, asynchronous=asynchronous)
+
+    def _sharded_module_state(self, module: nn.Module) -> dict[str, Any]:
+        """``module``'s state dict as this process holds it (shards where it is sharded)."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(self.unwrap(module))
+
+    def _sharded_optimizer_state(self, optimizer: Any, modules: list[nn.Module]) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self._module_of(optimizer, modules), optimizer)
+
+    def _module_of(self, optimizer: Any, modules: list[nn.Module]) -> nn.Module:
+        """The module whose parameters ``optimizer`` updates (state dicts key it by their
+        names)."""
+        candidates = [self.unwrap(m) for m in modules]
+        if self._model is not None:
+            candidates.append(self.unwrap(self._model))
+        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for module in candidates:
+            if own & {id(p) for p in module.parameters()}:
+                return module
+        raise MisconfigurationError(
+            f"cannot tell which module {type(optimizer).__name__} belongs to: put the module in "
+            "the same checkpoint, or set it up with the strategy first"
+        )
+
+    def _load_sharded(
+        self,
+        filepath: PathLike,
+        state: nn.Module | Optimizer | MutableMapping[str, Any] | None,
+        strict: bool,
+    ) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        from .sharded_checkpoint import consolidated, load_sharded, read_meta
+
+        record = read_meta(filepath)
+        if state is None or isinstance(state, nn.Module) or self._is_optimizer(state):
+            return self._restore(consolidated(filepath), state, strict, filepath)
+        if not isinstance(state, MutableMapping):
+            return self._restore({}, state, strict, filepath)  # raises the TypeError
+        entries: dict[str, Any] = dict(record["entries"])
+        names = set(record["sharded"]) | set(entries)
+        missing = [key for key in state if key not in names]
+        if strict and missing:
+            raise KeyError(_missing_message(filepath, missing, sorted(names)))
+        modules = [value for value in state.values() if isinstance(value, nn.Module)]
+        tensors: dict[str, Any] = {}
+        for key in record["sharded"]:
+            target = state.get(key)
+            if isinstance(target, nn.Module):
+                tensors[key] = self._sharded_module_state(target)
+            elif target is not None and self._is_optimizer(target):
+                tensors[key] = self._sharded_optimizer_state(target, modules)
+        if tensors:
+            load_sharded(filepath, tensors)
+        for key, value in tensors.items():
+            target = state[key]
+            if isinstance(target, nn.Module):
+                set_model_state_dict(
+                    self.unwrap(target), value, options=StateDictOptions(strict=strict)
+                )
+            else:
+                set_optimizer_state_dict(self._module_of(target, modules), target, value)
+        remaining = {}
+        for key, value in entries.items():
+            if key not in state:
+                remaining[key] = value
+            elif is_stateful(state[key]):
+                state[key].load_state_dict(value)
+            else:
+                state[key] = value
+        return remaining
+
+    def load_checkpoint(
+        self,
+        filepath: PathLike,
+        state: nn.Module | Optimizer | MutableMapping[str, Any] | None = None,
+        strict: bool = True,
+    ) -> dict[str, Any]:
+        """Load a checkpoint on every rank and restore ``state`` from it.
+
+        ``state`` may be:
+
+        - None or an empty dict: the whole checkpoint is returned.
+        - A module (or optimizer): the file holds its bare state dict, which is loaded into
+          it; returns an empty dict.
+        - A dict of objects: modules, optimizers and other stateful objects are restored in
+          place from the entries of the same name; any other entry of ``state`` is replaced
+          by the checkpoint's value. Returns the checkpoint's entries ``state`` did not name.
+          With ``strict``, a name of ``state`` missing from the checkpoint is an error (and
+          module state dicts must match exactly).
         """
-        # Rank 0 finishes its outstanding (asynchronous) saves before any rank reads.
+        # Every rank finishes its outstanding (asynchronous) saves before any rank reads.
         self.checkpoint_io.wait()
+        if self._saver is not None:
+            self._saver.wait()
         self.barrier("load_checkpoint")
+        filepath = resolve_checkpoint(filepath)
+        if is_sharded_checkpoint(filepath):
+            return self._load_sharded(filepath, state, strict)
         checkpoint = self.checkpoint_io.load_checkpoint(filepath, map_location="cpu")
+        return self._restore(checkpoint, state, strict, filepath)
+
+    def _restore(
+        self,
+        checkpoint: dict[str, Any],
+        state: nn.Module | Optimizer | MutableMapping[str, Any] | None,
+        strict: bool,
+        filepath: PathLike,
+    ) -> dict[str, Any]:
+        """Restore ``state`` from a loaded checkpoint (see ``load_checkpoint``)."""
         if state is None:
             return checkpoint
+        if isinstance(state, nn.Module):
+            self.load_module_state_dict(state, checkpoint, strict=strict)
+            return {}
+        if self._is_optimizer(state):
+            self.load_optimizer_state_dict(state, checkpoint)  # type: ignore[arg-type]
+            return {}
+        if not isinstance(state, MutableMapping):
+            raise TypeError(
+                f"load_checkpoint(state=...) takes a dict of objects to restore, a module or an "
+                f"optimizer, not {type(state).__name__}"
+            )
+        missing = [key for key in state if key not in checkpoint]
+        if strict and missing:
+            raise KeyError(_missing_message(filepath, missing, list(checkpoint)))
         remaining = dict(checkpoint)
-        for key, target in state.items():
-            if key not in checkpoint:
-                if strict:
-                    raise KeyError(f"the checkpoint {filepath} has no entry {key!r}")
+        for key, target in list(state.items()):
+            if key not in remaining:
                 continue
+            value = remaining.pop(key)
             if isinstance(target, nn.Module):
-                self.load_module_state_dict(target, checkpoint[key], strict=strict)
+                self.load_module_state_dict(target, value, strict=strict)
             elif self._is_optimizer(target):
-                self.load_optimizer_state_dict(target, checkpoint[key])
-            elif isinstance(target, PrecisionBase):
-                target.load_state_dict(checkpoint[key])
+                self.load_optimizer_state_dict(target, value)
+            elif is_stateful(target):
+                target.load_state_dict(value)
             else:
-                continue
-            remaining.pop(key)
+                state[key] = value
         return remaining
 
     # -- hooks ---------------------------------------------------------------------------
@@ -486,6 +660,9 @@ class StrategyBase(ABC):
     def teardown(self) -> None:
         """Release what the strategy holds: ``model`` becomes the user's module, unwrapped and
         back on the CPU (the wrapper belongs to the communication that ends here)."""
+        if self._saver is not None:
+            saver, self._saver = self._saver, None
+            saver.wait()  # asynchronous saves need the processes' connections
         self.call_hook("teardown")
         for handle in self._forward_hooks:
             handle.remove()
@@ -502,3 +679,26 @@ class StrategyBase(ABC):
     def __repr__(self) -> str:
         name = f" {self.strategy_name!r}" if self.strategy_name else ""
         return f"<{type(self).__name__}{name} on {self.accelerator.accelerator_name or 'cpu'}>"
+
+
+def is_stateful(value: Any) -> bool:
+    """Whether ``value`` saves and restores itself through ``state_dict`` and
+    ``load_state_dict`` (classes themselves do not count)."""
+    return (
+        not isinstance(value, type)
+        and callable(getattr(value, "state_dict", None))
+        and callable(getattr(value, "load_state_dict", None))
+    )
+
+
+def _missing_message(filepath: PathLike, missing: list[str], present: list[str]) -> str:
+    return (
+        f"the checkpoint {os.fspath(filepath)} has no entr{'y' if len(missing) == 1 else 'ies'} "
+        f"{', '.join(map(repr, missing))} (it has {', '.join(map(repr, present)) or 'none'}); "
+        "pass strict=False to restore only what it holds"
+    )
+
+
+def _keyed_by_name(state_dict: Mapping[str, Any]) -> bool:
+    groups = state_dict.get("param_groups") or []
+    return any(isinstance(p, str) for group in groups for p in group.get("params", []))

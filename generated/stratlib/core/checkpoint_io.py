@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
+import re
 import tempfile
 import threading
 from abc import ABC, abstractmethod
@@ -88,7 +90,35 @@ class TorchCheckpointIO(CheckpointIO):
     def load_checkpoint(self, path: PathLike, map_location: Any = None) -> dict[str, Any]:
         if not Path(path).is_file():
             raise FileNotFoundError(f"checkpoint {os.fspath(path)!r} does not exist")
-        return torch.load(path, map_location=map_location or "cpu", weights_only=self.weights_only)
+        try:
+            return torch.load(
+                path, map_location=map_location or "cpu", weights_only=self.weights_only
+            )
+        except pickle.UnpicklingError as error:
+            if not self.weights_only:
+                raise
+            raise CheckpointLoadError(_refused_message(path, error)) from None
+
+
+class CheckpointLoadError(pickle.UnpicklingError):
+    """``torch.load(weights_only=True)`` refused an object in the checkpoint; the message
+    names it and the ways to allow it."""
+
+
+def _refused_message(path: PathLike, error: Exception) -> str:
+    found = re.search(r"GLOBAL ([\w.]+)", str(error))
+    what = f"an object of class {found.group(1)}" if found else "a pickled object"
+    allow = (
+        f"torch.serialization.add_safe_globals([{found.group(1).rsplit('.', 1)[-1]}])"
+        if found
+        else "torch.serialization.add_safe_globals([...])"
+    )
+    return (
+        f"checkpoint {os.fspath(path)!r} holds {what}, which loading with weights_only=True "
+        f"refuses; save its state_dict() instead (stateful objects are saved that way), allow "
+        f"the class with {allow}, or, for a file you trust, use "
+        f"TorchCheckpointIO(weights_only=False)"
+    )
 
 
 def _umask() -> int:

@@ -140,7 +140,12 @@ class ParallelMixin(StrategyBase):
 
     @property
     def world_size(self) -> int:
-        return self.cluster_environment.world_size()
+        environment = self.cluster_environment
+        if environment.settable and not environment.creates_processes_externally:
+            # Before launch (or in the launching process), the strategy's own launcher decides
+            # how many processes there will be; a WORLD_SIZE left in the environment does not.
+            return self.num_nodes * self.num_processes
+        return environment.world_size()
 
     def configure_ranks(self) -> None:
         """Tell an environment the strategy's own launcher fills in who is who."""
@@ -267,7 +272,9 @@ class ParallelMixin(StrategyBase):
 
     def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
         if not isinstance(tensor, torch.Tensor):
-            tensor = torch.tensor(tensor, device=self.root_device)
+            return collectives.reduce_each(
+                tensor, self.root_device, lambda t: self.reduce(t, group, reduce_op)
+            )
         if not self._distributed():
             collectives.normalize_reduce_op(reduce_op)
             return tensor

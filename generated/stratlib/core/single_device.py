@@ -37,9 +37,12 @@ class SingleDeviceMixin(StrategyBase):
         return self._device
 
     def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
-        from .collectives import normalize_reduce_op
+        from .collectives import normalize_reduce_op, reduce_each
 
         normalize_reduce_op(reduce_op)  # reject unknown operations here too
+        if not isinstance(tensor, torch.Tensor):
+            # Numbers become tensors, as in a parallel strategy, so code runs the same on both.
+            return reduce_each(tensor, self.root_device, lambda t: t)
         return tensor
 
     def all_gather(

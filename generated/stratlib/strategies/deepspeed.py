@@ -54,6 +54,10 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
         logging_batch_size_per_gpu: Samples per process and step, for DeepSpeed's throughput
             reports (train_micro_batch_size_per_gpu; 1 when neither this nor the config gives
             one).
+        state_dict_type: How save_checkpoint writes: 'full', one file from rank 0 with the
+            gathered state, loadable on any number of processes; 'sharded', a folder in
+            DeepSpeed's own format in which every process writes its partitions (resumed on the
+            same number of processes).
     """
 
     strategy_name: ClassVar[str | None] = "deepspeed"
@@ -87,6 +91,7 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
         offload_parameters: bool = False,
         config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         logging_batch_size_per_gpu: int | None = None,
+        state_dict_type: Literal["full", "sharded"] = "full",
     ) -> None:
         super().__init__(
             accelerator=accelerator,
@@ -103,3 +108,4 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
         self.offload_parameters = offload_parameters
         self.config = config
         self.logging_batch_size_per_gpu = logging_batch_size_per_gpu
+        self.state_dict_type = state_dict_type

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -46,6 +46,9 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
             (CPUOffloadPolicy); the optimizer step runs on the CPU.
         reshard_after_forward: Free gathered parameters after the forward pass and gather them
             again for backward; null lets FSDP decide (true except for the root).
+        state_dict_type: How save_checkpoint writes: 'full', one file from rank 0 with the
+            gathered state; 'sharded', a folder in which every process writes its own shards
+            (torch.distributed.checkpoint), which loads on any number of processes.
     """
 
     strategy_name: ClassVar[str | None] = "fsdp"
@@ -67,6 +70,7 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
         auto_wrap_layers: Sequence[Any] | None = None,
         cpu_offload: bool = False,
         reshard_after_forward: bool | None = None,
+        state_dict_type: Literal["full", "sharded"] = "full",
     ) -> None:
         super().__init__(
             accelerator=accelerator,
@@ -82,3 +86,4 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
         self.auto_wrap_layers = auto_wrap_layers
         self.cpu_offload = cpu_offload
         self.reshard_after_forward = reshard_after_forward
+        self.state_dict_type = state_dict_type

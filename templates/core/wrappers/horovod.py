@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from ..collectives import normalize_reduce_op
+from ..collectives import normalize_reduce_op, reduce_each
 from ..exceptions import MisconfigurationError
 from ..imports import require
 from ..launchers import Launcher, register_launcher, run_reporting_errors, script_command
@@ -133,7 +133,7 @@ class HorovodMixin(ParallelMixin):
 
     def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
         if not isinstance(tensor, torch.Tensor):
-            tensor = torch.tensor(tensor, device=self.root_device)
+            return reduce_each(tensor, self.root_device, lambda t: self.reduce(t, group, reduce_op))
         name = normalize_reduce_op(reduce_op)
         if group is not None:
             raise MisconfigurationError(

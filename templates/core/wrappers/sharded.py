@@ -11,6 +11,7 @@ fairscale is imported only when a model is set up, so the package imports withou
 from __future__ import annotations
 
 import gc
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,10 +71,16 @@ class ShardedMixin(ParallelMixin):
         oss_class = _fairscale("fairscale.optim", type(self).__name__).OSS
         if isinstance(optimizer, oss_class):
             return optimizer
-        groups = [dict(group) for group in optimizer.param_groups]
-        sharded = oss_class(params=groups, optim=type(optimizer), **optimizer.defaults)
-        if any(optimizer.state.values()):
-            sharded.load_state_dict(optimizer.state_dict())
+        state = optimizer.state_dict() if any(optimizer.state.values()) else None
+        # The very group dicts of ``optimizer``, not copies: an LR scheduler made on it before
+        # setup changes their hyperparameters, and OSS hands them to its shard at each step.
+        sharded = oss_class(
+            params=optimizer.param_groups,
+            optim=type(optimizer),
+            **_constructor_arguments(type(optimizer), optimizer.defaults),
+        )
+        if state is not None:
+            self.load_optimizer_state_dict(sharded, state)
         return sharded
 
     def sharded_ddp_kwargs(self) -> dict[str, Any]:
@@ -112,7 +119,13 @@ class ShardedMixin(ParallelMixin):
         copy = dict(state_dict)
         if isinstance(copy.get("state"), Mapping):
             copy["state"] = dict(copy["state"])
+        groups = list(optimizer.param_groups)
         super().load_optimizer_state_dict(optimizer, copy)
+        if len(groups) == len(optimizer.param_groups):
+            # Loading replaces the group dicts; keep the ones a scheduler may hold, updated.
+            for group, loaded in zip(groups, optimizer.param_groups, strict=True):
+                group.update(loaded)
+            optimizer.param_groups = groups
 
     def teardown(self) -> None:
         super().teardown()
@@ -125,6 +138,15 @@ class ShardedMixin(ParallelMixin):
             self._model = self.unwrap(self._model)
         self._optimizers = []
         gc.collect()
+
+
+def _constructor_arguments(cls: type, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of an optimizer's ``defaults`` its constructor accepts (torch's AdamW
+    records 'decoupled_weight_decay', which only Adam takes)."""
+    parameters = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return dict(defaults)
+    return {key: value for key, value in defaults.items() if key in parameters}
 
 
 def _route_zero_grad(optimizer: Optimizer, wrapped: nn.Module) -> None:

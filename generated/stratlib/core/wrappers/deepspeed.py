@@ -15,7 +15,7 @@ import contextlib
 import copy
 import json
 import os
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,10 +25,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
+from ..checkpoint_io import PathLike
 from ..exceptions import MisconfigurationError
 from ..imports import import_optional
 from ..parallel import ParallelMixin
 from ..precision import PrecisionBase, apply_to_tensors, default_dtype
+from ..strategy import is_stateful
 
 #: Variable DeepSpeed reads, once, to choose its accelerator.
 DS_ACCELERATOR_ENV = "DS_ACCELERATOR"
@@ -219,6 +221,13 @@ class DeepSpeedMixin(ParallelMixin):
     one ZeRO stage or number of processes loads into another, and into a plain PyTorch
     model and optimizer with the same parameter groups. Gathering is collective: every rank
     takes part in ``save_checkpoint``, ``get_module_state_dict`` and ``get_optimizer_state``.
+
+    With ``state_dict_type="sharded"``, ``save_checkpoint`` writes DeepSpeed's own format
+    instead (``engine.save_checkpoint``: every rank writes its partitions, nothing is
+    gathered) into a folder, put in place atomically, with the checkpoint's other entries
+    in its ``meta.pt``; ``load_checkpoint`` restores it with ``engine.load_checkpoint`` on the
+    same number of processes. ``python -m <package>.core.sharded_checkpoint`` turns it into
+    one file (the module's float32 weights and the other entries).
     """
 
     zero_stage: int = 2
@@ -226,6 +235,7 @@ class DeepSpeedMixin(ParallelMixin):
     offload_parameters: bool = False
     config: Mapping[str, Any] | str | os.PathLike[str] | None = None
     logging_batch_size_per_gpu: int | None = None
+    state_dict_type: str = "full"
 
     _engine: Any = None
     _optimizer_groups: list[list[nn.Parameter]] | None = None
@@ -643,6 +653,92 @@ class DeepSpeedMixin(ParallelMixin):
             # first appears; redo that for the entries made here.
             optimizer._hp_optimizer_states_linked = False  # type: ignore[attr-defined]
             relink()
+
+    # -- sharded checkpoints ---------------------------------------------------------------
+
+    @property
+    def saves_sharded(self) -> bool:
+        if self.state_dict_type not in ("full", "sharded"):
+            raise MisconfigurationError(
+                f"state_dict_type={self.state_dict_type!r} is not allowed; use 'full' or 'sharded'"
+            )
+        return self.state_dict_type == "sharded"
+
+    def _engine_entries(self, state: Mapping[str, Any]) -> tuple[list[str], bool]:
+        """The keys of ``state`` that the engine saves and loads itself (its module and
+        optimizer), and whether the optimizer is among them."""
+        engine = self._require_engine("save or load a sharded checkpoint")
+        keys: list[str] = []
+        with_optimizer = False
+        for key, value in state.items():
+            if isinstance(value, nn.Module):
+                if not self._owns(value):
+                    raise MisconfigurationError(
+                        f"checkpoint entry {key!r}: a sharded DeepSpeed checkpoint holds only the "
+                        "engine's module; use state_dict_type='full' for other modules"
+                    )
+                keys.append(key)
+            elif value is engine.optimizer and value is not None:
+                keys.append(key)
+                with_optimizer = True
+        return keys, with_optimizer
+
+    def _save_sharded(self, checkpoint: Mapping[str, Any], filepath: PathLike) -> None:
+        from ..sharded_checkpoint import TAG, deepspeed_record
+
+        engine = self._engine
+        keys, _ = self._engine_entries(checkpoint)
+        meta: dict[str, Any] = {}
+        for key, value in checkpoint.items():
+            if key in keys:
+                continue
+            meta[key] = value.state_dict() if is_stateful(value) else value
+        modules = [k for k in keys if isinstance(checkpoint[k], nn.Module)]
+        self._sharded_saver.save_with(
+            lambda folder: engine.save_checkpoint(str(folder), tag=TAG),
+            deepspeed_record(keys, meta, module=modules[0] if modules else None),
+            filepath,
+        )
+
+    def _load_sharded(
+        self,
+        filepath: PathLike,
+        state: nn.Module | Optimizer | MutableMapping[str, Any] | None,
+        strict: bool,
+    ) -> dict[str, Any]:
+        from ..sharded_checkpoint import TAG, read_meta
+
+        record = read_meta(filepath)
+        if record.get("engine") != "deepspeed" or not isinstance(state, MutableMapping):
+            return super()._load_sharded(filepath, state, strict)
+        entries: dict[str, Any] = dict(record["entries"])
+        names = set(record["sharded"]) | set(entries)
+        missing = [key for key in state if key not in names]
+        if strict and missing:
+            raise KeyError(
+                f"the checkpoint {os.fspath(filepath)} has no entries {', '.join(map(repr, missing))}; "
+                "pass strict=False to restore only what it holds"
+            )
+        keys, with_optimizer = self._engine_entries(state)
+        if keys:
+            load_path, _ = self._engine.load_checkpoint(
+                str(filepath),
+                tag=TAG,
+                load_module_strict=strict,
+                load_optimizer_states=with_optimizer,
+                load_lr_scheduler_states=False,
+            )
+            if load_path is None:
+                raise FileNotFoundError(f"DeepSpeed found no checkpoint in {os.fspath(filepath)}")
+        remaining = {}
+        for key, value in entries.items():
+            if key not in state:
+                remaining[key] = value
+            elif is_stateful(state[key]):
+                state[key].load_state_dict(value)
+            else:
+                state[key] = value
+        return remaining
 
     # -- teardown --------------------------------------------------------------------------
 

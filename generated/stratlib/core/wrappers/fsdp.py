@@ -77,6 +77,11 @@ class FSDPMixin(ParallelMixin):
     (matched by name). This is only possible while the optimizer holds no state yet; load
     optimizer state after ``setup``. Parameters outside the module are refused.
 
+    Checkpoints: with ``state_dict_type="sharded"``, ``save_checkpoint`` writes a folder in
+    which every process stores its own shards (``torch.distributed.checkpoint``); nothing is
+    gathered, and loading reshards to any number of processes (see ``sharded_checkpoint``).
+    With ``"full"`` (the default) it writes one ordinary file from rank 0.
+
     State dicts: ``get_module_state_dict`` and ``get_optimizer_state`` gather the full,
     unsharded tensors into host memory on rank 0; the other ranks take part in the gathering
     and get an empty dict (a full copy in every process would multiply host memory by the
@@ -93,8 +98,22 @@ class FSDPMixin(ParallelMixin):
     auto_wrap_layers: Sequence[Any] | None = None
     cpu_offload: bool = False
     reshard_after_forward: bool | None = None
+    state_dict_type: str = "full"
 
     _device_mesh: DeviceMesh | None = None
+
+    # -- configuration -----------------------------------------------------------------------
+
+    def validate_configuration(self) -> None:
+        super().validate_configuration()
+        if self.state_dict_type not in ("full", "sharded"):
+            raise MisconfigurationError(
+                f"state_dict_type={self.state_dict_type!r} is not allowed; use 'full' or 'sharded'"
+            )
+
+    @property
+    def saves_sharded(self) -> bool:
+        return self.state_dict_type == "sharded"
 
     # -- wrapping --------------------------------------------------------------------------
 
@@ -166,17 +185,31 @@ class FSDPMixin(ParallelMixin):
             )
         if layers is None and threshold is None:
             return []
+        owners = _parameter_owners(module)
         selected: list[nn.Module] = []
         claimed: set[int] = set()
-        for submodule in _innermost_first(module):
+        for name, submodule in _innermost_first(module):
             if submodule is module:
                 continue
             own = [p for p in submodule.parameters() if id(p) not in claimed]
             by_layer = layers is not None and layers(submodule)
             by_size = threshold is not None and sum(p.numel() for p in own) >= threshold
-            if (by_layer or by_size) and own:
-                selected.append(submodule)
-                claimed.update(id(p) for p in own)
+            if not ((by_layer or by_size) and own):
+                continue
+            # A parameter shared with a module outside this one (tied embeddings) must stay in
+            # one group with every module using it: leave it to an enclosing group.
+            shared = _shared_outside(name, own, owners)
+            if shared is not None:
+                if by_layer:
+                    raise MisconfigurationError(
+                        f"auto_wrap_layers selects {name!r} ({type(submodule).__name__}), whose "
+                        f"parameter {shared[0]!r} is shared with {shared[1]!r} outside it; FSDP needs "
+                        "shared parameters in one group: wrap a module that contains both, or leave "
+                        f"{type(submodule).__name__} out of auto_wrap_layers"
+                    )
+                continue
+            selected.append(submodule)
+            claimed.update(id(p) for p in own)
         return selected
 
     def _auto_wrap_layer_matcher(self) -> Callable[[nn.Module], bool] | None:
@@ -286,10 +319,12 @@ class FSDPMixin(ParallelMixin):
         return model if model is not None and _is_fsdp_module(model) else None
 
     def teardown(self) -> None:
-        reset = getattr(self._sharded_model(), "reset_iter_state", None)
-        if callable(reset):
+        model = self._sharded_model()
+        reset = getattr(model, "reset_iter_state", None)
+        if model is not None and callable(reset) and _has_run(model):
             # A step interrupted by an exception leaves gathered parameters registered, and
-            # moving the module to the CPU would fail on them and hide the real error.
+            # moving the module to the CPU would fail on them and hide the real error. (Before
+            # the first forward pass FSDP has no per-step state, and resetting it would fail.)
             reset()
         super().teardown()
         # The sharded module, its optimizers (through the DTensors) and the mesh hold the
@@ -331,9 +366,44 @@ class FSDPPrecisionMixin(MixedPrecisionMixin):
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _innermost_first(module: nn.Module) -> Iterator[nn.Module]:
-    """Every submodule after all of its own submodules (reversed pre-order)."""
-    return reversed(list(module.modules()))
+def _has_run(module: nn.Module) -> bool:
+    """Whether FSDP has initialised its per-step state on ``module``, which happens at the
+    first forward pass."""
+    get_state = getattr(module, "_get_fsdp_state", None)
+    return callable(get_state) and getattr(get_state(), "_is_root", None) is not None
+
+
+def _innermost_first(module: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """Every submodule, with its name, after all of its own submodules (reversed pre-order)."""
+    return reversed(list(module.named_modules()))
+
+
+def _parameter_owners(module: nn.Module) -> dict[int, list[tuple[str, str]]]:
+    """For each parameter, every (module name, parameter name) that registers it; more than
+    one where parameters are tied or modules shared."""
+    owners: dict[int, list[tuple[str, str]]] = {}
+    for name, submodule in module.named_modules(remove_duplicate=False):
+        for parameter_name, parameter in submodule.named_parameters(recurse=False):
+            owners.setdefault(id(parameter), []).append((name, parameter_name))
+    return owners
+
+
+def _shared_outside(
+    name: str, parameters: list[nn.Parameter], owners: Mapping[int, list[tuple[str, str]]]
+) -> tuple[str, str] | None:
+    """A parameter of module ``name`` that a module outside it also registers, as the full
+    names of both uses; None if there is none."""
+
+    def qualified(owner: tuple[str, str]) -> str:
+        return f"{owner[0]}.{owner[1]}" if owner[0] else owner[1]
+
+    for parameter in parameters:
+        uses = owners.get(id(parameter), [])
+        inside = [use for use in uses if use[0] == name or use[0].startswith(f"{name}.")]
+        outside = [use for use in uses if use not in inside]
+        if inside and outside:
+            return qualified(inside[0]), qualified(outside[0])
+    return None
 
 
 def _import_module_class(path: str) -> type:
