@@ -1,0 +1,54 @@
+"""Launch and collective fixes, on 2 real ranks: results of any size come back from spawned
+processes, fsdp tears down after a job that never ran a forward pass, and ``reduce`` takes
+numbers and collections."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stratlib.core import testing
+
+HERE = Path(__file__).resolve().parent
+GENERATED = HERE.parents[1] / "generated"
+
+pytestmark = pytest.mark.slow
+
+
+def _scenario(name: str, folder: Path) -> Any:
+    command = [sys.executable, str(HERE / "scripts" / "fixes.py"), name, str(folder)]
+    env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
+    process = subprocess.run(
+        command, capture_output=True, text=True, env=env, cwd=folder, timeout=240
+    )
+    assert process.returncode == 0, f"{name} failed:\n{process.stderr[-4000:]}"
+    lines = [line for line in process.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"{name} reported nothing:\n{process.stdout[-2000:]}"
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def test_ddp_spawn_returns_a_result_far_larger_than_a_pipe_holds(tmp_path: Path) -> None:
+    result = _scenario("spawn_large", tmp_path)
+    assert result["numel"] == 1_000_000 and result["last"] == 999_999.0
+    assert result["keys"] == ["0.bias", "0.weight", "2.bias", "2.weight"]
+
+
+def test_fsdp_loads_a_checkpoint_and_ends_without_a_forward_pass(tmp_path: Path) -> None:
+    result = _scenario("fsdp_load_only", tmp_path)
+    assert result == {"epoch": 3, "values": [0.25]}, "the launch's return value was lost"
+
+
+def test_reduce_over_two_ranks_takes_numbers_dicts_and_lists(tmp_path: Path) -> None:
+    result = _scenario("reduce", tmp_path)
+    # Ranks 0 and 1: counts 1 + 2; parts [0, 2] + [1, 2]; 3 + 3; mean of 0 and 1.
+    assert result == {
+        "count": 3,
+        "parts": [[1.0, 4.0], 6],
+        "mean": 0.5,
+        "mean_dtype": "torch.float32",
+    }
