@@ -26,7 +26,13 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "benchmarks"
 
-from benchmarks import bench_checkpoint, bench_ddp, bench_generate, bench_import
+from benchmarks import (
+    bench_checkpoint,
+    bench_ddp,
+    bench_generate,
+    bench_import,
+    bench_sharded_checkpoint,
+)
 from benchmarks.common import (
     ROOT,
     BenchmarkError,
@@ -43,6 +49,7 @@ BENCHMARKS: dict[str, Callable[[Settings], Section]] = {
     "import": bench_import.import_cost,
     "generate": bench_generate.generation,
     "checkpoint": bench_checkpoint.checkpoints,
+    "sharded-checkpoint": bench_sharded_checkpoint.sharded_checkpoints,
 }
 COLUMNS = ("benchmark", "measured", "baseline", "ratio [min-max]", "target", "met?", "notes")
 

@@ -74,6 +74,8 @@ class ShardedSaver:
         self._barrier = barrier
         self._pending: list[Future[Any]] = []
         self._group: Any = None
+        self._token: str | None = None
+        self._saves = 0
 
     def save(
         self,
@@ -131,13 +133,14 @@ class ShardedSaver:
         self._barrier("sharded checkpoint in place")
 
     def _start(self, path: PathLike) -> Path:
-        """Create the temporary folder a save writes into; its name is the same on every rank."""
+        """Create the temporary folder a save writes into. Its name is the same on every rank
+        without a collective per save: a token agreed on once, and the number of the save."""
+        if self._token is None:
+            self._token = self._broadcast(uuid.uuid4().hex[:12], 0)
+        self._saves += 1
         target = Path(path)
-        token = self._broadcast(uuid.uuid4().hex[:12], 0)
-        partial = target.parent / f".{target.name}.partial-{token}"
-        if self._rank() == 0:
-            partial.mkdir(parents=True)
-        self._barrier("sharded checkpoint folder")
+        partial = target.parent / f".{target.name}.partial-{self._token}-{self._saves}"
+        partial.mkdir(parents=True, exist_ok=True)
         return partial
 
     def _io_group(self) -> Any:
