@@ -74,6 +74,7 @@ class ShardedSaver:
         self._group: Any = None
         self._token: str | None = None
         self._saves = 0
+        self._stager: Any = None
 
     def save(
         self,
@@ -93,10 +94,15 @@ class ShardedSaver:
                 path,
             )
             return
-        self.raise_finished_errors()
+        # One save at a time: a second one would interleave its collectives with the first's
+        # on the same group, and overwrite the host copies the first is still writing out.
+        self.wait()
         partial = self._start(path)
         future: Any = dcp.async_save(
-            tensors, storage_writer=dcp.FileSystemWriter(partial), process_group=self._io_group()
+            tensors,
+            storage_writer=dcp.FileSystemWriter(partial),
+            process_group=self._io_group(),
+            async_stager=self._staging(),
         )
         record = _record(sorted(tensors), meta)
         rank = self._rank()
@@ -141,6 +147,23 @@ class ShardedSaver:
         partial.mkdir(parents=True, exist_ok=True)
         return partial
 
+    def _staging(self) -> Any:
+        """One stager for every asynchronous save: it keeps the host-memory copies of the
+        tensors between saves, so that a save after the first only copies (allocating and
+        first touching that memory costs several times more than the copy)."""
+        if self._stager is None:
+            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=False,
+                    use_shared_memory=False,
+                    use_async_staging=False,
+                    use_non_blocking_copy=False,
+                )
+            )
+        return self._stager
+
     def _io_group(self) -> Any:
         import torch.distributed as dist
 
@@ -160,6 +183,15 @@ class ShardedSaver:
         pending, self._pending = self._pending, []
         for future in pending:
             future.result()
+
+    def close(self) -> None:
+        """Wait for every save, then free the host-memory copies."""
+        try:
+            self.wait()
+        finally:
+            if self._stager is not None:
+                self._stager.close()
+                self._stager = None
 
     @property
     def busy(self) -> bool:

@@ -5,12 +5,16 @@ numbers and collections."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from stratlib.core import testing
 
@@ -52,3 +56,51 @@ def test_reduce_over_two_ranks_takes_numbers_dicts_and_lists(tmp_path: Path) -> 
         "mean": 0.5,
         "mean_dtype": "torch.float32",
     }
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["synchronous", "asynchronous"])
+def test_a_sharded_save_killed_midway_leaves_the_previous_checkpoint(
+    asynchronous: bool, tmp_path: Path
+) -> None:
+    from stratlib.core.sharded_checkpoint import consolidated
+
+    command = [sys.executable, str(HERE / "scripts" / "killed_save.py"), str(tmp_path)]
+    if asynchronous:
+        command.append("--async-io")
+    env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
+    job = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # the job's ranks form one process group, killed together
+    )
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline().strip() == "saved 1", "the first save did not complete"
+        deadline = time.monotonic() + 120
+        killed = False
+        while time.monotonic() < deadline and job.poll() is None:
+            written = sum(
+                f.stat().st_size
+                for partial in tmp_path.glob(".last.ckpt.partial-*")
+                for f in partial.glob("*.distcp")
+            )
+            if written > 50_000_000:  # the second save is well under way
+                os.killpg(job.pid, signal.SIGKILL)
+                killed = True
+                break
+            time.sleep(0.01)
+        job.wait(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    remaining_output = job.stdout.read() if job.stdout else ""
+    assert killed, f"the second save was never seen under way: {remaining_output!r}"
+    assert "saved 2" not in remaining_output
+
+    checkpoint = consolidated(tmp_path / "last.ckpt")
+    assert checkpoint["step"] == 1, "the previous checkpoint was replaced or damaged"
+    assert all(torch.all(value == 1.0) for value in checkpoint["model"].values())

@@ -664,7 +664,7 @@ class StrategyBase(ABC):
         back on the CPU (the wrapper belongs to the communication that ends here)."""
         if self._saver is not None:
             saver, self._saver = self._saver, None
-            saver.wait()  # asynchronous saves need the processes' connections
+            saver.close()  # asynchronous saves need the processes' connections
         self.call_hook("teardown")
         for handle in self._forward_hooks:
             handle.remove()

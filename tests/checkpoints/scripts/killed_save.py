@@ -1,0 +1,53 @@
+"""Save a sharded checkpoint, then start a large one that the test kills midway.
+
+Run as ``python killed_save.py FOLDER [--async-io]``: 2 fsdp ranks save ``FOLDER/last.ckpt``
+with ``step`` 1 (a small model), print ``saved 1``, then save a ~400 MB state with ``step`` 2
+into the same place, and print ``saved 2`` (which the test must never see).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import stratlib
+
+
+def job(strategy: Any, folder: str) -> None:
+    target = Path(folder) / "last.ckpt"
+    model = strategy.setup(nn.Sequential(*[nn.Linear(1024, 1024, bias=False) for _ in range(96)]))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(1.0)
+    strategy.save_checkpoint({"model": model, "step": 1}, target)
+    strategy.checkpoint_io.wait()
+    if strategy._saver is not None:
+        strategy._saver.wait()
+    strategy.barrier("first save complete")
+    if strategy.is_global_zero:
+        print("saved 1", flush=True)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(2.0)
+    for _ in range(3):  # long enough to be killed during one of them
+        strategy.save_checkpoint({"model": model, "step": 2}, target)
+    if strategy._saver is not None:
+        strategy._saver.wait()
+    if strategy.is_global_zero:
+        print("saved 2", flush=True)
+
+
+def main() -> None:
+    options: dict[str, Any] = {"state_dict_type": "sharded"}
+    if "--async-io" in sys.argv:
+        options["checkpoint_io"] = stratlib.AsyncCheckpointIO()
+    strategy = stratlib.get_strategy("fsdp", accelerator="cpu", devices=2, **options)
+    strategy.launch(job, sys.argv[1])
+
+
+if __name__ == "__main__":
+    main()
