@@ -48,6 +48,7 @@ from .precision import (
     ShardedNativeMixedPrecisionPlugin,
     TPUBf16PrecisionPlugin,
     TPUPrecisionPlugin,
+    TransformerEnginePrecisionPlugin,
 )
 from .strategies import (
     BaguaStrategy,
@@ -69,6 +70,7 @@ from .strategies import (
     SingleTPUStrategy,
     Strategy,
     TPUSpawnStrategy,
+    XLAFSDPStrategy,
 )
 
 __all__ = [
@@ -130,7 +132,9 @@ __all__ = [
     "TorchCheckpointIO",
     "TorchElasticEnvironment",
     "TorchSyncBatchNorm",
+    "TransformerEnginePrecisionPlugin",
     "XLAEnvironment",
+    "XLAFSDPStrategy",
     "get_strategy",
     "list_strategies",
 ]

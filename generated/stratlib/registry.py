@@ -33,6 +33,7 @@ from .precision.precision import PrecisionPlugin
 from .precision.sharded_native_mixed import ShardedNativeMixedPrecisionPlugin
 from .precision.tpu import TPUPrecisionPlugin
 from .precision.tpu_bf16 import TPUBf16PrecisionPlugin
+from .precision.transformer_engine import TransformerEnginePrecisionPlugin
 from .strategies.bagua import BaguaStrategy
 from .strategies.ddp import DDPStrategy
 from .strategies.ddp2 import DDP2Strategy
@@ -50,6 +51,7 @@ from .strategies.ipu import IPUStrategy
 from .strategies.single_device import SingleDeviceStrategy
 from .strategies.single_tpu import SingleTPUStrategy
 from .strategies.tpu_spawn import TPUSpawnStrategy
+from .strategies.xla_fsdp import XLAFSDPStrategy
 
 #: Registry name -> strategy class and the option preset the name stands for.
 STRATEGIES: dict[str, StrategyEntry] = {
@@ -70,10 +72,28 @@ STRATEGIES: dict[str, StrategyEntry] = {
     "ddp_spawn_find_unused_parameters_true": StrategyEntry(
         DDPSpawnStrategy, {"find_unused_parameters": True}
     ),
+    "ddp_spawn_find_unused_parameters_false": StrategyEntry(
+        DDPSpawnStrategy, {"find_unused_parameters": False}
+    ),
+    "ddp_fork_find_unused_parameters_true": StrategyEntry(
+        DDPSpawnStrategy, {"start_method": "fork", "find_unused_parameters": True}
+    ),
+    "ddp_fork_find_unused_parameters_false": StrategyEntry(
+        DDPSpawnStrategy, {"start_method": "fork", "find_unused_parameters": False}
+    ),
+    "ddp_notebook_find_unused_parameters_true": StrategyEntry(
+        DDPSpawnStrategy, {"start_method": "fork", "find_unused_parameters": True}
+    ),
+    "ddp_notebook_find_unused_parameters_false": StrategyEntry(
+        DDPSpawnStrategy, {"start_method": "fork", "find_unused_parameters": False}
+    ),
     "dp": StrategyEntry(DataParallelStrategy, {}),
     "ddp2": StrategyEntry(DDP2Strategy, {}),
     "deepspeed": StrategyEntry(DeepSpeedStrategy, {}),
     "deepspeed_stage_1": StrategyEntry(DeepSpeedStrategy, {"zero_stage": 1}),
+    "deepspeed_stage_1_offload": StrategyEntry(
+        DeepSpeedStrategy, {"zero_stage": 1, "offload_optimizer": True}
+    ),
     "deepspeed_stage_2": StrategyEntry(DeepSpeedStrategy, {"zero_stage": 2}),
     "deepspeed_stage_2_offload": StrategyEntry(
         DeepSpeedStrategy, {"zero_stage": 2, "offload_optimizer": True}
@@ -81,6 +101,16 @@ STRATEGIES: dict[str, StrategyEntry] = {
     "deepspeed_stage_3": StrategyEntry(DeepSpeedStrategy, {"zero_stage": 3}),
     "deepspeed_stage_3_offload": StrategyEntry(
         DeepSpeedStrategy, {"zero_stage": 3, "offload_optimizer": True, "offload_parameters": True}
+    ),
+    "deepspeed_stage_3_offload_nvme": StrategyEntry(
+        DeepSpeedStrategy,
+        {
+            "zero_stage": 3,
+            "offload_optimizer": True,
+            "offload_parameters": True,
+            "offload_optimizer_device": "nvme",
+            "offload_params_device": "nvme",
+        },
     ),
     "fsdp": StrategyEntry(FSDPStrategy, {}),
     "fsdp_cpu_offload": StrategyEntry(FSDPStrategy, {"cpu_offload": True}),
@@ -95,7 +125,9 @@ STRATEGIES: dict[str, StrategyEntry] = {
     "single_xla": StrategyEntry(SingleTPUStrategy, {}),
     "tpu_spawn": StrategyEntry(TPUSpawnStrategy, {}),
     "xla": StrategyEntry(TPUSpawnStrategy, {}),
+    "xla_debug": StrategyEntry(TPUSpawnStrategy, {"debug": True}),
     "tpu_spawn_debug": StrategyEntry(TPUSpawnStrategy, {"debug": True}),
+    "xla_fsdp": StrategyEntry(XLAFSDPStrategy, {}),
 }
 
 #: Accelerator name -> class, in order of preference for accelerator="auto".
@@ -117,6 +149,7 @@ PRECISION_PLUGINS = (
     DoublePrecisionPlugin,
     NativeMixedPrecisionPlugin,
     HalfPrecisionPlugin,
+    TransformerEnginePrecisionPlugin,
     ShardedNativeMixedPrecisionPlugin,
     TPUPrecisionPlugin,
     TPUBf16PrecisionPlugin,

@@ -46,6 +46,8 @@ def test_fsdp_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert FSDPStrategy.cluster_environments == (
         "torchelastic",
@@ -75,6 +77,8 @@ def test_fsdp_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "FullyShardedNativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "FullyShardedNativeMixedPrecisionPlugin"),
@@ -182,6 +186,8 @@ def test_ddp_fully_sharded_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert DDPFullyShardedStrategy.cluster_environments == (
         "torchelastic",
@@ -210,6 +216,8 @@ def test_ddp_fully_sharded_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "FullyShardedNativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
     ],
 )
 def test_ddp_fully_sharded_precision_selection(

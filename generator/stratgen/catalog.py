@@ -84,6 +84,9 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "zero_stage": ("int",),
             "offload_optimizer": ("bool",),
             "offload_parameters": ("bool",),
+            "offload_optimizer_device": ("str",),
+            "offload_params_device": ("str",),
+            "nvme_path": ("path",),
             "config": ("mapping", "path"),
             "logging_batch_size_per_gpu": ("int",),
         },
@@ -103,6 +106,7 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
 }
 
 WRAPPERS["ddp2"] = WRAPPERS["ddp"]
+WRAPPERS["xla_fsdp"] = WRAPPERS["xla"]
 
 #: Options every parallel strategy's core reads.
 PARALLEL_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -187,7 +191,9 @@ RESERVED_CLASS_NAMES = frozenset(
         "StrategyEntry",
         "TorchCheckpointIO",
         "TorchSyncBatchNorm",
+        "TransformerEnginePrecisionMixin",
         "ValueSource",
+        "XLAFSDPMixin",
         "XLAMixin",
         "XLAPrecisionMixin",
     }

@@ -52,6 +52,7 @@ WRAPPER_MIXINS = {
     "horovod": ("core.wrappers.horovod", "HorovodMixin"),
     "bagua": ("core.wrappers.bagua", "BaguaMixin"),
     "xla": ("core.wrappers.xla", "XLAMixin"),
+    "xla_fsdp": ("core.wrappers.xla", "XLAFSDPMixin"),
 }
 PRECISION_ROOT = ("core.precision", "PrecisionBase")
 PRECISION_MIXINS = {
@@ -63,6 +64,7 @@ PRECISION_MIXINS = {
     "deepspeed": ("core.wrappers.deepspeed", "DeepSpeedPrecisionMixin"),
     "xla": ("core.wrappers.xla", "XLAPrecisionMixin"),
     "ipu": ("core.ipu", "IPUPrecisionMixin"),
+    "transformer_engine": ("core.transformer_engine", "TransformerEnginePrecisionMixin"),
 }
 ENVIRONMENT_ROOT = ("core.environment", "ClusterEnvironmentBase")
 ACCELERATOR_ROOT = ("core.accelerator", "Accelerator")

@@ -14,6 +14,7 @@ from .precision import PrecisionPlugin
 from .sharded_native_mixed import ShardedNativeMixedPrecisionPlugin
 from .tpu import TPUPrecisionPlugin
 from .tpu_bf16 import TPUBf16PrecisionPlugin
+from .transformer_engine import TransformerEnginePrecisionPlugin
 
 __all__ = [
     "ApexMixedPrecisionPlugin",
@@ -28,4 +29,5 @@ __all__ = [
     "ShardedNativeMixedPrecisionPlugin",
     "TPUBf16PrecisionPlugin",
     "TPUPrecisionPlugin",
+    "TransformerEnginePrecisionPlugin",
 ]

@@ -21,6 +21,7 @@ from .single_device import SingleDeviceStrategy
 from .single_tpu import SingleTPUStrategy
 from .strategy import Strategy
 from .tpu_spawn import TPUSpawnStrategy
+from .xla_fsdp import XLAFSDPStrategy
 
 __all__ = [
     "BaguaStrategy",
@@ -42,4 +43,5 @@ __all__ = [
     "SingleTPUStrategy",
     "Strategy",
     "TPUSpawnStrategy",
+    "XLAFSDPStrategy",
 ]
