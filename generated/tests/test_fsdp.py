@@ -65,6 +65,9 @@ def test_fsdp_facts_match_the_spec() -> None:
         "auto_wrap_layers": None,
         "cpu_offload": False,
         "reshard_after_forward": None,
+        "sharding_strategy": "FULL_SHARD",
+        "device_mesh": None,
+        "activation_checkpointing_policy": None,
     }
 
 

@@ -64,6 +64,9 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "auto_wrap_layers": ("sequence",),
             "cpu_offload": ("bool",),
             "reshard_after_forward": ("bool",),
+            "sharding_strategy": ("str",),
+            "device_mesh": ("sequence",),
+            "activation_checkpointing_policy": ("sequence",),
         },
     ),
     "fairscale_sharded": (
