@@ -327,7 +327,11 @@ def test_ddp_fully_sharded_rank_failure_stops_the_job(tmp_path: pytest.TempPathF
 def test_fully_sharded_native_mixed_precision_facts_match_the_spec() -> None:
     assert FullyShardedNativeMixedPrecisionPlugin in registry.PRECISION_PLUGINS
     assert FullyShardedNativeMixedPrecisionPlugin.modes == ("16-mixed", "bf16-mixed")
-    assert FullyShardedNativeMixedPrecisionPlugin.wrappers == ("fsdp", "fairscale_fsdp")
+    assert FullyShardedNativeMixedPrecisionPlugin.wrappers == (
+        "fsdp",
+        "fairscale_fsdp",
+        "model_parallel",
+    )
     assert FullyShardedNativeMixedPrecisionPlugin.accelerators == ()
 
 

@@ -106,6 +106,16 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
         frozenset({"single_device", "parallel"}),
         {"sync_module_states": ("bool",), "debug": ("bool",)},
     ),
+    "model_parallel": (
+        frozenset({"parallel"}),
+        {
+            "parallelize_fn": ("any",),
+            "data_parallel_size": ("int", "str"),
+            "tensor_parallel_size": ("int", "str"),
+            "save_distributed_checkpoint": ("bool",),
+            "activation_checkpointing_policy": ("sequence",),
+        },
+    ),
 }
 
 WRAPPERS["ddp2"] = WRAPPERS["ddp"]
@@ -183,6 +193,7 @@ RESERVED_CLASS_NAMES = frozenset(
         "MisconfigurationError",
         "MissingDependencyError",
         "MixedPrecisionMixin",
+        "ModelParallelMixin",
         "ParallelMixin",
         "PrecisionBase",
         "ProcessFailedError",

@@ -107,6 +107,7 @@ Wrapper = Literal[
     "ddp",
     "ddp2",
     "fsdp",
+    "model_parallel",
     "fairscale_sharded",
     "fairscale_fsdp",
     "deepspeed",

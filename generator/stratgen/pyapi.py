@@ -46,6 +46,7 @@ WRAPPER_MIXINS = {
     "ddp": ("core.wrappers.ddp", "DDPMixin"),
     "ddp2": ("core.wrappers.ddp", "DDP2Mixin"),
     "fsdp": ("core.wrappers.fsdp", "FSDPMixin"),
+    "model_parallel": ("core.wrappers.model_parallel", "ModelParallelMixin"),
     "fairscale_sharded": ("core.wrappers.sharded", "ShardedMixin"),
     "fairscale_fsdp": ("core.wrappers.fairscale_fsdp", "FairscaleFSDPMixin"),
     "deepspeed": ("core.wrappers.deepspeed", "DeepSpeedMixin"),

@@ -59,9 +59,15 @@ def read_result(folder: Path) -> Any:
 
 
 def assert_close(
-    actual: dict[str, Any], expected: dict[str, torch.Tensor], atol: float = 1e-5
+    actual: dict[str, Any],
+    expected: dict[str, torch.Tensor],
+    atol: float = 1e-5,
+    ordered: bool = True,
 ) -> None:
-    assert list(actual) == list(expected), f"{list(actual)} != {list(expected)}"
+    """Every tensor within ``atol``; with ``ordered``, the keys in the same order too."""
+    keys = list(actual) if ordered else sorted(actual)
+    wanted = list(expected) if ordered else sorted(expected)
+    assert keys == wanted, f"{keys} != {wanted}"
     for key, value in expected.items():
         got = torch.tensor(actual[key])
         assert got.shape == value.shape, f"{key}: {tuple(got.shape)} != {tuple(value.shape)}"
