@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping
 from types import ModuleType
@@ -246,9 +247,12 @@ class StrategyBase(ABC):
         """Convert, move and wrap ``module`` and set up ``optimizers``; the strategy owns them.
 
         Returns the wrapped module, or the module and the optimizers as a tuple when
-        optimizers are given.
+        optimizers are given. A module compiled with ``torch.compile`` is set up without its
+        compiled wrapper and compiled again once wrapped (in place, ``nn.Module.compile`` with
+        torch.compile's default options), so that the compiled code includes the wrapper.
         """
         self.setup_environment()
+        module, compiled = _uncompiled(module)
         module = self.precision_plugin.convert_module(module)
         if self._layer_sync is not None:
             self._layer_sync.check_supported(module, self.root_device, self.world_size)
@@ -260,6 +264,8 @@ class StrategyBase(ABC):
         else:
             module, optimizer_list = self.setup_module_and_optimizers(module, list(optimizers))
         self._install_precision_forward(module)
+        if compiled:
+            module.compile()
         self._model = module
         self._optimizers = list(optimizer_list)
         return (module, *optimizer_list) if optimizers else module
@@ -502,3 +508,12 @@ class StrategyBase(ABC):
     def __repr__(self) -> str:
         name = f" {self.strategy_name!r}" if self.strategy_name else ""
         return f"<{type(self).__name__}{name} on {self.accelerator.accelerator_name or 'cpu'}>"
+
+
+def _uncompiled(module: nn.Module) -> tuple[nn.Module, bool]:
+    """The module inside a ``torch.compile`` wrapper, and whether there was one."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is not None and isinstance(module, eval_frame.OptimizedModule):
+        inner: nn.Module = module._orig_mod
+        return inner, True
+    return module, False  # nothing was compiled in this process: torch.compile imports dynamo

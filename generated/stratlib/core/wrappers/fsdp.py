@@ -155,7 +155,6 @@ class FSDPMixin(ParallelMixin):
         self, module: nn.Module, optimizers: list[Optimizer]
     ) -> tuple[nn.Module, list[Optimizer]]:
         if self.activation_checkpointing_policy is not None:
-            # Before the names are taken: the wrappers add a prefix to parameter names.
             apply_activation_checkpointing(module, self.activation_checkpointing_policy)
         names = _parameter_names(module)
         for optimizer in optimizers:

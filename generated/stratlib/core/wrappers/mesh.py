@@ -196,28 +196,30 @@ def _module_class(path: str, option: str) -> type:
 
 def apply_activation_checkpointing(module: nn.Module, layers: Any) -> list[nn.Module]:
     """Recompute the activations of every submodule whose class is in ``layers`` during
-    backward instead of keeping them from forward (torch's non-reentrant checkpoint wrapper,
-    applied in place); returns the wrapped submodules. Parameter names gain the wrapper's
-    prefix, which torch's state-dict functions remove again."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointWrapper,
-        checkpoint_wrapper,
-    )
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        apply_activation_checkpointing as apply_checkpointing,
-    )
+    backward instead of keeping them from forward; returns those submodules.
 
+    Each one's ``forward`` is replaced, in place, by a non-reentrant
+    ``torch.utils.checkpoint.checkpoint`` of itself, so module structure and parameter names
+    stay as they were (tensor-parallel plans and optimizers still find them) and the
+    sharding wrappers' hooks, which run around ``forward``, are not run twice.
+    """
     matches = layer_matcher(layers, "activation_checkpointing_policy")
     selected = [m for m in module.modules() if m is not module and matches(m)]
-    if any(isinstance(m, CheckpointWrapper) for m in module.modules()):
-        raise MisconfigurationError(
-            "the module already holds activation-checkpointed layers; give "
-            "activation_checkpointing_policy only for a module without them"
-        )
-    chosen = {id(m) for m in selected}
-    apply_checkpointing(
-        module,
-        checkpoint_wrapper_fn=checkpoint_wrapper,
-        check_fn=lambda m: id(m) in chosen,
-    )
+    for layer in selected:
+        if CHECKPOINTED not in vars(layer):
+            layer.forward = _checkpointed(layer.forward)
+            setattr(layer, CHECKPOINTED, True)
     return selected
+
+
+#: Attribute marking a module whose forward is checkpointed already.
+CHECKPOINTED = "_activation_checkpointed"
+
+
+def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
+    from torch.utils.checkpoint import checkpoint
+
+    def checkpointed_forward(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    return checkpointed_forward
