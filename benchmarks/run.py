@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "benchmarks"
 
-from benchmarks import bench_checkpoint, bench_ddp, bench_generate, bench_import
+from benchmarks import bench_checkpoint, bench_ddp, bench_generate, bench_import, bench_parallel
 from benchmarks.common import (
     ROOT,
     BenchmarkError,
@@ -39,6 +39,7 @@ from benchmarks.common import (
 
 BENCHMARKS: dict[str, Callable[[Settings], Section]] = {
     "runtime": bench_ddp.step_time,
+    "parallel": bench_parallel.step_time,
     "launch": bench_ddp.launch_latency,
     "import": bench_import.import_cost,
     "generate": bench_generate.generation,
