@@ -42,13 +42,13 @@ def run(folder: Path, *args: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def sharded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run(tmp_path_factory.mktemp("model_parallel"))
 
 
 @pytest.mark.slow
-def test_two_by_two_mesh_trains_like_one_process(sharded: dict[str, Any]) -> None:
-    result = sharded["train"]
+def test_two_by_two_mesh_trains_like_one_process(report: dict[str, Any]) -> None:
+    result = report["train"]
     assert result["mesh"] == {"shape": [2, 2], "dims": ["data_parallel", "tensor_parallel"]}
     # Ranks 0, 1 form the first tensor-parallel pair and read the first half of the batch.
     assert result["samplers"] == [[2, 0], [2, 0], [2, 1], [2, 1]]
@@ -59,8 +59,8 @@ def test_two_by_two_mesh_trains_like_one_process(sharded: dict[str, Any]) -> Non
 
 
 @pytest.mark.slow
-def test_collectives_over_each_dimension_of_the_mesh(sharded: dict[str, Any]) -> None:
-    result = sharded["train"]
+def test_collectives_over_each_dimension_of_the_mesh(report: dict[str, Any]) -> None:
+    result = report["train"]
     assert result["sum_world"] == 4
     assert result["sum_tensor_parallel"] == 2 and result["sum_data_parallel"] == 2
     assert result["gather_tensor_parallel"] == [0, 1]  # rank 0's pair
@@ -68,25 +68,25 @@ def test_collectives_over_each_dimension_of_the_mesh(sharded: dict[str, Any]) ->
 
 
 @pytest.mark.slow
-def test_sharded_checkpoint_saves_and_resumes(sharded: dict[str, Any]) -> None:
-    assert sharded["save"] == {"is_dir": True, "is_file": False}
-    resumed = sharded["resume"]
+@pytest.mark.parametrize(
+    ("kind", "layout"),
+    [
+        ("sharded", {"is_dir": True, "is_file": False}),
+        ("full", {"is_dir": False, "is_file": True}),
+    ],
+)
+def test_checkpoint_saves_and_resumes(
+    report: dict[str, Any], kind: str, layout: dict[str, bool]
+) -> None:
+    assert report[kind]["save"] == layout
+    resumed = report[kind]["resume"]
     assert resumed["remaining"] == {"step": MP.SAVED}
     # The momentum came back too: the resumed run ends where uninterrupted training does.
     assert_close(resumed["params"], reference(MP.STEPS), atol=1e-5)
     assert resumed["whole_keys"] == ["model", "optimizer", "step"]
-    # Loaded without a model to fill, the shards come back as full tensors (in the
-    # checkpoint's order of keys).
+    # Loaded without a model to fill, the checkpoint comes back as full tensors (a sharded
+    # one in the checkpoint's order of keys).
     assert_close(resumed["whole_model"], reference(MP.SAVED), atol=1e-5, ordered=False)
-
-
-@pytest.mark.slow
-def test_full_checkpoint_when_asked(tmp_path: Path) -> None:
-    result = run(tmp_path, "--full")
-    assert result["save"] == {"is_dir": False, "is_file": True}
-    assert result["resume"]["remaining"] == {"step": MP.SAVED}
-    assert_close(result["resume"]["params"], reference(MP.STEPS), atol=1e-5)
-    assert_close(result["resume"]["whole_model"], reference(MP.SAVED), atol=1e-5)
 
 
 def test_the_reference_moves() -> None:

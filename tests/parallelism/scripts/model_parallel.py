@@ -5,9 +5,10 @@ inside each tensor-parallel pair, FSDP2 across the pairs.
 Launches, one after the other on the same processes:
 
 - ``train``: STEPS steps; the full state dict and what each rank saw;
-- ``save``: SAVED steps, then a checkpoint (sharded or full, ``--full``) holding the model,
-  the optimizer and the step;
-- ``resume``: a fresh model and optimizer restored from it, then the remaining steps.
+- ``save``: SAVED steps, then a checkpoint holding the model, the optimizer and the step;
+- ``resume``: a fresh model and optimizer restored from it, then the remaining steps;
+
+``save`` and ``resume`` run twice: with a sharded checkpoint, then with one full file.
 
 Rank 0 writes the reports to ``--out``/result.json.
 """
@@ -185,10 +186,9 @@ def resume(strategy: Any, path: str) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--full", action="store_true", help="save one full file")
     args = parser.parse_args()
 
-    def strategy() -> Any:
+    def strategy(distributed: bool) -> Any:
         return stratlib.get_strategy(
             "model_parallel",
             accelerator="cpu",
@@ -196,13 +196,16 @@ def main() -> int:
             parallelize_fn=parallelize,
             data_parallel_size=2,
             tensor_parallel_size=2,
-            save_distributed_checkpoint=not args.full,
+            save_distributed_checkpoint=distributed,
         )
 
-    path = str(Path(args.out) / ("full.ckpt" if args.full else "sharded"))
-    report = {"train": strategy().launch(train)} if not args.full else {}
-    report["save"] = strategy().launch(save, path)
-    report["resume"] = strategy().launch(resume, path)
+    report: dict[str, Any] = {"train": strategy(True).launch(train)}
+    for kind, distributed in (("sharded", True), ("full", False)):
+        path = str(Path(args.out) / ("sharded" if distributed else "full.ckpt"))
+        report[kind] = {
+            "save": strategy(distributed).launch(save, path),
+            "resume": strategy(distributed).launch(resume, path),
+        }
     if os.environ.get("LOCAL_RANK", "0") == "0":
         (Path(args.out) / "result.json").write_text(json.dumps(report), encoding="utf-8")
     return 0
