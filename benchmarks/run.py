@@ -31,6 +31,7 @@ from benchmarks import (
     bench_ddp,
     bench_generate,
     bench_import,
+    bench_parallel,
     bench_sharded_checkpoint,
 )
 from benchmarks.common import (
@@ -45,6 +46,7 @@ from benchmarks.common import (
 
 BENCHMARKS: dict[str, Callable[[Settings], Section]] = {
     "runtime": bench_ddp.step_time,
+    "parallel": bench_parallel.step_time,
     "launch": bench_ddp.launch_latency,
     "import": bench_import.import_cost,
     "generate": bench_generate.generation,

@@ -42,6 +42,8 @@ def test_bagua_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert BaguaStrategy.cluster_environments == (
         "bagua",
@@ -71,6 +73,8 @@ def test_bagua_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
     ],
 )
 def test_bagua_precision_selection(accelerator: type, precision: str, plugin: str) -> None:

@@ -41,6 +41,8 @@ def test_strategy_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert Strategy.cluster_environments == ()
     assert Strategy.supported_accelerators == ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")
@@ -62,6 +64,8 @@ def test_strategy_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (HPUAccelerator, "32-true", "PrecisionPlugin"),
         (HPUAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (HPUAccelerator, "bf16-true", "HalfPrecisionPlugin"),
@@ -122,6 +126,8 @@ def test_single_device_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert SingleDeviceStrategy.cluster_environments == ()
     assert SingleDeviceStrategy.supported_accelerators == ("cuda", "mps", "cpu")
@@ -137,6 +143,8 @@ def test_single_device_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (MPSAccelerator, "32-true", "PrecisionPlugin"),
         (MPSAccelerator, "16-mixed", "NativeMixedPrecisionPlugin"),
         (MPSAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
@@ -242,6 +250,8 @@ def test_parallel_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert ParallelStrategy.cluster_environments == (
         "torchelastic",
@@ -267,6 +277,8 @@ def test_parallel_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "NativeMixedPrecisionPlugin"),

@@ -48,6 +48,8 @@ def test_ddp_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert DDPStrategy.cluster_environments == (
         "torchelastic",
@@ -77,6 +79,8 @@ def test_ddp_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "NativeMixedPrecisionPlugin"),
@@ -167,6 +171,23 @@ def test_ddp_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> Non
         ("ddp_fork", {"start_method": "fork"}),
         ("ddp_notebook", {"start_method": "fork"}),
         ("ddp_spawn_find_unused_parameters_true", {"find_unused_parameters": True}),
+        ("ddp_spawn_find_unused_parameters_false", {"find_unused_parameters": False}),
+        (
+            "ddp_fork_find_unused_parameters_true",
+            {"start_method": "fork", "find_unused_parameters": True},
+        ),
+        (
+            "ddp_fork_find_unused_parameters_false",
+            {"start_method": "fork", "find_unused_parameters": False},
+        ),
+        (
+            "ddp_notebook_find_unused_parameters_true",
+            {"start_method": "fork", "find_unused_parameters": True},
+        ),
+        (
+            "ddp_notebook_find_unused_parameters_false",
+            {"start_method": "fork", "find_unused_parameters": False},
+        ),
     ],
 )
 def test_ddp_spawn_registry_names(name: str, preset: dict[str, object]) -> None:
@@ -187,6 +208,8 @@ def test_ddp_spawn_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert DDPSpawnStrategy.cluster_environments == (
         "torchelastic",
@@ -217,6 +240,8 @@ def test_ddp_spawn_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "NativeMixedPrecisionPlugin"),
@@ -331,6 +356,8 @@ def test_dp_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert DataParallelStrategy.cluster_environments == ("lightning",)
     assert DataParallelStrategy.supported_accelerators == ("cuda", "cpu")
@@ -349,6 +376,8 @@ def test_dp_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "NativeMixedPrecisionPlugin"),
@@ -451,6 +480,8 @@ def test_ddp2_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert DDP2Strategy.cluster_environments == (
         "torchelastic",
@@ -480,6 +511,8 @@ def test_ddp2_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "NativeMixedPrecisionPlugin"),

@@ -25,12 +25,23 @@ from stratlib.core import testing
     [
         ("deepspeed", {}),
         ("deepspeed_stage_1", {"zero_stage": 1}),
+        ("deepspeed_stage_1_offload", {"zero_stage": 1, "offload_optimizer": True}),
         ("deepspeed_stage_2", {"zero_stage": 2}),
         ("deepspeed_stage_2_offload", {"zero_stage": 2, "offload_optimizer": True}),
         ("deepspeed_stage_3", {"zero_stage": 3}),
         (
             "deepspeed_stage_3_offload",
             {"zero_stage": 3, "offload_optimizer": True, "offload_parameters": True},
+        ),
+        (
+            "deepspeed_stage_3_offload_nvme",
+            {
+                "zero_stage": 3,
+                "offload_optimizer": True,
+                "offload_parameters": True,
+                "offload_optimizer_device": "nvme",
+                "offload_params_device": "nvme",
+            },
         ),
     ],
 )
@@ -67,6 +78,9 @@ def test_deepspeed_facts_match_the_spec() -> None:
         "zero_stage": 2,
         "offload_optimizer": False,
         "offload_parameters": False,
+        "offload_optimizer_device": "cpu",
+        "offload_params_device": "cpu",
+        "nvme_path": None,
         "config": None,
         "logging_batch_size_per_gpu": None,
         "state_dict_type": "full",

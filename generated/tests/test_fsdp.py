@@ -46,6 +46,8 @@ def test_fsdp_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert FSDPStrategy.cluster_environments == (
         "torchelastic",
@@ -63,6 +65,9 @@ def test_fsdp_facts_match_the_spec() -> None:
         "auto_wrap_layers": None,
         "cpu_offload": False,
         "reshard_after_forward": None,
+        "sharding_strategy": "FULL_SHARD",
+        "device_mesh": None,
+        "activation_checkpointing_policy": None,
         "state_dict_type": "full",
     }
 
@@ -76,6 +81,8 @@ def test_fsdp_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "FullyShardedNativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "FullyShardedNativeMixedPrecisionPlugin"),
@@ -183,6 +190,8 @@ def test_ddp_fully_sharded_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert DDPFullyShardedStrategy.cluster_environments == (
         "torchelastic",
@@ -211,6 +220,8 @@ def test_ddp_fully_sharded_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "FullyShardedNativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
     ],
 )
 def test_ddp_fully_sharded_precision_selection(
@@ -317,7 +328,11 @@ def test_ddp_fully_sharded_rank_failure_stops_the_job(tmp_path: pytest.TempPathF
 def test_fully_sharded_native_mixed_precision_facts_match_the_spec() -> None:
     assert FullyShardedNativeMixedPrecisionPlugin in registry.PRECISION_PLUGINS
     assert FullyShardedNativeMixedPrecisionPlugin.modes == ("16-mixed", "bf16-mixed")
-    assert FullyShardedNativeMixedPrecisionPlugin.wrappers == ("fsdp", "fairscale_fsdp")
+    assert FullyShardedNativeMixedPrecisionPlugin.wrappers == (
+        "fsdp",
+        "fairscale_fsdp",
+        "model_parallel",
+    )
     assert FullyShardedNativeMixedPrecisionPlugin.accelerators == ()
 
 

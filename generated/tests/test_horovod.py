@@ -38,6 +38,8 @@ def test_horovod_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert HorovodStrategy.cluster_environments == ("horovod", "mpi")
     assert HorovodStrategy.supported_accelerators == ("cuda", "cpu")
@@ -58,6 +60,8 @@ def test_horovod_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "NativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "NativeMixedPrecisionPlugin"),

@@ -15,6 +15,7 @@ from stratlib import (
     MixedPrecisionPlugin,
     NativeMixedPrecisionPlugin,
     PrecisionPlugin,
+    TransformerEnginePrecisionPlugin,
     registry,
 )
 from stratlib.core import testing
@@ -111,3 +112,25 @@ def test_apex_mixed_precision_facts_match_the_spec() -> None:
     assert ApexMixedPrecisionPlugin not in registry.PRECISION_PLUGINS
     assert ApexMixedPrecisionPlugin.wrappers == ()
     assert ApexMixedPrecisionPlugin.accelerators == ()
+
+
+# --- precision plugin transformer_engine (TransformerEnginePrecisionPlugin)
+
+
+def test_transformer_engine_precision_facts_match_the_spec() -> None:
+    assert TransformerEnginePrecisionPlugin in registry.PRECISION_PLUGINS
+    assert TransformerEnginePrecisionPlugin.modes == (
+        "transformer-engine",
+        "transformer-engine-float16",
+    )
+    assert TransformerEnginePrecisionPlugin.wrappers == ()
+    assert TransformerEnginePrecisionPlugin.accelerators == ()
+
+
+@pytest.mark.skipif(
+    testing.unavailable_plugin_reason(TransformerEnginePrecisionPlugin) is not None,
+    reason=str(testing.unavailable_plugin_reason(TransformerEnginePrecisionPlugin)),
+)
+@pytest.mark.parametrize("precision", ["transformer-engine", "transformer-engine-float16"])
+def test_transformer_engine_precision_trains(precision: str) -> None:
+    testing.assert_precision_plugin_trains(TransformerEnginePrecisionPlugin, precision)

@@ -45,6 +45,8 @@ def test_ddp_sharded_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert DDPShardedStrategy.cluster_environments == (
         "torchelastic",
@@ -72,6 +74,8 @@ def test_ddp_sharded_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "ShardedNativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "ShardedNativeMixedPrecisionPlugin"),
@@ -187,6 +191,8 @@ def test_ddp_sharded_spawn_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert DDPSpawnShardedStrategy.cluster_environments == (
         "torchelastic",
@@ -215,6 +221,8 @@ def test_ddp_sharded_spawn_facts_match_the_spec() -> None:
         (CUDAAccelerator, "bf16-mixed", "ShardedNativeMixedPrecisionPlugin"),
         (CUDAAccelerator, "16-true", "HalfPrecisionPlugin"),
         (CUDAAccelerator, "bf16-true", "HalfPrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine", "TransformerEnginePrecisionPlugin"),
+        (CUDAAccelerator, "transformer-engine-float16", "TransformerEnginePrecisionPlugin"),
         (CPUAccelerator, "64-true", "DoublePrecisionPlugin"),
         (CPUAccelerator, "32-true", "PrecisionPlugin"),
         (CPUAccelerator, "16-mixed", "ShardedNativeMixedPrecisionPlugin"),

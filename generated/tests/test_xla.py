@@ -15,6 +15,7 @@ from stratlib import (
     TPUPrecisionPlugin,
     TPUSpawnStrategy,
     XLAEnvironment,
+    XLAFSDPStrategy,
     registry,
 )
 from stratlib.core import testing
@@ -129,6 +130,7 @@ def test_single_tpu_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> N
     [
         ("tpu_spawn", {}),
         ("xla", {}),
+        ("xla_debug", {"debug": True}),
         ("tpu_spawn_debug", {"debug": True}),
     ],
 )
@@ -240,6 +242,123 @@ def test_tpu_spawn_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) 
     testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
 
 
+# --- xla_fsdp (XLAFSDPStrategy)
+
+
+@pytest.mark.parametrize(
+    ("name", "preset"),
+    [
+        ("xla_fsdp", {}),
+    ],
+)
+def test_xla_fsdp_registry_names(name: str, preset: dict[str, object]) -> None:
+    entry = registry.STRATEGIES[name]
+    assert entry.cls is XLAFSDPStrategy
+    assert entry.preset == preset
+
+
+def test_xla_fsdp_facts_match_the_spec() -> None:
+    assert XLAFSDPStrategy.strategy_name == "xla_fsdp"
+    assert XLAFSDPStrategy.wrapper == "xla_fsdp"
+    assert XLAFSDPStrategy.launcher_name == "xla"
+    assert XLAFSDPStrategy.default_precision == "32-true"
+    assert XLAFSDPStrategy.supported_precisions == ("32-true", "bf16-true")
+    assert XLAFSDPStrategy.cluster_environments == ("xla",)
+    assert XLAFSDPStrategy.supported_accelerators == ("tpu",)
+    assert testing.option_defaults(XLAFSDPStrategy) == {
+        "timeout": 1800.0,
+        "process_group_backend": None,
+        "start_method": "fork",
+        "sync_module_states": True,
+        "debug": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "precision", "plugin"),
+    [
+        (TPUAccelerator, "32-true", "TPUPrecisionPlugin"),
+        (TPUAccelerator, "bf16-true", "TPUBf16PrecisionPlugin"),
+    ],
+)
+def test_xla_fsdp_precision_selection(accelerator: type, precision: str, plugin: str) -> None:
+    assert (
+        testing.precision_plugin_class(XLAFSDPStrategy, accelerator, precision).__name__ == plugin
+    )
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "backend"),
+    [
+        (TPUAccelerator, "xla"),
+    ],
+)
+def test_xla_fsdp_backend_selection(accelerator: type, backend: str) -> None:
+    assert (XLAFSDPStrategy.backend or accelerator.backend).name == backend
+
+
+def test_xla_fsdp_detects_cluster_environments_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    testing.assert_detection_priority(XLAFSDPStrategy, monkeypatch)
+
+
+ACCELERATOR_XLA_FSDP = testing.runnable_accelerator(XLAFSDPStrategy)
+SKIP_XLA_FSDP = testing.unavailable_reason(XLAFSDPStrategy, ACCELERATOR_XLA_FSDP)
+
+
+@pytest.mark.skipif(SKIP_XLA_FSDP is not None, reason=str(SKIP_XLA_FSDP))
+def test_xla_fsdp_trains_like_one_process() -> None:
+    process, result = testing.run_scenario(
+        "train", "xla_fsdp", accelerator=ACCELERATOR_XLA_FSDP, devices=2, steps=3
+    )
+    assert process.returncode == 0, process.stderr
+    assert result["world_size"] == 2
+    testing.assert_parameters_close(result["params"], testing.reference_parameters(steps=3))
+
+
+@pytest.mark.skipif(SKIP_XLA_FSDP is not None, reason=str(SKIP_XLA_FSDP))
+def test_xla_fsdp_trains_in_another_precision() -> None:
+    precision = testing.precision_variant(XLAFSDPStrategy, ACCELERATOR_XLA_FSDP)
+    if precision is None:
+        pytest.skip("the default is the only precision here")
+    process, result = testing.run_scenario(
+        "train",
+        "xla_fsdp",
+        accelerator=ACCELERATOR_XLA_FSDP,
+        devices=2,
+        steps=4,
+        precision=precision,
+    )
+    assert process.returncode == 0, process.stderr
+    assert result["precision"] == precision
+    testing.assert_training_converges(result)
+
+
+@pytest.mark.skipif(SKIP_XLA_FSDP is not None, reason=str(SKIP_XLA_FSDP))
+def test_xla_fsdp_strategy_api_and_collectives(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "api", "xla_fsdp", accelerator=ACCELERATOR_XLA_FSDP, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    testing.assert_api(result, world_size=2)
+
+
+@pytest.mark.skipif(SKIP_XLA_FSDP is not None, reason=str(SKIP_XLA_FSDP))
+def test_xla_fsdp_checkpoint_round_trip(tmp_path: pytest.TempPathFactory) -> None:
+    process, result = testing.run_scenario(
+        "checkpoint", "xla_fsdp", accelerator=ACCELERATOR_XLA_FSDP, devices=2, folder=tmp_path
+    )
+    assert process.returncode == 0, process.stderr
+    assert result == {"restored": True, "remaining": {"step": 1}, "exists": True, "rank": 0}
+
+
+@pytest.mark.skipif(SKIP_XLA_FSDP is not None, reason=str(SKIP_XLA_FSDP))
+def test_xla_fsdp_rank_failure_stops_the_job(tmp_path: pytest.TempPathFactory) -> None:
+    run = testing.run_failure_scenario(
+        "xla_fsdp", tmp_path, accelerator=ACCELERATOR_XLA_FSDP, devices=2, rank=1, how="raise"
+    )
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
+
+
 # --- accelerator tpu (TPUAccelerator)
 
 
@@ -304,7 +423,7 @@ def test_xla_environment_detected_from_its_variables(
 def test_tpu_precision_facts_match_the_spec() -> None:
     assert TPUPrecisionPlugin in registry.PRECISION_PLUGINS
     assert TPUPrecisionPlugin.modes == ("32-true",)
-    assert TPUPrecisionPlugin.wrappers == ("xla",)
+    assert TPUPrecisionPlugin.wrappers == ("xla", "xla_fsdp")
     assert TPUPrecisionPlugin.accelerators == ()
 
 
@@ -323,7 +442,7 @@ def test_tpu_precision_trains(precision: str) -> None:
 def test_tpu_bf16_precision_facts_match_the_spec() -> None:
     assert TPUBf16PrecisionPlugin in registry.PRECISION_PLUGINS
     assert TPUBf16PrecisionPlugin.modes == ("bf16-true",)
-    assert TPUBf16PrecisionPlugin.wrappers == ("xla",)
+    assert TPUBf16PrecisionPlugin.wrappers == ("xla", "xla_fsdp")
     assert TPUBf16PrecisionPlugin.accelerators == ()
 
 

@@ -65,6 +65,9 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "cpu_offload": ("bool",),
             "reshard_after_forward": ("bool",),
             "state_dict_type": ("str",),
+            "sharding_strategy": ("str",),
+            "device_mesh": ("sequence",),
+            "activation_checkpointing_policy": ("sequence",),
         },
     ),
     "fairscale_sharded": (
@@ -85,6 +88,9 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
             "zero_stage": ("int",),
             "offload_optimizer": ("bool",),
             "offload_parameters": ("bool",),
+            "offload_optimizer_device": ("str",),
+            "offload_params_device": ("str",),
+            "nvme_path": ("path",),
             "config": ("mapping", "path"),
             "logging_batch_size_per_gpu": ("int",),
             "state_dict_type": ("str",),
@@ -102,9 +108,20 @@ WRAPPERS: dict[str, tuple[frozenset[str], dict[str, tuple[str, ...]]]] = {
         frozenset({"single_device", "parallel"}),
         {"sync_module_states": ("bool",), "debug": ("bool",)},
     ),
+    "model_parallel": (
+        frozenset({"parallel"}),
+        {
+            "parallelize_fn": ("any",),
+            "data_parallel_size": ("int", "str"),
+            "tensor_parallel_size": ("int", "str"),
+            "save_distributed_checkpoint": ("bool",),
+            "activation_checkpointing_policy": ("sequence",),
+        },
+    ),
 }
 
 WRAPPERS["ddp2"] = WRAPPERS["ddp"]
+WRAPPERS["xla_fsdp"] = WRAPPERS["xla"]
 
 #: Options every parallel strategy's core reads.
 PARALLEL_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -178,6 +195,7 @@ RESERVED_CLASS_NAMES = frozenset(
         "MisconfigurationError",
         "MissingDependencyError",
         "MixedPrecisionMixin",
+        "ModelParallelMixin",
         "ParallelMixin",
         "PrecisionBase",
         "ProcessFailedError",
@@ -189,7 +207,9 @@ RESERVED_CLASS_NAMES = frozenset(
         "StrategyEntry",
         "TorchCheckpointIO",
         "TorchSyncBatchNorm",
+        "TransformerEnginePrecisionMixin",
         "ValueSource",
+        "XLAFSDPMixin",
         "XLAMixin",
         "XLAPrecisionMixin",
     }

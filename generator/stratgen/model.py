@@ -61,7 +61,16 @@ HooksRef = Annotated[
     ),
 ]
 
-PrecisionName = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
+PrecisionName = Literal[
+    "64-true",
+    "32-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+]
 PRECISIONS: tuple[str, ...] = PrecisionName.__args__  # type: ignore[attr-defined]
 
 #: What users may type for a precision, and the canonical name it stands for.
@@ -98,12 +107,14 @@ Wrapper = Literal[
     "ddp",
     "ddp2",
     "fsdp",
+    "model_parallel",
     "fairscale_sharded",
     "fairscale_fsdp",
     "deepspeed",
     "horovod",
     "bagua",
     "xla",
+    "xla_fsdp",
 ]
 
 Launcher = Literal["none", "popen", "spawn", "fork", "forkserver", "xla", "external", "horovodrun"]
@@ -111,7 +122,16 @@ Launcher = Literal["none", "popen", "spawn", "fork", "forkserver", "xla", "exter
 OptionType = Literal["bool", "int", "float", "str", "path", "mapping", "sequence", "any"]
 
 PrecisionKind = Literal[
-    "precision", "double", "mixed", "half", "deepspeed", "fsdp_mixed", "xla", "ipu", "apex"
+    "precision",
+    "double",
+    "mixed",
+    "half",
+    "deepspeed",
+    "fsdp_mixed",
+    "xla",
+    "ipu",
+    "apex",
+    "transformer_engine",
 ]
 
 ValueParser = Literal[

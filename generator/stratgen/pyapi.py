@@ -46,12 +46,14 @@ WRAPPER_MIXINS = {
     "ddp": ("core.wrappers.ddp", "DDPMixin"),
     "ddp2": ("core.wrappers.ddp", "DDP2Mixin"),
     "fsdp": ("core.wrappers.fsdp", "FSDPMixin"),
+    "model_parallel": ("core.wrappers.model_parallel", "ModelParallelMixin"),
     "fairscale_sharded": ("core.wrappers.sharded", "ShardedMixin"),
     "fairscale_fsdp": ("core.wrappers.fairscale_fsdp", "FairscaleFSDPMixin"),
     "deepspeed": ("core.wrappers.deepspeed", "DeepSpeedMixin"),
     "horovod": ("core.wrappers.horovod", "HorovodMixin"),
     "bagua": ("core.wrappers.bagua", "BaguaMixin"),
     "xla": ("core.wrappers.xla", "XLAMixin"),
+    "xla_fsdp": ("core.wrappers.xla", "XLAFSDPMixin"),
 }
 PRECISION_ROOT = ("core.precision", "PrecisionBase")
 PRECISION_MIXINS = {
@@ -63,6 +65,7 @@ PRECISION_MIXINS = {
     "deepspeed": ("core.wrappers.deepspeed", "DeepSpeedPrecisionMixin"),
     "xla": ("core.wrappers.xla", "XLAPrecisionMixin"),
     "ipu": ("core.ipu", "IPUPrecisionMixin"),
+    "transformer_engine": ("core.transformer_engine", "TransformerEnginePrecisionMixin"),
 }
 ENVIRONMENT_ROOT = ("core.environment", "ClusterEnvironmentBase")
 ACCELERATOR_ROOT = ("core.accelerator", "Accelerator")

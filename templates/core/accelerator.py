@@ -17,7 +17,16 @@ from .collectives import CollectiveBackend
 from .exceptions import MisconfigurationError
 from .imports import Requirement, import_object, require
 
-PRECISIONS = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
+PRECISIONS = (
+    "64-true",
+    "32-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+)
 GLOO = CollectiveBackend("gloo")
 
 

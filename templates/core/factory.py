@@ -17,6 +17,7 @@ from .checkpoint_io import CheckpointIO
 from .collectives import CollectiveBackend
 from .environment import ClusterEnvironmentBase
 from .exceptions import MisconfigurationError
+from .imports import require
 from .layer_sync import TorchSyncBatchNorm
 from .precision import PrecisionBase, canonical_precision
 from .registry import StrategyEntry, generated_registry
@@ -215,7 +216,7 @@ def get_strategy(
     *,
     accelerator: str | Accelerator = "auto",
     devices: int | str | Sequence[int] = "auto",
-    num_nodes: int = 1,
+    num_nodes: int | str = 1,
     precision: str | int | None = None,
     cluster_environment: ClusterEnvironmentBase | None = None,
     checkpoint_io: CheckpointIO | None = None,
@@ -225,14 +226,15 @@ def get_strategy(
     """Build a strategy ready to ``launch``.
 
     Args:
-        strategy: A registry name (``"ddp"``, ``"ddp_spawn"``, ``"ddp_find_unused_parameters_true"``,
+        strategy: A registry name in any letter case (``"ddp"``, ``"ddp_spawn"``, ``"ddp_find_unused_parameters_true"``,
             ...), ``"auto"`` (``"single_device"`` for one device, else ``"ddp"``, or the
             strategies a device's spec provides for them, such as ``"hpu_parallel"``), a strategy
             class, or an instance to complete.
         accelerator: ``"auto"`` (the first available one the strategy supports), a name such
-            as ``"cpu"`` or ``"cuda"``, or an Accelerator.
-        devices: Devices per node: a number, ``"auto"``, ``-1`` for all, or a list of indices.
-        num_nodes: Number of machines.
+            as ``"cpu"`` or ``"cuda"`` in any letter case, or an Accelerator.
+        devices: Devices per node: a number, ``"auto"``, ``-1`` for all, or a list of indices;
+            also as a string (``"2"``, ``"-1"``, ``"0,1"``).
+        num_nodes: Number of machines (an int, or its digits as a string).
         precision: ``"32-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"64-true"``, ``"16-true"``,
             ``"bf16-true"`` or the short forms ``"32"``, ``"16"``, ``"bf16"``, ``"64"``; by
             default the strategy's or accelerator's default.
@@ -241,10 +243,9 @@ def get_strategy(
         sync_batchnorm: Convert BatchNorm layers to SyncBatchNorm in ``setup``.
         **options: Options of the strategy (see its class), on top of the registry name's preset.
     """
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-        raise MisconfigurationError(
-            f"num_nodes={num_nodes!r} is not allowed; use a positive number"
-        )
+    num_nodes = _count_of_nodes(num_nodes)
+    if isinstance(devices, str):
+        devices = devices.strip().lower()
     instance: StrategyBase | None = None
     preset: dict[str, Any] = {}
     if isinstance(strategy, StrategyBase):
@@ -257,7 +258,7 @@ def get_strategy(
     elif isinstance(strategy, type) and issubclass(strategy, StrategyBase):
         cls = strategy
     elif isinstance(strategy, str):
-        name = strategy
+        name = strategy.strip().lower()
         if name == "auto":
             any_strategy: Any = StrategyBase
             probe = _resolve_accelerator(any_strategy, accelerator, None)
@@ -298,6 +299,7 @@ def get_strategy(
         if precision is not None
         else (cls.default_precision or accelerator_obj.default_precision)
     )
+    _require_precision_packages(mode, precision)
     _check_precision(cls, accelerator_obj, mode, precision)
     plugin = select_precision_plugin(cls, accelerator_obj, mode)
 
@@ -337,6 +339,19 @@ def get_strategy(
     if sync_batchnorm:
         instance.layer_sync = TorchSyncBatchNorm()
     return instance
+
+
+def _count_of_nodes(num_nodes: Any) -> int:
+    """``num_nodes`` as a positive int; digits in a string (from a command line or a config
+    file) are accepted."""
+    value = num_nodes
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MisconfigurationError(
+            f"num_nodes={num_nodes!r} is not allowed; use a positive number"
+        )
+    return value
 
 
 def _processes_started_per_node(
@@ -412,7 +427,8 @@ def _resolve_accelerator(
         else:
             obj = default_accelerator(cls)
     elif isinstance(accelerator, str):
-        name = "cuda" if accelerator == "gpu" else accelerator
+        name = accelerator.strip().lower()
+        name = "cuda" if name == "gpu" else name
         obj = accelerator_class(name)()
     else:
         raise MisconfigurationError(
@@ -424,6 +440,14 @@ def _resolve_accelerator(
         )
     obj.check_available()
     return obj
+
+
+def _require_precision_packages(mode: str, asked: Any) -> None:
+    """A precision that only plugins needing a missing package implement (FP8 through
+    Transformer Engine, ...) is refused first, naming the package to install."""
+    plugins = [p for p in generated_registry().PRECISION_PLUGINS if mode in p.modes]
+    if plugins and not any(all(r.available for r in p.requirements) for p in plugins):
+        require(plugins[0].requirements, f"precision={asked if asked is not None else mode!r}")
 
 
 def _check_precision(

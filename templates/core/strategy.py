@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, MutableMapping
 from types import ModuleType
@@ -249,9 +250,12 @@ class StrategyBase(ABC):
         """Convert, move and wrap ``module`` and set up ``optimizers``; the strategy owns them.
 
         Returns the wrapped module, or the module and the optimizers as a tuple when
-        optimizers are given.
+        optimizers are given. A module compiled with ``torch.compile`` is set up without its
+        compiled wrapper and compiled again once wrapped (in place, ``nn.Module.compile`` with
+        torch.compile's default options), so that the compiled code includes the wrapper.
         """
         self.setup_environment()
+        module, compiled = _uncompiled(module)
         module = self.precision_plugin.convert_module(module)
         if self._layer_sync is not None:
             self._layer_sync.check_supported(module, self.root_device, self.world_size)
@@ -263,6 +267,8 @@ class StrategyBase(ABC):
         else:
             module, optimizer_list = self.setup_module_and_optimizers(module, list(optimizers))
         self._install_precision_forward(module)
+        if compiled:
+            module.compile()
         self._model = module
         self._optimizers = list(optimizer_list)
         return (module, *optimizer_list) if optimizers else module
@@ -702,3 +708,12 @@ def _missing_message(filepath: PathLike, missing: list[str], present: list[str])
 def _keyed_by_name(state_dict: Mapping[str, Any]) -> bool:
     groups = state_dict.get("param_groups") or []
     return any(isinstance(p, str) for group in groups for p in group.get("params", []))
+
+
+def _uncompiled(module: nn.Module) -> tuple[nn.Module, bool]:
+    """The module inside a ``torch.compile`` wrapper, and whether there was one."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is not None and isinstance(module, eval_frame.OptimizedModule):
+        inner: nn.Module = module._orig_mod
+        return inner, True
+    return module, False  # nothing was compiled in this process: torch.compile imports dynamo

@@ -431,7 +431,7 @@ def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
     return {
         "restored": same,
         "remaining": remaining,
-        "exists": path.is_file(),
+        "exists": path.exists(),  # a file, or the folder of a sharded checkpoint
         "rank": strategy.global_rank,
     }
 

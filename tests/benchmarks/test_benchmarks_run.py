@@ -23,6 +23,8 @@ EXPECTED_ROWS = [
     "step time: ddp_spawn",
     "launch to first step: ddp",
     "launch to first step: ddp_spawn",
+    "step time: model_parallel 2x2",
+    "step time: fsdp HYBRID_SHARD 2x2",
     "import stratlib (CPU)",
     "stratgen generate, cold, empty black cache",
     "stratgen generate, cold, warm cache",

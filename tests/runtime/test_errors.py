@@ -74,7 +74,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         r"^process_group_backend='foo' is not a collective backend; use one of gloo, nccl, mpi",
     ),
     ("ddp", {"num_nodes": 0}, r"^num_nodes=0 is not allowed; use a positive number$"),
-    ("ddp", {"num_nodes": "2"}, r"^num_nodes='2' is not allowed; use a positive number$"),
+    # Digits in a string are a number of nodes (as a command line gives them); words are not.
+    ("ddp", {"num_nodes": "two"}, r"^num_nodes='two' is not allowed; use a positive number$"),
     (
         "dpp",
         {},

@@ -30,6 +30,8 @@ class CUDAAccelerator(Accelerator):
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     needs_grad_scaler: ClassVar[bool] = True
     availability_probe: ClassVar[str | None] = "torch.cuda:is_available"

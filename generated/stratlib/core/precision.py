@@ -22,7 +22,16 @@ from torch.optim import Optimizer
 from .exceptions import MisconfigurationError
 from .imports import Requirement, import_object, require
 
-PRECISIONS = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
+PRECISIONS = (
+    "64-true",
+    "32-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+)
 PRECISION_ALIASES = {
     "64": "64-true",
     "32": "32-true",

@@ -25,7 +25,7 @@ class FullyShardedNativeMixedPrecisionPlugin(FSDPPrecisionMixin, MixedPrecisionP
 
     plugin_name: ClassVar[str | None] = "fully_sharded_native_mixed"
     modes: ClassVar[tuple[str, ...]] = ("16-mixed", "bf16-mixed")
-    wrappers: ClassVar[tuple[str, ...]] = ("fsdp", "fairscale_fsdp")
+    wrappers: ClassVar[tuple[str, ...]] = ("fsdp", "fairscale_fsdp", "model_parallel")
     grad_scaler_class: ClassVar[str | None] = (
         "torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler"
     )

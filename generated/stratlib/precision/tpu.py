@@ -20,7 +20,7 @@ class TPUPrecisionPlugin(XLAPrecisionMixin, PrecisionPlugin):
     """
 
     plugin_name: ClassVar[str | None] = "tpu"
-    wrappers: ClassVar[tuple[str, ...]] = ("xla",)
+    wrappers: ClassVar[tuple[str, ...]] = ("xla", "xla_fsdp")
     requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
     )

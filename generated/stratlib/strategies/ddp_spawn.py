@@ -30,6 +30,11 @@ class DDPSpawnStrategy(DDPStrategy):
     - ``"ddp_fork"``: start_method='fork'
     - ``"ddp_notebook"``: start_method='fork'
     - ``"ddp_spawn_find_unused_parameters_true"``: find_unused_parameters=True
+    - ``"ddp_spawn_find_unused_parameters_false"``: find_unused_parameters=False
+    - ``"ddp_fork_find_unused_parameters_true"``: start_method='fork', find_unused_parameters=True
+    - ``"ddp_fork_find_unused_parameters_false"``: start_method='fork', find_unused_parameters=False
+    - ``"ddp_notebook_find_unused_parameters_true"``: start_method='fork', find_unused_parameters=True
+    - ``"ddp_notebook_find_unused_parameters_false"``: start_method='fork', find_unused_parameters=False
 
     Args:
         timeout: Seconds a collective may wait for its peers before the job is stopped.

@@ -35,10 +35,12 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
 
     - ``"deepspeed"``
     - ``"deepspeed_stage_1"``: zero_stage=1
+    - ``"deepspeed_stage_1_offload"``: zero_stage=1, offload_optimizer=True
     - ``"deepspeed_stage_2"``: zero_stage=2
     - ``"deepspeed_stage_2_offload"``: zero_stage=2, offload_optimizer=True
     - ``"deepspeed_stage_3"``: zero_stage=3
     - ``"deepspeed_stage_3_offload"``: zero_stage=3, offload_optimizer=True, offload_parameters=True
+    - ``"deepspeed_stage_3_offload_nvme"``: zero_stage=3, offload_optimizer=True, offload_parameters=True, offload_optimizer_device='nvme', offload_params_device='nvme'
 
     Args:
         timeout: Seconds a collective may wait for its peers before the job is stopped.
@@ -49,6 +51,12 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
         offload_optimizer: Keep optimizer states and float32 master weights in CPU memory and
             step there (stages 1-3).
         offload_parameters: Keep partitioned parameters in CPU memory between uses (stage 3).
+        offload_optimizer_device: Where offload_optimizer keeps the optimizer states; 'nvme'
+            needs nvme_path and ZeRO stage 3.
+        offload_params_device: Where offload_parameters keeps the parameters; 'nvme' needs
+            nvme_path.
+        nvme_path: Folder on a local NVMe drive for the 'nvme' offload devices (DeepSpeed's
+            ZeRO-Infinity).
         config: DeepSpeed config as a mapping or the path of a JSON file; its settings take
             precedence over the options.
         logging_batch_size_per_gpu: Samples per process and step, for DeepSpeed's throughput
@@ -89,6 +97,9 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
         zero_stage: Literal[0, 1, 2, 3] = 2,
         offload_optimizer: bool = False,
         offload_parameters: bool = False,
+        offload_optimizer_device: Literal["cpu", "nvme"] = "cpu",
+        offload_params_device: Literal["cpu", "nvme"] = "cpu",
+        nvme_path: str | os.PathLike[str] | None = None,
         config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         logging_batch_size_per_gpu: int | None = None,
         state_dict_type: Literal["full", "sharded"] = "full",
@@ -106,6 +117,9 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
         self.zero_stage = zero_stage
         self.offload_optimizer = offload_optimizer
         self.offload_parameters = offload_parameters
+        self.offload_optimizer_device = offload_optimizer_device
+        self.offload_params_device = offload_params_device
+        self.nvme_path = nvme_path
         self.config = config
         self.logging_batch_size_per_gpu = logging_batch_size_per_gpu
         self.state_dict_type = state_dict_type

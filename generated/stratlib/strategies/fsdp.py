@@ -45,7 +45,16 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
         cpu_offload: Keep sharded parameters, gradients and optimizer states in host memory
             (CPUOffloadPolicy); the optimizer step runs on the CPU.
         reshard_after_forward: Free gathered parameters after the forward pass and gather them
-            again for backward; null lets FSDP decide (true except for the root).
+            again for backward; null lets the sharding strategy decide.
+        sharding_strategy: Lightning's sharding strategies on FSDP2: FULL_SHARD shards
+            parameters, gradients and optimizer states over every process; SHARD_GRAD_OP keeps
+            gathered parameters from forward to backward; NO_SHARD replicates (gradients
+            all-reduced); HYBRID_SHARD shards within a node and replicates across nodes;
+            _HYBRID_SHARD_ZERO2 is HYBRID_SHARD that keeps gathered parameters.
+        device_mesh: (replicate, shard) sizes of hybrid sharding, or a torch DeviceMesh; null
+            means (num_nodes, processes per node).
+        activation_checkpointing_policy: Layer classes (classes, import paths or class names)
+            whose activations are recomputed during backward instead of kept from forward.
         state_dict_type: How save_checkpoint writes: 'full', one file from rank 0 with the
             gathered state; 'sharded', a folder in which every process writes its own shards
             (torch.distributed.checkpoint), which loads on any number of processes.
@@ -70,6 +79,11 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
         auto_wrap_layers: Sequence[Any] | None = None,
         cpu_offload: bool = False,
         reshard_after_forward: bool | None = None,
+        sharding_strategy: Literal[
+            "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"
+        ] = "FULL_SHARD",
+        device_mesh: Sequence[Any] | None = None,
+        activation_checkpointing_policy: Sequence[Any] | None = None,
         state_dict_type: Literal["full", "sharded"] = "full",
     ) -> None:
         super().__init__(
@@ -86,4 +100,7 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
         self.auto_wrap_layers = auto_wrap_layers
         self.cpu_offload = cpu_offload
         self.reshard_after_forward = reshard_after_forward
+        self.sharding_strategy = sharding_strategy
+        self.device_mesh = device_mesh
+        self.activation_checkpointing_policy = activation_checkpointing_policy
         self.state_dict_type = state_dict_type

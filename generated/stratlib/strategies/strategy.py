@@ -33,6 +33,8 @@ class Strategy(StrategyBase):
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     cluster_environments: ClassVar[tuple[str, ...]] = ()
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")

@@ -31,6 +31,7 @@ class TPUSpawnStrategy(XLAMixin, ParallelStrategy):
 
     - ``"tpu_spawn"``
     - ``"xla"``
+    - ``"xla_debug"``: debug=True
     - ``"tpu_spawn_debug"``: debug=True
 
     Args:

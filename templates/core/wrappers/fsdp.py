@@ -23,6 +23,15 @@ from ..exceptions import MisconfigurationError
 from ..imports import import_object
 from ..parallel import ParallelMixin
 from ..precision import MixedPrecisionMixin
+from .mesh import (
+    HYBRID_DIMS,
+    ShardingLayout,
+    apply_activation_checkpointing,
+    build_mesh,
+    check_mesh_layout,
+    sharding_layout,
+    sharding_strategy_name,
+)
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -66,7 +75,15 @@ class FSDPMixin(ParallelMixin):
       CPU-only machine everything lives in host memory already, so this only changes which
       code path FSDP takes.
     - ``reshard_after_forward``: free gathered parameters after the forward pass (and gather
-      them again for backward); None lets FSDP decide (True except for the root).
+      them again for backward); None lets the sharding strategy decide.
+    - ``sharding_strategy``: Lightning's names, mapped onto FSDP2 by ``mesh.sharding_layout``:
+      'FULL_SHARD' (the default), 'SHARD_GRAD_OP', 'NO_SHARD', 'HYBRID_SHARD' (a
+      ``(replicate, shard)`` mesh: sharded within a node, replicated across nodes) and
+      '_HYBRID_SHARD_ZERO2'.
+    - ``device_mesh``: the ``(replicate, shard)`` sizes of hybrid sharding (or a DeviceMesh);
+      None means ``(num_nodes, processes per node)``.
+    - ``activation_checkpointing_policy``: layer classes (as for ``auto_wrap_layers``) whose
+      activations are recomputed in backward instead of kept from forward.
 
     Optimizers created before ``setup``: ``fully_shard`` replaces every parameter of the module
     with a new sharded parameter (a DTensor), so an optimizer built on ``model.parameters()``
@@ -97,17 +114,14 @@ class FSDPMixin(ParallelMixin):
     cpu_offload: bool = False
     reshard_after_forward: bool | None = None
     state_dict_type: str = "full"
+    sharding_strategy: str = "FULL_SHARD"
+    activation_checkpointing_policy: Sequence[Any] | None = None
 
     _device_mesh: DeviceMesh | None = None
+    #: The ``device_mesh`` option as given: sizes, a DeviceMesh, or None.
+    _mesh_option: Any = None
 
     # -- configuration -----------------------------------------------------------------------
-
-    def validate_configuration(self) -> None:
-        super().validate_configuration()
-        if self.state_dict_type not in ("full", "sharded"):
-            raise MisconfigurationError(
-                f"state_dict_type={self.state_dict_type!r} is not allowed; use 'full' or 'sharded'"
-            )
 
     @property
     def saves_sharded(self) -> bool:
@@ -117,16 +131,45 @@ class FSDPMixin(ParallelMixin):
 
     @property
     def device_mesh(self) -> DeviceMesh:
-        """One-dimensional mesh over every process, on this process's device type."""
+        """The mesh ``fully_shard`` runs on, over every process and on this process's device
+        type: one-dimensional, or ``(replicate, shard)`` for hybrid and unsharded layouts."""
         if self._device_mesh is None:
-            from torch.distributed.device_mesh import init_device_mesh
-
-            self._device_mesh = init_device_mesh(self.root_device.type, (self.world_size,))
+            if self._mesh_option is not None and not isinstance(self._mesh_option, Sequence):
+                self._device_mesh = self._mesh_option  # the user's own DeviceMesh
+            else:
+                shape = self.sharding_layout().mesh_shape
+                names = HYBRID_DIMS if len(shape) == 2 else None
+                self._device_mesh = build_mesh(self.root_device.type, shape, names)
         return self._device_mesh
+
+    @device_mesh.setter
+    def device_mesh(self, device_mesh: Any) -> None:
+        """The ``device_mesh`` option: ``(replicate, shard)`` sizes, a DeviceMesh, or None."""
+        self._mesh_option = device_mesh
+        self._device_mesh = None
+
+    def sharding_layout(self) -> ShardingLayout:
+        """The mesh shape and resharding the ``sharding_strategy`` stands for."""
+        return sharding_layout(
+            self.sharding_strategy, self._mesh_option, self.world_size, self.num_nodes
+        )
+
+    def validate_configuration(self) -> None:
+        super().validate_configuration()
+        if self.state_dict_type not in ("full", "sharded"):
+            raise MisconfigurationError(
+                f"state_dict_type={self.state_dict_type!r} is not allowed; use 'full' or 'sharded'"
+            )
+        name = sharding_strategy_name(self.sharding_strategy)
+        check_mesh_layout(self._mesh_option)
+        if self._mesh_option is not None and "HYBRID" not in name:
+            self.sharding_layout()  # raises, saying which strategy takes a mesh
 
     def setup_module_and_optimizers(
         self, module: nn.Module, optimizers: list[Optimizer]
     ) -> tuple[nn.Module, list[Optimizer]]:
+        if self.activation_checkpointing_policy is not None:
+            apply_activation_checkpointing(module, self.activation_checkpointing_policy)
         names = _parameter_names(module)
         for optimizer in optimizers:
             _check_rebindable(optimizer, names)
@@ -148,8 +191,11 @@ class FSDPMixin(ParallelMixin):
         """Keyword arguments for a ``fully_shard`` call (besides the mesh); ``root`` tells
         whether the call is for the root module or for an auto-wrapped submodule."""
         kwargs: dict[str, Any] = {}
-        if self.reshard_after_forward is not None:
-            kwargs["reshard_after_forward"] = self.reshard_after_forward
+        reshard = self.reshard_after_forward
+        if reshard is None:
+            reshard = self.sharding_layout().reshard_after_forward
+        if reshard is not None:
+            kwargs["reshard_after_forward"] = reshard
         policy = self.mixed_precision_policy(root)
         if policy is not None:
             kwargs["mp_policy"] = policy

@@ -127,6 +127,65 @@ class XLAMixin(StrategyBase):
         return apply_to_tensors(state, lambda tensor: tensor.detach().cpu())
 
 
+class XLAFSDPMixin(XLAMixin):
+    """Fully sharded data parallelism on XLA devices (torch_xla's XlaFullyShardedDataParallel).
+
+    ``setup`` wraps the module; its parameters are flattened and sharded across the processes,
+    so optimizers are created afterwards from the returned module's parameters (an optimizer
+    given to ``setup`` together with the module is refused). Gradients are reduce-scattered
+    during backward, so the optimizer step needs no all-reduce.
+
+    ``get_module_state_dict`` consolidates every rank's shard into the full state dict on
+    rank 0 (the other ranks take part and get an empty dict). A wrapped module cannot load a
+    full state dict: load the weights into the module before ``setup``.
+    """
+
+    def setup_module_and_optimizers(
+        self, module: nn.Module, optimizers: list[Optimizer]
+    ) -> tuple[nn.Module, list[Optimizer]]:
+        if optimizers:
+            raise MisconfigurationError(
+                f"{type(self).__name__} flattens and shards the module's parameters in setup; "
+                "set up the module alone, then create the optimizer from the parameters of the "
+                "module setup returns"
+            )
+        module, _ = super().setup_module_and_optimizers(module, [])
+        fsdp = self.xla_module("torch_xla.distributed.fsdp")
+        return fsdp.XlaFullyShardedDataParallel(module), []
+
+    def _optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        # Skip XLAMixin's gradient all-reduce: FSDP has reduce-scattered them already.
+        return super(XLAMixin, self)._optimizer_step(optimizer, **kwargs)
+
+    def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        fsdp = self.xla_module("torch_xla.distributed.fsdp")
+        if not isinstance(module, fsdp.XlaFullyShardedDataParallel):
+            return super().get_module_state_dict(module)
+        shard = {
+            "model": apply_to_tensors(module.state_dict(), lambda t: t.detach().cpu()),
+            "shard_metadata": module.get_shard_metadata(),
+        }
+        shards: list[Any] = [None] * self.world_size
+        dist.all_gather_object(shards, shard)
+        if not self.is_global_zero:
+            return {}
+        full, _ = fsdp.consolidate_sharded_state_dicts(
+            [s["model"] for s in shards], shards[0]["shard_metadata"]
+        )
+        return dict(full)
+
+    def load_module_state_dict(
+        self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
+    ) -> None:
+        fsdp = self.xla_module("torch_xla.distributed.fsdp")
+        if isinstance(module, fsdp.XlaFullyShardedDataParallel):
+            raise MisconfigurationError(
+                f"{type(self).__name__} cannot load a full state dict into a sharded module; "
+                "load it into the module before setup"
+            )
+        super().load_module_state_dict(module, state_dict, strict=strict)
+
+
 class XLAPrecisionMixin(PrecisionBase):
     """Precision on XLA devices.
 

@@ -233,6 +233,9 @@ class DeepSpeedMixin(ParallelMixin):
     zero_stage: int = 2
     offload_optimizer: bool = False
     offload_parameters: bool = False
+    offload_optimizer_device: str = "cpu"
+    offload_params_device: str = "cpu"
+    nvme_path: str | os.PathLike[str] | None = None
     config: Mapping[str, Any] | str | os.PathLike[str] | None = None
     logging_batch_size_per_gpu: int | None = None
     state_dict_type: str = "full"
@@ -257,9 +260,16 @@ class DeepSpeedMixin(ParallelMixin):
                 f"ZeRO stage {stage!r} is not allowed; use one of {', '.join(map(str, ZERO_STAGES))}"
             )
         if self.offload_optimizer:
-            zero.setdefault("offload_optimizer", {"device": "cpu"})
+            zero.setdefault(
+                "offload_optimizer", self._offload_section(self.offload_optimizer_device)
+            )
         if self.offload_parameters:
-            zero.setdefault("offload_param", {"device": "cpu"})
+            zero.setdefault("offload_param", self._offload_section(self.offload_params_device))
+        if _offloads_to_nvme(zero, "offload_optimizer") and stage != 3:
+            raise MisconfigurationError(
+                f"offloading the optimizer to NVMe needs ZeRO stage 3; stage {stage} was chosen "
+                "(use 'deepspeed_stage_3_offload_nvme' or zero_stage=3)"
+            )
         if _offloads(zero, "offload_optimizer") and stage == 0:
             raise MisconfigurationError(
                 "offload_optimizer needs ZeRO stage 1, 2 or 3, which partition the optimizer; "
@@ -276,6 +286,34 @@ class DeepSpeedMixin(ParallelMixin):
             config.setdefault(key, value)
         self._merge_precision(config)
         return config
+
+    def _offload_section(self, device: str) -> dict[str, Any]:
+        """A ``zero_optimization`` offload section for ``device`` ('cpu' or 'nvme')."""
+        if device != "nvme":
+            return {"device": device}
+        return {"device": "nvme", "nvme_path": os.fspath(self._checked_nvme_path())}
+
+    def _checked_nvme_path(self) -> str | os.PathLike[str]:
+        path = self.nvme_path
+        if path is None:
+            raise MisconfigurationError(
+                "offloading to NVMe needs nvme_path, a folder on a local NVMe drive "
+                "(e.g. nvme_path='/local_nvme'); give it, or offload to 'cpu'"
+            )
+        if not os.path.isdir(path):
+            raise MisconfigurationError(
+                f"nvme_path={os.fspath(path)!r} is not an existing folder; give a folder on a "
+                "local NVMe drive"
+            )
+        return path
+
+    def validate_configuration(self) -> None:
+        super().validate_configuration()
+        nvme = (self.offload_optimizer and self.offload_optimizer_device == "nvme") or (
+            self.offload_parameters and self.offload_params_device == "nvme"
+        )
+        if nvme:
+            self._checked_nvme_path()
 
     def _merge_precision(self, config: dict[str, Any]) -> None:
         plugin = self.precision_plugin
@@ -760,6 +798,11 @@ class DeepSpeedMixin(ParallelMixin):
 def _offloads(zero: Mapping[str, Any], key: str) -> bool:
     section = zero.get(key)
     return isinstance(section, Mapping) and section.get("device", "none") not in (None, "none")
+
+
+def _offloads_to_nvme(zero: Mapping[str, Any], key: str) -> bool:
+    section = zero.get(key)
+    return isinstance(section, Mapping) and section.get("device") == "nvme"
 
 
 def _enabled(section: Any) -> bool:

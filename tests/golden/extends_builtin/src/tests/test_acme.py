@@ -39,6 +39,8 @@ def test_acme_ddp_facts_match_the_spec() -> None:
         "bf16-mixed",
         "16-true",
         "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
     )
     assert AcmeDDPStrategy.cluster_environments == (
         "torchelastic",

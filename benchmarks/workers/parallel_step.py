@@ -1,0 +1,206 @@
+"""Train one MLP on a 2 x 2 mesh of CPU ranks (gloo), laid out by stratlib and by hand, and
+time every step of both.
+
+``python -m benchmarks.workers.parallel_step --layout LAYOUT ... --out result.json``
+
+Two layouts:
+
+- ``2d``: 'model_parallel' against tensor parallelism over pairs of ranks (column-parallel
+  then row-parallel Linear layers) and FSDP2 across the pairs, on a
+  ``(data_parallel, tensor_parallel)`` DeviceMesh built by hand;
+- ``hsdp``: 'fsdp' with ``sharding_strategy='HYBRID_SHARD'`` against FSDP2 on a
+  ``(replicate, shard)`` mesh built by hand, every Linear layer a group of its own.
+
+Both models train in the same four processes, which the stratlib strategy starts: each
+iteration runs one step of each, in alternating order, so the machine's load (this benchmark
+runs 4 ranks on however few cores there are) falls on both alike. The hand-written side uses
+torch.distributed directly: its own mesh, ``parallelize_module`` / ``fully_shard`` calls,
+``loss.backward()``, ``optimizer.step()`` and ``zero_grad``. Rank 0 writes both lists of step
+times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .ddp_step import _loss, make_batches, prepare_threads
+
+LAYOUTS = ("2d", "hsdp")
+RANKS = 4
+MESH = (2, 2)
+
+
+@dataclass(frozen=True)
+class Config:
+    width: int
+    depth: int
+    batch: int
+    warmup: int
+    steps: int
+    threads: int
+    ranks: int = RANKS
+
+
+def build_model(cfg: Config) -> Any:
+    """``depth`` pairs of Linear layers (the first of a pair column-parallel, the second
+    row-parallel under tensor parallelism), with ReLUs between them."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for index in range(2 * cfg.depth):
+        layers.append(nn.Linear(cfg.width, cfg.width))
+        if index < 2 * cfg.depth - 1:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def parallelize(model: Any, device_mesh: Any) -> Any:
+    """Tensor parallelism over ``device_mesh['tensor_parallel']``, FSDP2 over
+    ``device_mesh['data_parallel']``: the same function for both sides of the comparison."""
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    linears = [name for name, module in model.named_children() if isinstance(module, nn.Linear)]
+    plan = {
+        name: ColwiseParallel() if index % 2 == 0 else RowwiseParallel()
+        for index, name in enumerate(linears)
+    }
+    parallelize_module(model, device_mesh["tensor_parallel"], plan)
+    fully_shard(model, mesh=device_mesh["data_parallel"])
+    return model
+
+
+def shard_hybrid(model: Any, mesh: Any) -> Any:
+    """Every Linear layer its own FSDP2 group on the (replicate, shard) mesh, then the root."""
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+
+    for module in model:
+        if isinstance(module, nn.Linear):
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def data_rank(layout: str, rank: int) -> int:
+    """Which batch a rank reads: the ranks of a tensor-parallel pair read the same one."""
+    return rank // MESH[1] if layout == "2d" else rank
+
+
+# --- the two sides ---------------------------------------------------------------------------
+
+
+def by_hand(layout: str, cfg: Config) -> Any:
+    """The layout written with torch.distributed alone; returns a step function."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if layout == "2d":
+        mesh = init_device_mesh("cpu", MESH, mesh_dim_names=("data_parallel", "tensor_parallel"))
+        model = parallelize(build_model(cfg), mesh)
+    else:
+        mesh = init_device_mesh("cpu", MESH, mesh_dim_names=("replicate", "shard"))
+        model = shard_hybrid(build_model(cfg), mesh)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(inputs: Any, targets: Any) -> None:
+        _loss(model, inputs, targets).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def through_stratlib(strategy: Any, cfg: Config) -> Any:
+    import torch
+
+    module = build_model(cfg)
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.01)
+    model, optimizer = strategy.setup(module, optimizer)
+
+    def step(inputs: Any, targets: Any) -> None:
+        strategy.backward(_loss(model, inputs, targets))
+        strategy.optimizer_step(optimizer)
+
+    return step
+
+
+def _paired(strategy: Any, layout: str, cfg: Config) -> dict[str, Any] | None:
+    launched = prepare_threads(cfg)
+    steps = {"stratlib": through_stratlib(strategy, cfg), "torch": by_hand(layout, cfg)}
+    batches = make_batches(cfg, data_rank(layout, strategy.global_rank))  # type: ignore[arg-type]
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for index in range(cfg.warmup + cfg.steps):
+        inputs, targets = batches[index % len(batches)]
+        order = list(steps) if index % 2 == 0 else list(reversed(steps))
+        for name in order:
+            started = time.perf_counter()
+            steps[name](inputs, targets)
+            if index >= cfg.warmup:
+                times[name].append(time.perf_counter() - started)
+    if not strategy.is_global_zero:
+        return None
+    return {"step_times": times, "threads_as_launched": launched}
+
+
+def run(layout: str, cfg: Config) -> dict[str, Any] | None:
+    import stratlib
+
+    options: dict[str, Any]
+    if layout == "2d":
+        name = "model_parallel"
+        options = {
+            "parallelize_fn": parallelize,
+            "data_parallel_size": MESH[0],
+            "tensor_parallel_size": MESH[1],
+        }
+    else:
+        name = "fsdp"
+        options = {
+            "sharding_strategy": "HYBRID_SHARD",
+            "device_mesh": MESH,
+            "auto_wrap_layers": ["torch.nn.Linear"],
+        }
+    strategy = stratlib.get_strategy(name, accelerator="cpu", devices=cfg.ranks, **options)
+    result: dict[str, Any] | None = strategy.launch(_paired, layout, cfg)
+    return result
+
+
+# --- entry point ----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layout", choices=LAYOUTS, required=True)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--depth", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    cfg = Config(args.width, args.depth, args.batch, args.warmup, args.steps, args.threads)
+    result = run(args.layout, cfg)
+    if result is None:  # a rank other than 0, started again by the launcher
+        return
+    import torch
+
+    result.update(layout=args.layout, config=asdict(cfg), torch=torch.__version__)
+    args.out.write_text(json.dumps(result), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
