@@ -23,6 +23,7 @@ with code 0.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import socket
@@ -118,6 +119,7 @@ if __name__ == "__main__":
     import torch._dynamo  # noqa: F401  (imported once here, as the module documentation says)
 
     sys.modules.pop("torch.distributed.nn.functional", None)
+    gc.freeze()  # the ranks inherit these objects: their collections need not copy them
     assignment = run_jobs(int(sys.argv[1]))
     if assignment is not None:
         run_rank(*assignment)
