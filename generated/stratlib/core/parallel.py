@@ -334,10 +334,11 @@ def _import_group_defaults(modules: tuple[str, ...]) -> None:
     default evaluated on import: imported while a group exists (DistributedDataParallel's
     constructor imports it through ``torch._dynamo``), its ten functions keep that group alive
     past ``destroy_process_group`` (fairscale's OSS and ShardedGradScaler do the same). The
-    group's gloo worker and transport threads then live on into interpreter shutdown, where
-    the group is destroyed after Python stopped accepting threads, and the process can die
-    with "terminate called without an active exception" (SIGABRT) after a successful run.
-    Imported first, the defaults are None (the default group at call time) and hold nothing.
+    group's gloo worker and transport threads then live on into interpreter shutdown, and
+    there, now and then, a thread other than the main one ended the process with "terminate
+    called without an active exception" (SIGABRT) after a successful run. Imported first,
+    the defaults are None (the default group at call time) and hold nothing, and the group
+    and its threads are gone when the exit handler has run.
     """
     import importlib
 
