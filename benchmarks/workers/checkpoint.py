@@ -3,11 +3,12 @@ the same state, in one process.
 
 ``python -m benchmarks.workers.checkpoint --megabytes 200 --repeats 5 --out result.json``
 
-Per repeat, saves in rotating order: ``torch.save``; ``torch.save`` followed by ``fsync`` (what an
-atomic, durable save cannot avoid); ``strategy.save_checkpoint`` (TorchCheckpointIO: temporary
-file, fsync, rename, fsync of the folder); the same strategy with AsyncCheckpointIO (time to
-return, then time until the file is complete); then loads, ``torch.load`` and
-``strategy.load_checkpoint``, in the order A B B A (a load's time is the mean of its two).
+Per repeat, saves in rotating order: ``torch.save`` to a path; ``torch.save`` to a path followed
+by ``fsync`` of the file (the least a durable save must do, and the baseline of the atomic save);
+``strategy.save_checkpoint`` (TorchCheckpointIO: temporary file, fsync, rename, fsync of the
+folder); the same strategy with AsyncCheckpointIO (time to return, then time until the file is
+complete); then loads, ``torch.load`` and ``strategy.load_checkpoint``, in the order A B B A (a
+load's time is the mean of its two).
 """
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ def main(argv: list[str] | None = None) -> None:
         torch.save(plain_state, plain_path)
 
     def torch_save_fsync() -> None:
-        with open(plain_path, "wb") as handle:
-            torch.save(plain_state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+        torch.save(plain_state, plain_path)
+        fd = os.open(plain_path, os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def stratlib_save() -> None:
         strategy.save_checkpoint(checkpoint, ours_path)

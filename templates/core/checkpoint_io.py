@@ -70,14 +70,15 @@ class TorchCheckpointIO(CheckpointIO):
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(fd)
         try:
             # mkstemp creates the file private (0600); give it the mode a plain open() would.
             with contextlib.suppress(OSError):
                 os.chmod(tmp, 0o666 & ~_umask())
-            with os.fdopen(fd, "wb") as handle:
-                torch.save(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+            # Given a path, torch.save writes through its own C++ file stream, with no call
+            # into Python per record as a Python file object would need.
+            torch.save(checkpoint, tmp)
+            _fsync_file(tmp)
             os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -131,6 +132,15 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def _fsync_file(path: str) -> None:
+    """Wait until the file's content is on disk (whoever wrote it, through whatever handle)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_directory(folder: Path) -> None:

@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import gc
 import os
+import sys
 from collections.abc import Callable, Generator, Mapping
 from datetime import timedelta
 from typing import Any
@@ -55,6 +56,9 @@ class ParallelMixin(StrategyBase):
     timeout: float = 1800.0
     #: Backend name overriding the strategy's and the accelerator's.
     process_group_backend: str | None = None
+    #: Modules whose functions take the default group as a default argument value: imported
+    #: before the group exists (see ``_import_group_defaults``).
+    group_default_modules: tuple[str, ...] = ("torch.distributed.nn.functional",)
 
     def __init__(
         self,
@@ -196,6 +200,7 @@ class ParallelMixin(StrategyBase):
         environment = self.cluster_environment
         os.environ["MASTER_ADDR"] = environment.main_address
         os.environ["MASTER_PORT"] = str(environment.main_port)
+        _import_group_defaults(self.group_default_modules)
         with self.timeouts_reported("connecting the processes"):
             dist.init_process_group(
                 backend.name,
@@ -327,6 +332,26 @@ class ParallelMixin(StrategyBase):
 _release_registered = False
 
 
+def _import_group_defaults(modules: tuple[str, ...]) -> None:
+    """Import, before the default group exists, modules that take it as a default argument.
+
+    ``torch.distributed.nn.functional`` declares its collectives with ``group=group.WORLD``, a
+    default evaluated on import: imported while a group exists (DistributedDataParallel's
+    constructor imports it through ``torch._dynamo``), its ten functions keep that group alive
+    past ``destroy_process_group`` (fairscale's OSS and ShardedGradScaler do the same). The
+    group's gloo worker and transport threads then live on into interpreter shutdown, and
+    there, now and then, a thread other than the main one ended the process with "terminate
+    called without an active exception" (SIGABRT) after a successful run. Imported first,
+    the defaults are None (the default group at call time) and hold nothing, and the group
+    and its threads are gone when the exit handler has run.
+    """
+    import importlib
+
+    for name in modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
 def _created_process_group() -> None:
     global _release_registered
     if not _release_registered:
@@ -341,5 +366,22 @@ def release_process_group() -> None:
         # free them while the interpreter is whole, not during its shutdown, where gloo's
         # threads can abort the process.
         gc.collect()
+        _clear_dtensor_caches()
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+
+
+def _clear_dtensor_caches() -> None:
+    """Empty DTensor's caches of sharding plans (FSDP2 fills them): their entries hold device
+    meshes, and the meshes the process group, which would then outlive
+    ``destroy_process_group`` like the defaults described in ``_import_group_defaults``."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return
+    with contextlib.suppress(Exception):
+        from torch.distributed.tensor import _collective_utils, _redistribute
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()
+        _redistribute.clear_redistribute_planner_cache()
+        _redistribute._gen_transform_infos.cache_clear()
+        _collective_utils.MeshTopoInfo.build_from_mesh.cache_clear()

@@ -56,6 +56,7 @@ class FairscaleFSDPMixin(ParallelMixin):
     """
 
     auto_wrap_min_params: int | None = None
+    group_default_modules = (*ParallelMixin.group_default_modules, "fairscale.optim")
     cpu_offload: bool = False
     reshard_after_forward: bool = True
 

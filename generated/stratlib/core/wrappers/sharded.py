@@ -58,6 +58,7 @@ class ShardedMixin(ParallelMixin):
 
     reduce_buffer_size: int = 2**23
     broadcast_buffers: bool = True
+    group_default_modules = (*ParallelMixin.group_default_modules, "fairscale.optim")
 
     def setup_module_and_optimizers(
         self, module: nn.Module, optimizers: list[Optimizer]
