@@ -903,6 +903,9 @@ _PARSER_EXAMPLES: dict[str, tuple[str, str, Any]] = {
     "lsf_node_rank": ("LSB_DJOB_RANKFILE", "<rankfile>", 0),
     "lsf_job_port": ("LSB_JOBID", "98765", 23765),
 }
+#: Parsers that derive a port from their scheduler's job id only; any other variable they
+#: read holds the port itself.
+_JOB_PORT_PARSERS = ("slurm_job_port", "lsf_job_port")
 RANKFILE = "launchhost\n<hostname>\n<hostname>\notherhost\notherhost\n"
 
 
@@ -915,8 +918,11 @@ def environment_test_case(env: ClusterEnvironment) -> EnvironmentTestCase:
         source: ValueSource | None = values.get(key)
         if source is None:
             continue
-        if source.parse in _PARSER_EXAMPLES:
-            variable, raw, reading = _PARSER_EXAMPLES[source.parse]
+        parser_example = _PARSER_EXAMPLES.get(source.parse) if source.parse else None
+        if parser_example is not None and (
+            parser_example[0] in source.env or source.parse not in _JOB_PORT_PARSERS
+        ):
+            variable, raw, reading = parser_example
             if variable not in source.env:
                 variable = source.env[0]
         elif source.env:

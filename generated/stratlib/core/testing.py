@@ -367,12 +367,15 @@ def _flat_grads(module: nn.Module) -> torch.Tensor | None:
 #: Wrappers that reduce each gradient to the one rank that owns its optimizer shard: the
 #: other ranks' copies are not meant to agree.
 OWNER_REDUCED_GRADIENTS = ("fairscale_sharded",)
+#: Wrappers that average gradients inside ``optimizer_step`` (torch_xla's reduce_gradients),
+#: not during backward: until the step each rank holds its own.
+STEP_REDUCED_GRADIENTS = ("xla",)
 
 
 def _grads_agree(strategy: Any, module: nn.Module) -> bool | None:
     """Whether every rank holds the same gradients (None where the wrapper keeps none, or keeps
     them only on the rank that owns them)."""
-    if strategy.wrapper in OWNER_REDUCED_GRADIENTS:
+    if strategy.wrapper in OWNER_REDUCED_GRADIENTS + STEP_REDUCED_GRADIENTS:
         return None
     grads = _flat_grads(module)
     if strategy.reduce_boolean_decision(grads is None, all=False) or grads is None:
