@@ -33,7 +33,7 @@ class StandIn:
     """How to run one spec's generated tests against its stand-ins."""
 
     packages: tuple[str, ...]
-    #: Accelerators whose processes get the CPU.
+    #: Accelerators whose processes get the CPU ('cuda:2': also present, with 2 devices).
     on_cpu: tuple[str, ...] = ()
     environ: dict[str, str] = field(default_factory=dict)
     #: Generated tests left to the hardware (a pytest -k expression), and why.
@@ -58,6 +58,31 @@ STANDINS = {
         environ={"STANDIN_TPU_DEVICES": "2"},
         hardware_only=("gives_processes",),
         expected_skips=("test_tpu_accelerator_absent_is_a_clear_error",),
+    ),
+    "ipu": StandIn(
+        packages=("poptorch",),
+        environ={"STANDIN_IPUS": "4"},
+        expected_skips=("test_ipu_accelerator_absent_is_a_clear_error",),
+        without_runs=(
+            "PopTorch compiles forward, loss, backward and step into one graph whose forward "
+            "returns the loss; the generic training scenarios call the model for predictions "
+            "(tests/hardware/test_ipu.py trains through the hooks instead)"
+        ),
+    ),
+    "horovod": StandIn(
+        packages=("horovod",),
+        without_runs=(
+            "horovodrun starts Horovod's processes, and the stand-in is a job of one process "
+            "(tests/hardware/test_horovod.py runs the strategy against it)"
+        ),
+    ),
+    "bagua": StandIn(
+        packages=("bagua",),
+        on_cpu=("cuda:2",),
+        without_runs=(
+            "Bagua runs on CUDA over NCCL, which no CPU stand-in provides "
+            "(tests/hardware/test_bagua.py trains through the wrapper with the CPU accelerator)"
+        ),
     ),
 }
 

@@ -1,7 +1,7 @@
 """Stand-in devices on the CPU, for running the generated tests of hardware specs here.
 
 Python imports this module at start-up when the stand-in folder is on the PYTHONPATH. For the
-accelerators named in STANDIN_ON_CPU (comma-separated accelerator names, e.g. 'hpu,tpu'), the
+accelerators named in STANDIN_ON_CPU (comma-separated accelerator names, e.g. 'hpu,cuda:2'), the
 generated accelerator class is changed as it is defined: its processes get the CPU, so
 that tensors live where this machine can hold them, while everything else (probes, step hooks,
 backends, strategies) stays as the spec generated it and runs against the stand-in packages.
@@ -17,7 +17,29 @@ import os
 import sys
 from typing import Any
 
-ON_CPU = frozenset(name for name in os.environ.get("STANDIN_ON_CPU", "").split(",") if name)
+
+def _parse(text: str) -> dict[str, int | None]:
+    """'hpu,cuda:2' -> {'hpu': None, 'cuda': 2}."""
+    entries: dict[str, int | None] = {}
+    for item in filter(None, text.split(",")):
+        name, _, count = item.partition(":")
+        entries[name] = int(count) if count else None
+    return entries
+
+
+#: Accelerators whose processes get the CPU; with a count, the accelerator is also made
+#: present with that many devices (for devices such as CUDA whose probes are torch's own,
+#: which no stand-in package can answer without changing torch).
+ON_CPU = _parse(os.environ.get("STANDIN_ON_CPU", ""))
+
+
+def standin_present() -> bool:
+    return True
+
+
+def standin_count() -> int:
+    counts = [count for count in ON_CPU.values() if count is not None]
+    return counts[0] if counts else 1
 
 
 def _whole_cpus(cls: type, indices: Any) -> list[Any]:
@@ -30,9 +52,14 @@ def _whole_cpus(cls: type, indices: Any) -> list[Any]:
 def _place_on_cpu(accelerator_base: type) -> None:
     def __init_subclass__(cls: type, **kwargs: Any) -> None:  # noqa: N807
         super(accelerator_base, cls).__init_subclass__(**kwargs)
-        if cls.__dict__.get("accelerator_name") in ON_CPU:
+        name = cls.__dict__.get("accelerator_name")
+        if name in ON_CPU:
             cls.device_type = "cpu"  # type: ignore[attr-defined]
             cls.get_parallel_devices = classmethod(_whole_cpus)  # type: ignore[attr-defined]
+            if ON_CPU[name] is not None:
+                cls.availability_probe = "sitecustomize:standin_present"  # type: ignore[attr-defined]
+                cls.device_count_probe = "sitecustomize:standin_count"  # type: ignore[attr-defined]
+                cls.set_device_hook = None  # type: ignore[attr-defined]
 
     accelerator_base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
 
