@@ -384,6 +384,14 @@ def _grads_agree(strategy: Any, module: nn.Module) -> bool | None:
     return bool(all(torch.allclose(gathered[0], g, atol=1e-6) for g in gathered))
 
 
+def _on_device(actual: torch.device, device: torch.device) -> bool:
+    """Whether a tensor on ``actual`` lives on ``device`` (CPU tensors carry no index, even when
+    placed on 'cpu:0')."""
+    if actual.type != device.type:
+        return False
+    return device.index is None or actual.index in (None, device.index)
+
+
 def _api(strategy: Any, folder: str) -> dict[str, Any]:
     cls = type(strategy)
     report: dict[str, Any] = {
@@ -397,9 +405,9 @@ def _api(strategy: Any, folder: str) -> dict[str, Any]:
         if name not in ("model", "optimizers")
     }
     root = strategy.root_device
-    report["model_to_device"] = str(
-        next(strategy.model_to_device(nn.Linear(2, 2)).parameters()).device
-    ) == str(root)
+    report["model_to_device"] = _on_device(
+        next(strategy.model_to_device(nn.Linear(2, 2)).parameters()).device, root
+    )
 
     model = reference_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
