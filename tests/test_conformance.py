@@ -26,6 +26,7 @@ import yaml
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
+from stratlib import registry
 from stratlib.core.testing import clean_environ
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,7 +209,10 @@ def options(draw: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
 
 @st.composite
 def device_specs(draw: Any) -> dict[str, Any]:
-    accelerator_precision = draw(precision_defaults(CPU_PRECISIONS))
+    parent = draw(st.sampled_from(CPU_PARENTS))
+    parent_class = registry.STRATEGIES[parent].cls
+    within = tuple(m for m in CPU_PRECISIONS if m in parent_class.supported_precisions)
+    accelerator_precision = draw(precision_defaults(within))
     accelerator: dict[str, Any] = {
         "name": "conf",
         "class_name": "ConfAccelerator",
@@ -244,7 +248,6 @@ def device_specs(draw: Any) -> dict[str, Any]:
     environment = draw(cluster_environments())
     spec["cluster_environments"] = [environment]
 
-    parent = draw(st.sampled_from(CPU_PARENTS))
     declared, aliases = draw(options())
     parallel: dict[str, Any] = {
         "name": "conf_parallel",
@@ -262,7 +265,8 @@ def device_specs(draw: Any) -> dict[str, Any]:
             )
         ),
     }
-    if draw(st.booleans()):
+    # A parent's own default must be one the device accepts (the spec is refused otherwise).
+    if parent_class.default_precision is not None or draw(st.booleans()):
         parallel["precision"] = draw(precision_defaults(tuple(accelerator_precision["supported"])))
     if declared:
         parallel["options"] = declared

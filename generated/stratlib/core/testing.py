@@ -871,7 +871,6 @@ class Expectation:
         reduce_ops: Reductions the backend performs natively ('mean' is emulated otherwise).
         casts: Tensor dtypes the backend reduces in another dtype, and that dtype.
         step_hooks: Functions (import paths) called after backward / optimizer step.
-        options: Every option with the value it takes when not given.
     """
 
     devices: int
@@ -881,7 +880,6 @@ class Expectation:
     reduce_ops: tuple[str, ...] = REDUCE_OPS
     casts: dict[str, str] = field(default_factory=dict)
     step_hooks: dict[str, str] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 def runnable_or_skip(cls: type) -> str:
