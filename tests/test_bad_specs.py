@@ -42,6 +42,7 @@ REQUIRED = {
     "launcher on single device": "32_launcher_on_single_device",
     "reserved option name": "33_reserved_option_names",
     "ambiguous precision plugins": "34_ambiguous_precision_plugins",
+    "default precision not accepted on an accelerator": "47_default_precision_not_on_accelerator",
 }
 
 

@@ -17,3 +17,7 @@ from stratlib.core.testing import isolated_environment
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test starts without cluster or rendezvous variables from the outside."""
     isolated_environment(monkeypatch)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: runs real multi-process training")

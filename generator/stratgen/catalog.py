@@ -1103,13 +1103,27 @@ def _check_names(catalog: Catalog, problems: _Problems) -> None:
 
 
 def _check_precision_coverage(catalog: Catalog, problems: _Problems) -> None:
-    """Every precision a strategy accepts on an accelerator must have a plugin to serve it."""
+    """Every precision a strategy accepts on an accelerator must have a plugin to serve it,
+    and the one it runs in by default must be accepted by both."""
     for strategy in catalog.strategies.values():
         if strategy.abstract:
             continue
         for accelerator_name in strategy.accelerators:
             accelerator = catalog.accelerators[accelerator_name]
             on_device = accelerator.spec.precision.supported or PRECISIONS
+            default = strategy.default_precision or accelerator.spec.precision.default or "32-true"
+            if default not in on_device or default not in strategy.supported_precisions:
+                source = "its own" if strategy.spec.precision else "inherited"
+                if strategy.default_precision is None:
+                    source = f"accelerator {accelerator_name!r}'s"
+                problems.add(
+                    _field_loc(strategy.spec, "precision"),
+                    f"{_spec_path(strategy)}.precision.default",
+                    f"strategy {strategy.name!r} runs in {default!r} by default ({source} "
+                    f"default) on {accelerator_name!r}, but {accelerator_name!r} accepts "
+                    f"{one_of(on_device)} and the strategy {one_of(strategy.supported_precisions)}"
+                    "; set precision.default to one that both accept",
+                )
             for mode in strategy.supported_precisions:
                 if (
                     mode in on_device

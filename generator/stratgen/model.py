@@ -275,7 +275,7 @@ class AcceleratorSpec:
     )
     device_count: ImportPath | None = described(
         "Function returning the number of devices; omit for devices that are processes "
-        "(any number may be requested)."
+        "(any number may be requested), or, where is_available is given, for one device."
     )
     auto_devices: int | None = described(
         "How many devices devices='auto' selects; omit for all available.", default=None

@@ -793,14 +793,13 @@ def describe_sources(sources: Iterable[Source]) -> str:
 
 @dataclass
 class StrategyTestFacts:
-    """What a strategy's spec says, as literals for its generated test."""
+    """What a strategy's spec says it does, as literals for its generated tests."""
 
     strategy: Strategy
-    registry: list[tuple[str, str]]  # (registry name, preset literal)
-    option_defaults: list[tuple[str, str]]  # (option, default literal)
-    class_facts: list[tuple[str, str]]  # (class attribute, expected literal)
-    precision_cases: list[tuple[str, str, str]]  # (accelerator class, precision, plugin class)
-    backend_cases: list[tuple[str, str]]  # (accelerator class, backend name)
+    #: (registry name, the options a strategy built under that name holds, as a literal)
+    registry: list[tuple[str, str]]
+    #: (accelerator name, a ``testing.Expectation(...)`` literal) for each accelerator it runs on
+    expectations: list[tuple[str, str]]
     run_devices: int  # processes per node in the real-run tests
     parallel: bool
 
@@ -813,51 +812,64 @@ class StrategyTestFacts:
         return self.strategy.class_name
 
 
+def _expectation(catalog: Catalog, strategy: Strategy, accelerator_name: str, devices: int) -> str:
+    """What the spec says ``strategy`` does on one accelerator, as a constructor call."""
+    accelerator = catalog.accelerators[accelerator_name]
+    on_device = accelerator.spec.precision.supported or PRECISIONS
+    precisions = tuple(
+        mode
+        for mode in strategy.supported_precisions
+        if mode in on_device and catalog.select_precision(strategy, accelerator_name, mode)
+    )
+    default = strategy.default_precision or accelerator.spec.precision.default or "32-true"
+    backend = strategy.backend or accelerator.backend
+    hooks = accelerator.spec.step_hooks
+    step_hooks = {
+        point: path
+        for point, path in (
+            ("after_backward", hooks.after_backward),
+            ("after_optimizer_step", hooks.after_optimizer_step),
+        )
+        if path is not None
+    }
+    arguments = [
+        f"devices={devices}",
+        f"default_precision={literal(default)}",
+        f"precisions={literal(precisions)}",
+        f"backend={literal(backend.name)}",
+        f"reduce_ops={literal(tuple(backend.reduce_ops))}",
+    ]
+    if backend.casts:
+        arguments.append(f"casts={literal(dict(backend.casts))}")
+    if step_hooks:
+        arguments.append(f"step_hooks={literal(step_hooks)}")
+    return f"testing.Expectation({', '.join(arguments)})"
+
+
 def strategy_test_facts(
     catalog: Catalog, strategy: Strategy, accelerators: Iterable[str]
 ) -> StrategyTestFacts:
-    registry = [(strategy.name, "{}")] if not strategy.abstract else []
-    registry += [(alias, literal(preset)) for alias, preset in strategy.aliases.items()]
-    facts = _strategy_facts(strategy)
-    class_facts = [
-        (key, literal(facts[key]))
-        for key in (
-            "strategy_name",
-            "wrapper",
-            "launcher_name",
-            "default_precision",
-            "supported_precisions",
-            "cluster_environments",
-            "supported_accelerators",
-        )
-    ]
-    precision_cases = []
-    backend_cases = []
-    chosen = set(accelerators)
-    for name in strategy.accelerators:
-        if name not in chosen:
-            continue
-        accelerator = catalog.accelerators[name]
-        on_device = accelerator.spec.precision.supported or PRECISIONS
-        for mode in strategy.supported_precisions:
-            plugin = catalog.select_precision(strategy, name, mode)
-            if mode in on_device and plugin is not None:
-                precision_cases.append((accelerator.class_name, mode, plugin.class_name))
-        backend = strategy.backend or accelerator.backend
-        backend_cases.append((accelerator.class_name, backend.name))
+    defaults = {name: option.default for name, option in strategy.options.items()}
+    names: list[tuple[str, dict[str, Any]]] = [] if strategy.abstract else [(strategy.name, {})]
+    names += list(strategy.aliases.items())
+    registry = [(name, literal({**defaults, **preset})) for name, preset in names]
     single_process = (
         strategy.base != "parallel"
         or strategy.wrapper in ("dp", "ddp2")
         or strategy.launcher == "none"
     )
+    devices = 1 if single_process else 2
+    chosen = set(accelerators)
+    expectations = [
+        (name, _expectation(catalog, strategy, name, devices))
+        for name in strategy.accelerators
+        if name in chosen
+    ]
     return StrategyTestFacts(
         strategy=strategy,
         registry=registry,
-        option_defaults=[(n, literal(o.default)) for n, o in strategy.options.items()],
-        class_facts=class_facts,
-        precision_cases=precision_cases,
-        backend_cases=backend_cases,
-        run_devices=1 if single_process else 2,
+        expectations=expectations,
+        run_devices=devices,
         parallel=strategy.base == "parallel",
     )
 
@@ -894,6 +906,9 @@ _PARSER_EXAMPLES: dict[str, tuple[str, str, Any]] = {
     "lsf_node_rank": ("LSB_DJOB_RANKFILE", "<rankfile>", 0),
     "lsf_job_port": ("LSB_JOBID", "98765", 23765),
 }
+#: Parsers that derive a port from their scheduler's job id only; any other variable they
+#: read holds the port itself.
+_JOB_PORT_PARSERS = ("slurm_job_port", "lsf_job_port")
 RANKFILE = "launchhost\n<hostname>\n<hostname>\notherhost\notherhost\n"
 
 
@@ -906,8 +921,11 @@ def environment_test_case(env: ClusterEnvironment) -> EnvironmentTestCase:
         source: ValueSource | None = values.get(key)
         if source is None:
             continue
-        if source.parse in _PARSER_EXAMPLES:
-            variable, raw, reading = _PARSER_EXAMPLES[source.parse]
+        parser_example = _PARSER_EXAMPLES.get(source.parse) if source.parse else None
+        if parser_example is not None and (
+            parser_example[0] in source.env or source.parse not in _JOB_PORT_PARSERS
+        ):
+            variable, raw, reading = parser_example
             if variable not in source.env:
                 variable = source.env[0]
         elif source.env:

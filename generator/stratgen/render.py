@@ -389,19 +389,18 @@ def _tests(
             continue
         imports = [s.class_name for s in strategies] + [p.class_name for p in plugins]
         imports += [e.class_name for e in envs]
-        accelerator_classes = {
-            catalog.accelerators[a].class_name
-            for s in strategies
-            for a in s.accelerators
-            if a in selection.accelerators
-        }
         if accelerator is not None:
-            accelerator_classes.add(accelerator.class_name)
+            imports.append(accelerator.class_name)
         text = template.render(
             header=header(source.path),
             package=package,
             source=source,
-            imports=sorted(set(imports) | accelerator_classes),
+            imports=sorted(set(imports)),
+            uses_tmp_path=any(not s.abstract for s in strategies)
+            or any(not e.abstract for e in envs),
+            builds_strategies=any(not s.abstract for s in strategies),
+            uses_registry=bool(accelerator or plugins or envs)
+            or any(s.abstract for s in strategies),
             strategies=[
                 pyapi.strategy_test_facts(catalog, s, selection.accelerators) for s in strategies
             ],

@@ -26,13 +26,15 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from .accelerator import PRECISIONS
+from .collectives import REDUCE_OPS
 from .exceptions import MisconfigurationError, MissingDependencyError
 from .factory import precision_plugin_class
 
@@ -122,13 +124,21 @@ API_PROPERTIES = (
 __all__ = [
     "API_METHODS",
     "API_PROPERTIES",
+    "Expectation",
     "FailureRun",
     "MisconfigurationError",
     "MissingDependencyError",
     "assert_api",
+    "available_or_skip",
     "assert_collectives",
     "assert_detection_priority",
     "assert_device_parsing",
+    "assert_devices_addressed",
+    "assert_hooks_called",
+    "assert_options",
+    "assert_precisions",
+    "assert_trains_like_one_process",
+    "assert_visible_devices_named",
     "assert_job_stopped",
     "assert_parameters_close",
     "assert_precision_plugin_trains",
@@ -136,23 +146,27 @@ __all__ = [
     "clean_environ",
     "cluster_variables",
     "environment_values",
+    "expectation_for",
     "expected_values",
     "isolated_environment",
     "leftover_processes",
     "main",
-    "option_defaults",
     "precision_plugin_class",
+    "precision_tolerance",
     "precision_variant",
     "reference_parameters",
     "run_failure_scenario",
     "run_scenario",
     "runnable_accelerator",
+    "runnable_or_skip",
     "set_environment",
     "unavailable_plugin_reason",
     "unavailable_reason",
 ]
 BATCH = 16
 FEATURES = 8
+#: An int64 that float32 cannot hold: a reduction cast through float32 visibly loses its last bit.
+LARGE_INT = 2**40 + 1
 
 
 def cluster_variables() -> frozenset[str]:
@@ -233,7 +247,36 @@ def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 # --- scenarios (each runs inside the launched processes) -----------------------------------------
 
 
+def _count_calls(paths: Sequence[str]) -> dict[str, int]:
+    """Replace each function named by an import path with one that counts its calls (the
+    runtime resolves hooks by path at every call, so it finds the counting one)."""
+    import importlib
+
+    counts: dict[str, int] = {}
+    for path in dict.fromkeys(paths):
+        module_name, _, attribute = path.partition(":")
+        module = importlib.import_module(module_name)
+        function = getattr(module, attribute)
+        counts[path] = 0
+
+        def counting(*args: Any, _path: str = path, _function: Any = function) -> Any:
+            counts[_path] += 1
+            return _function(*args)
+
+        setattr(module, attribute, counting)
+    return counts
+
+
+def _step_hooks(accelerator: Any) -> dict[str, str]:
+    hooks = {
+        "after_backward": accelerator.after_backward_hook,
+        "after_optimizer_step": accelerator.after_optimizer_step_hook,
+    }
+    return {point: path for point, path in hooks.items() if path is not None}
+
+
 def _train(strategy: Any, steps: int, lr: float) -> dict[str, Any]:
+    hook_calls = _count_calls(list(_step_hooks(strategy.accelerator).values()))
     model = reference_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     model, optimizer = strategy.setup(model, optimizer)
@@ -256,21 +299,28 @@ def _train(strategy: Any, steps: int, lr: float) -> dict[str, Any]:
         "world_size": world,
         "precision": strategy.precision_plugin.precision,
         "model_type": type(model).__name__,
+        "hook_calls": hook_calls,
     }
 
 
 def _collectives(strategy: Any) -> dict[str, Any]:
+    import torch.distributed as dist
+
     rank, world = strategy.global_rank, strategy.world_size
     device = strategy.root_device
     value = torch.tensor([float(rank + 1)], device=device)
+    reductions: dict[str, Any] = {}
+    for op in REDUCE_OPS:
+        try:
+            reductions[op] = strategy.reduce(value, reduce_op=op).item()
+        except MisconfigurationError as exc:
+            reductions[op] = f"refused: {exc}"
+    large = strategy.reduce(torch.tensor(LARGE_INT + rank, device=device), reduce_op="sum")
     views = {
         "rank": rank,
         "world_size": world,
-        "mean": strategy.reduce(value, reduce_op="mean").item(),
-        "sum": strategy.reduce(value, reduce_op="sum").item(),
-        "max": strategy.reduce(value, reduce_op="max").item(),
-        "min": strategy.reduce(value, reduce_op="min").item(),
-        "int_sum": strategy.reduce(torch.tensor(rank + 1, device=device), reduce_op="sum").item(),
+        "reductions": reductions,
+        "large_int_sum": [large.item(), str(large.dtype).removeprefix("torch.")],
         "gather": strategy.all_gather(torch.tensor([rank, 10 * rank], device=device))
         .cpu()
         .tolist(),
@@ -279,6 +329,7 @@ def _collectives(strategy: Any) -> dict[str, Any]:
         "all_rank0": strategy.reduce_boolean_decision(rank == 0, all=True),
         "any_rank0": strategy.reduce_boolean_decision(rank == 0, all=False),
         "sampler": strategy.distributed_sampler_kwargs,
+        "process_group_backend": dist.get_backend() if dist.is_initialized() else None,
     }
     strategy.barrier("collectives")
     gathered = strategy.all_gather(torch.tensor([float(rank)], device=device))
@@ -314,18 +365,29 @@ def _flat_grads(module: nn.Module) -> torch.Tensor | None:
 #: Wrappers that reduce each gradient to the one rank that owns its optimizer shard: the
 #: other ranks' copies are not meant to agree.
 OWNER_REDUCED_GRADIENTS = ("fairscale_sharded",)
+#: Wrappers that average gradients inside ``optimizer_step`` (torch_xla's reduce_gradients),
+#: not during backward: until the step each rank holds its own.
+STEP_REDUCED_GRADIENTS = ("xla",)
 
 
 def _grads_agree(strategy: Any, module: nn.Module) -> bool | None:
     """Whether every rank holds the same gradients (None where the wrapper keeps none, or keeps
     them only on the rank that owns them)."""
-    if strategy.wrapper in OWNER_REDUCED_GRADIENTS:
+    if strategy.wrapper in OWNER_REDUCED_GRADIENTS + STEP_REDUCED_GRADIENTS:
         return None
     grads = _flat_grads(module)
     if strategy.reduce_boolean_decision(grads is None, all=False) or grads is None:
         return None
     gathered = strategy.all_gather(grads.to(strategy.root_device))
     return bool(all(torch.allclose(gathered[0], g, atol=1e-6) for g in gathered))
+
+
+def _on_device(actual: torch.device, device: torch.device) -> bool:
+    """Whether a tensor on ``actual`` lives on ``device`` (CPU tensors carry no index, even when
+    placed on 'cpu:0')."""
+    if actual.type != device.type:
+        return False
+    return device.index is None or actual.index in (None, device.index)
 
 
 def _api(strategy: Any, folder: str) -> dict[str, Any]:
@@ -341,9 +403,9 @@ def _api(strategy: Any, folder: str) -> dict[str, Any]:
         if name not in ("model", "optimizers")
     }
     root = strategy.root_device
-    report["model_to_device"] = str(
-        next(strategy.model_to_device(nn.Linear(2, 2)).parameters()).device
-    ) == str(root)
+    report["model_to_device"] = _on_device(
+        next(strategy.model_to_device(nn.Linear(2, 2)).parameters()).device, root
+    )
 
     model = reference_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -733,13 +795,6 @@ def assert_training_converges(result: dict[str, Any]) -> None:
 # --- assertions for generated tests ------------------------------------------------------------
 
 
-def option_defaults(cls: type) -> dict[str, Any]:
-    """The options of a strategy class with their default values."""
-    from .factory import strategy_options
-
-    return {name: p.default for name, p in strategy_options(cls).items()}
-
-
 def runnable_accelerator(cls: type) -> str:
     """The first accelerator ``cls`` supports that is present here ('cpu' if none is)."""
     from .registry import generated_registry
@@ -802,33 +857,229 @@ def precision_variant(cls: type, accelerator: str) -> str | None:
     return None
 
 
-def assert_collectives(result: dict[str, Any], world_size: int) -> None:
-    """Check rank 0's view of the ``collectives`` scenario."""
+@dataclass(frozen=True)
+class Expectation:
+    """What a strategy's spec says it does on one accelerator, for its generated tests.
+
+    Attributes:
+        devices: Processes (devices) its real-run tests start.
+        default_precision: The precision it runs in when none is asked for.
+        precisions: Every precision it accepts on this accelerator.
+        backend: The collective backend of its process group (None for one process).
+        reduce_ops: Reductions the backend performs natively ('mean' is emulated otherwise).
+        casts: Tensor dtypes the backend reduces in another dtype, and that dtype.
+        step_hooks: Functions (import paths) called after backward / optimizer step.
+    """
+
+    devices: int
+    default_precision: str
+    precisions: tuple[str, ...]
+    backend: str | None = None
+    reduce_ops: tuple[str, ...] = REDUCE_OPS
+    casts: dict[str, str] = field(default_factory=dict)
+    step_hooks: dict[str, str] = field(default_factory=dict)
+
+
+def runnable_or_skip(cls: type) -> str:
+    """The accelerator ``cls`` runs on here; skips the calling pytest test where it cannot run.
+
+    Called inside tests, so that nothing is probed while pytest collects them.
+    """
+    import pytest
+
+    accelerator = runnable_accelerator(cls)
+    reason = unavailable_reason(cls, accelerator)
+    if reason is not None:
+        pytest.skip(reason)
+    return accelerator
+
+
+def available_or_skip(accelerator: type) -> None:
+    """Skip the calling pytest test unless the accelerator is present here."""
+    import pytest
+
+    if not accelerator.is_available():  # type: ignore[attr-defined]
+        pytest.skip(f"no {accelerator.accelerator_name} device on this machine")  # type: ignore[attr-defined]
+
+
+def expectation_for(expected: dict[str, Expectation], accelerator: str) -> Expectation:
+    assert (
+        accelerator in expected
+    ), f"the spec says nothing of {accelerator!r}; it declares {', '.join(expected)}"
+    return expected[accelerator]
+
+
+def assert_options(strategy: Any, expected: dict[str, Any]) -> None:
+    """A built strategy holds every option at the expected value."""
+    actual = {name: getattr(strategy, name, "<missing>") for name in expected}
+    assert actual == expected, (
+        f"{type(strategy).__name__} was built with options {actual}, "
+        f"expected {expected} (the spec's defaults and the registry name's preset)"
+    )
+
+
+def assert_precisions(cls: type, accelerator: str, devices: int, expected: Expectation) -> None:
+    """``get_strategy`` runs the default precision when none is given, every supported one
+    when asked, and refuses every other one with a clear error."""
+    package = __import__(PACKAGE)
+    name = cls.strategy_name  # type: ignore[attr-defined]
+    chosen = package.get_strategy(name, accelerator=accelerator, devices=devices)
+    assert chosen.precision_plugin.precision == expected.default_precision, (
+        f"{name} runs in {chosen.precision_plugin.precision!r} by default on {accelerator!r}, "
+        f"expected {expected.default_precision!r}"
+    )
+    for mode in PRECISIONS:
+        if mode in expected.precisions:
+            built = package.get_strategy(
+                name, accelerator=accelerator, devices=devices, precision=mode
+            )
+            assert (
+                built.precision_plugin.precision == mode
+            ), f"{name} asked for {mode!r} runs in {built.precision_plugin.precision!r}"
+            continue
+        try:
+            package.get_strategy(name, accelerator=accelerator, devices=devices, precision=mode)
+        except MisconfigurationError as exc:
+            assert mode in str(exc), f"refusing {mode!r}, the error does not name it: {exc}"
+        else:
+            raise AssertionError(
+                f"{name} accepted precision={mode!r} on {accelerator!r}; "
+                f"it supports only {', '.join(expected.precisions)}"
+            )
+
+
+#: How far training in each precision may drift from the reference at that precision after a
+#: few steps: data-parallel training sums its gradients in another order than one process.
+PRECISION_TOLERANCE = {
+    "64-true": 1e-10,
+    "32-true": 1e-5,
+    "16-mixed": 5e-3,
+    "bf16-mixed": 1e-2,
+    "16-true": 1e-2,
+    "bf16-true": 5e-2,
+}
+_TRUE_DTYPES = {
+    "64-true": torch.float64,
+    "16-true": torch.float16,
+    "bf16-true": torch.bfloat16,
+}
+
+
+def precision_tolerance(precision: str) -> float:
+    return PRECISION_TOLERANCE[precision]
+
+
+def assert_trains_like_one_process(
+    result: dict[str, Any], steps: int, expected: Expectation
+) -> None:
+    """Rank 0's parameters after ``steps`` equal one process training on the whole batch, at
+    the same precision (parameters in the precision's dtype) within its tolerance."""
+    precision = result["precision"]
+    assert (
+        precision == expected.default_precision
+    ), f"trained in {precision!r}, expected the default {expected.default_precision!r}"
+    assert (
+        result["world_size"] == expected.devices
+    ), f"trained on {result['world_size']} processes, expected {expected.devices}"
+    dtype = _TRUE_DTYPES.get(precision, torch.float32)
+    reference = reference_parameters(steps=steps, dtype=dtype)
+    assert_parameters_close(result["params"], reference, atol=precision_tolerance(precision))
+    assert_hooks_called(result["hook_calls"], steps, expected)
+
+
+def assert_hooks_called(calls: dict[str, int], steps: int, expected: Expectation) -> None:
+    """Each step hook ran once per step at its point (twice where one function serves both)."""
+    wanted: dict[str, int] = {}
+    for path in expected.step_hooks.values():
+        wanted[path] = wanted.get(path, 0) + steps
+    assert calls == wanted, (
+        f"step hooks ran {calls} times in {steps} steps, expected {wanted} "
+        f"(hooks: {expected.step_hooks})"
+    )
+
+
+def assert_collectives(
+    result: dict[str, Any], world_size: int, expected: Expectation | None = None
+) -> None:
+    """Check rank 0's view of the ``collectives`` scenario against what the backend declares:
+    its reductions are exact, 'mean' is emulated where it is not declared, other reductions
+    are refused with an error naming the backend, and declared casts are applied and undone."""
+    expected = expected or Expectation(
+        devices=world_size, default_precision="32-true", precisions=()
+    )
     ranks = list(range(world_size))
-    assert result["world_size"] == world_size
-    assert result["rank"] == 0
-    assert result["sum"] == sum(r + 1 for r in ranks)
-    assert abs(result["mean"] - sum(r + 1 for r in ranks) / world_size) < 1e-6
-    assert result["max"] == world_size and result["min"] == 1
-    assert result["int_sum"] == sum(r + 1 for r in ranks)
-    assert result["gather"] == [[r, 10 * r] for r in ranks]
-    assert result["broadcast"] == {"sender": 0, "items": [1, 2]}
-    assert result["all_true"] is True
-    assert result["all_rank0"] is (world_size == 1)
-    assert result["any_rank0"] is True
-    assert result["sampler"] == {"num_replicas": world_size, "rank": 0}
-    assert result["every_rank"] == ranks
+    assert (
+        result["world_size"] == world_size
+    ), f"world size {result['world_size']}, expected {world_size}"
+    assert result["rank"] == 0, f"rank 0 reported as rank {result['rank']}"
+    values = [float(r + 1) for r in ranks]
+    exact = {
+        "sum": sum(values),
+        "product": math.prod(values),
+        "min": min(values),
+        "max": max(values),
+        "mean": sum(values) / world_size,
+    }
+    reductions = result["reductions"]
+    for op, value in exact.items():
+        got = reductions[op]
+        if op in expected.reduce_ops or op == "mean" or world_size == 1:
+            assert (
+                isinstance(got, float) and abs(got - value) < 1e-6
+            ), f"reduce_op={op!r} over {world_size} ranks gave {got!r}, expected {value}"
+        else:
+            assert isinstance(got, str) and got.startswith("refused:") and op in got, (
+                f"reduce_op={op!r}, which backend {expected.backend!r} does not declare, "
+                f"gave {got!r}; expected a clear refusal"
+            )
+    cast = expected.casts.get("int64") if world_size > 1 else None
+    addends = [torch.tensor(LARGE_INT + r) for r in ranks]
+    if cast is not None:
+        addends = [a.to(getattr(torch, cast)) for a in addends]
+    large = int(sum(addends[1:], addends[0]).to(torch.int64).item())
+    assert result["large_int_sum"] == [large, "int64"], (
+        f"summing int64 {LARGE_INT}+rank gave {result['large_int_sum']}, expected {large} as "
+        f"int64 ({'reduced as ' + cast if cast else 'reduced exactly'})"
+    )
+    if world_size > 1 and result["process_group_backend"] is not None:
+        assert (
+            result["process_group_backend"] == expected.backend
+        ), f"the process group runs {result['process_group_backend']!r}, expected {expected.backend!r}"
+    assert result["gather"] == [[r, 10 * r] for r in ranks], f"all_gather gave {result['gather']}"
+    assert result["broadcast"] == {
+        "sender": 0,
+        "items": [1, 2],
+    }, f"broadcast gave {result['broadcast']}"
+    assert result["all_true"] is True, "reduce_boolean_decision(True, all=True) is not True"
+    assert result["all_rank0"] is (
+        world_size == 1
+    ), "reduce_boolean_decision(rank == 0, all=True) is wrong"
+    assert result["any_rank0"] is True, "reduce_boolean_decision(rank == 0, all=False) is not True"
+    assert result["sampler"] == {
+        "num_replicas": world_size,
+        "rank": 0,
+    }, f"distributed_sampler_kwargs: {result['sampler']}"
+    assert result["every_rank"] == ranks, f"ranks seen after the barrier: {result['every_rank']}"
 
 
-def assert_api(result: dict[str, Any], world_size: int) -> None:
+def assert_api(
+    result: dict[str, Any], world_size: int, expected: Expectation | None = None
+) -> None:
     """Check rank 0's report of the ``api`` scenario: every member exists and behaves."""
     assert result["missing_methods"] == [], f"missing methods: {result['missing_methods']}"
     assert result["missing_properties"] == [], f"missing properties: {result['missing_properties']}"
     props = result["properties"]
-    assert props["global_rank"] == 0 and props["local_rank"] == 0 and props["node_rank"] == 0
-    assert props["world_size"] == world_size and props["is_global_zero"] is True
+    assert (
+        props["global_rank"] == 0 and props["local_rank"] == 0 and props["node_rank"] == 0
+    ), f"rank 0 reports ranks {props['global_rank']}, {props['local_rank']}, {props['node_rank']}"
+    assert (
+        props["world_size"] == world_size and props["is_global_zero"] is True
+    ), f"world size {props['world_size']} (expected {world_size}), global zero {props['is_global_zero']}"
     assert props["root_device"] in props["parallel_devices"], props
-    assert props["distributed_sampler_kwargs"] == {"num_replicas": world_size, "rank": 0}
+    assert props["distributed_sampler_kwargs"] == {
+        "num_replicas": world_size,
+        "rank": 0,
+    }, f"distributed_sampler_kwargs: {props['distributed_sampler_kwargs']}"
     for plugin in ("accelerator", "precision_plugin", "checkpoint_io", "launcher"):
         assert isinstance(props[plugin], str) and props[plugin], f"{plugin}: {props[plugin]!r}"
     assert result["empty_before_setup"], "model or optimizers set before setup()"
@@ -842,7 +1093,7 @@ def assert_api(result: dict[str, Any], world_size: int) -> None:
         True,
         None,
     ), "gradients not synchronised after block_backward_sync"
-    assert_collectives(result["collectives"], world_size)
+    assert_collectives(result["collectives"], world_size, expected)
     assert result[
         "full_state_dict"
     ], "get_module_state_dict is not the full state of the user's module"
@@ -850,29 +1101,67 @@ def assert_api(result: dict[str, Any], world_size: int) -> None:
     assert result["checkpoint_restored"], "load_checkpoint did not restore the saved state"
 
 
-def assert_device_parsing(accelerator: type) -> None:
-    """Device selection of an available accelerator: counts, 'auto', errors."""
-    from .exceptions import MisconfigurationError
+def _refused(accelerator: type, devices: Any) -> str | None:
+    try:
+        accelerator.parse_devices(devices)  # type: ignore[attr-defined]
+    except MisconfigurationError as exc:
+        return str(exc)
+    return None
 
+
+def assert_device_parsing(accelerator: type, *, indexed: bool, counted: bool) -> None:
+    """Device selection of an available accelerator: numbers, 'auto' and -1 as the device count
+    says, index lists only for indexed devices, and clear errors for the rest."""
+    name = accelerator.__name__
     count = accelerator.device_count()  # type: ignore[attr-defined]
-    assert accelerator.parse_devices(1) == [0]  # type: ignore[attr-defined]
-    assert accelerator.parse_devices("1") == [0]  # type: ignore[attr-defined]
-    assert len(accelerator.parse_devices("auto")) >= 1  # type: ignore[attr-defined]
+    assert (count is not None) is counted, f"{name}.device_count() is {count!r}: expected " + (
+        "a number (the spec names a count function)" if counted else "None (devices are processes)"
+    )
+    for one in (1, "1"):
+        assert accelerator.parse_devices(one) == [0], f"devices={one!r} is not one device"  # type: ignore[attr-defined]
+    assert len(accelerator.parse_devices("auto")) >= 1, "devices='auto' selects no device"  # type: ignore[attr-defined]
     if count is None:
-        assert accelerator.parse_devices(3) == [0, 1, 2]  # type: ignore[attr-defined]
+        assert accelerator.parse_devices(3) == [0, 1, 2], "devices=3 is not three processes"  # type: ignore[attr-defined]
+        assert _refused(accelerator, -1), "devices=-1 accepted although any number may be started"
     else:
-        assert accelerator.parse_devices(-1) == list(range(count))  # type: ignore[attr-defined]
-        assert accelerator.parse_devices("-1") == list(range(count))  # type: ignore[attr-defined]
-        assert accelerator.parse_devices([0]) == [0]  # type: ignore[attr-defined]
+        for every in (-1, "-1"):
+            assert accelerator.parse_devices(every) == list(range(count)), (  # type: ignore[attr-defined]
+                f"devices={every!r} does not select all {count} devices"
+            )
+        assert _refused(
+            accelerator, count + 1
+        ), f"devices={count + 1} accepted with {count} present"
+    listed = _refused(accelerator, [0])
+    if indexed:
+        assert listed is None, f"devices=[0] refused by an indexed accelerator: {listed}"
+    else:
+        assert (
+            listed is not None and "not addressed by index" in listed
+        ), f"devices=[0] should be refused: {name} devices are not addressed by index ({listed})"
     for bad in (0, -2, "x", 1.5, True):
-        try:
-            accelerator.parse_devices(bad)  # type: ignore[attr-defined]
-        except MisconfigurationError as exc:
-            assert "devices=" in str(exc)
-        else:
-            raise AssertionError(f"devices={bad!r} was accepted")
-    devices = accelerator.get_parallel_devices([0])  # type: ignore[attr-defined]
-    assert devices[0].type == accelerator.device_type  # type: ignore[attr-defined]
+        message = _refused(accelerator, bad)
+        assert message is not None, f"devices={bad!r} was accepted"
+        assert "devices=" in message, f"the error for devices={bad!r} does not name it: {message}"
+
+
+def assert_devices_addressed(accelerator: type, *, device_type: str, indexed: bool) -> None:
+    """Processes get devices of the declared type, each its own index or all the whole device."""
+    devices = accelerator.get_parallel_devices([0, 1])  # type: ignore[attr-defined]
+    expected = (
+        [torch.device(device_type, i) for i in (0, 1)]
+        if indexed
+        else [torch.device(device_type)] * 2
+    )
+    assert devices == expected, f"two processes get {devices}, expected {expected}"
+
+
+def assert_visible_devices_named(accelerator: type, variable: str, monkeypatch: Any) -> None:
+    """Asking for more devices than are visible names the visible-devices variable."""
+    monkeypatch.setenv(variable, "0")
+    count = accelerator.device_count()  # type: ignore[attr-defined]
+    message = _refused(accelerator, count + 1)
+    assert message is not None, f"devices={count + 1} accepted with {count} visible"
+    assert f"{variable}='0'" in message, f"the error does not name {variable}: {message}"
 
 
 def set_environment(
