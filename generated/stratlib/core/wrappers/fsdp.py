@@ -132,9 +132,22 @@ class FSDPMixin(ParallelMixin):
     # -- wrapping --------------------------------------------------------------------------
 
     @property
-    def device_mesh(self) -> DeviceMesh:
-        """The mesh ``fully_shard`` runs on, over every process and on this process's device
-        type: one-dimensional, or ``(replicate, shard)`` for hybrid and unsharded layouts."""
+    def device_mesh(self) -> Any:
+        """The mesh ``fully_shard`` runs on, once ``setup`` has built it; before that, the
+        ``device_mesh`` option as given (sizes, a DeviceMesh or None). Reading it never
+        connects the processes."""
+        return self._device_mesh if self._device_mesh is not None else self._mesh_option
+
+    @device_mesh.setter
+    def device_mesh(self, device_mesh: Any) -> None:
+        """The ``device_mesh`` option: ``(replicate, shard)`` sizes, a DeviceMesh, or None."""
+        self._mesh_option = device_mesh
+        self._device_mesh = None
+
+    def _mesh(self) -> DeviceMesh:
+        """The mesh ``fully_shard`` runs on, built on first use, over every process and on this
+        process's device type: one-dimensional, or ``(replicate, shard)`` for hybrid and
+        unsharded layouts."""
         if self._device_mesh is None:
             if self._mesh_option is not None and not isinstance(self._mesh_option, Sequence):
                 self._device_mesh = self._mesh_option  # the user's own DeviceMesh
@@ -143,12 +156,6 @@ class FSDPMixin(ParallelMixin):
                 names = HYBRID_DIMS if len(shape) == 2 else None
                 self._device_mesh = build_mesh(self.root_device.type, shape, names)
         return self._device_mesh
-
-    @device_mesh.setter
-    def device_mesh(self, device_mesh: Any) -> None:
-        """The ``device_mesh`` option: ``(replicate, shard)`` sizes, a DeviceMesh, or None."""
-        self._mesh_option = device_mesh
-        self._device_mesh = None
 
     def sharding_layout(self) -> ShardingLayout:
         """The mesh shape and resharding the ``sharding_strategy`` stands for."""
@@ -185,8 +192,8 @@ class FSDPMixin(ParallelMixin):
         """Shard ``module`` in place: each auto-wrapped submodule, then the root."""
         fully_shard = _fsdp2().fully_shard
         for submodule in self.auto_wrap_modules(module):
-            fully_shard(submodule, mesh=self.device_mesh, **self.fsdp_kwargs(root=False))
-        fully_shard(module, mesh=self.device_mesh, **self.fsdp_kwargs(root=True))
+            fully_shard(submodule, mesh=self._mesh(), **self.fsdp_kwargs(root=False))
+        fully_shard(module, mesh=self._mesh(), **self.fsdp_kwargs(root=True))
         return module
 
     def fsdp_kwargs(self, root: bool = True) -> dict[str, Any]:
