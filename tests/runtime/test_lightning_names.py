@@ -42,12 +42,16 @@ def test_deepspeed_stage_1_offload_config_offloads_the_optimizer_to_the_cpu() ->
 
 
 def test_nvme_offload_without_a_path_is_a_clear_error() -> None:
+    # The strategy can be built (as every registry name can); its DeepSpeed config, made when
+    # the processes set up, cannot.
+    strategy: Any = stratlib.get_strategy("deepspeed_stage_3_offload_nvme", accelerator="cpu")
     with pytest.raises(MisconfigurationError, match="offloading to NVMe needs nvme_path"):
-        stratlib.get_strategy("deepspeed_stage_3_offload_nvme", accelerator="cpu")
+        strategy.deepspeed_config()
+    elsewhere: Any = stratlib.get_strategy(
+        "deepspeed_stage_3_offload_nvme", accelerator="cpu", nvme_path="/no/such/nvme"
+    )
     with pytest.raises(MisconfigurationError, match="is not an existing folder"):
-        stratlib.get_strategy(
-            "deepspeed_stage_3_offload_nvme", accelerator="cpu", nvme_path="/no/such/nvme"
-        )
+        elsewhere.deepspeed_config()
 
 
 @pytest.mark.skipif(not module_available("deepspeed"), reason="deepspeed is not installed")

@@ -307,14 +307,6 @@ class DeepSpeedMixin(ParallelMixin):
             )
         return path
 
-    def validate_configuration(self) -> None:
-        super().validate_configuration()
-        nvme = (self.offload_optimizer and self.offload_optimizer_device == "nvme") or (
-            self.offload_parameters and self.offload_params_device == "nvme"
-        )
-        if nvme:
-            self._checked_nvme_path()
-
     def _merge_precision(self, config: dict[str, Any]) -> None:
         plugin = self.precision_plugin
         sections = plugin.deepspeed_config() if isinstance(plugin, DeepSpeedPrecisionMixin) else {}

@@ -16,7 +16,7 @@ import os
 import pickle
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -141,6 +141,9 @@ class XLAFSDPMixin(XLAMixin):
     rank 0 (the other ranks take part and get an empty dict). A wrapped module cannot load a
     full state dict: load the weights into the module before ``setup``.
     """
+
+    #: ``setup`` takes the module alone; optimizers are made from the module it returns.
+    optimizers_in_setup: ClassVar[bool] = False
 
     def setup_module_and_optimizers(
         self, module: nn.Module, optimizers: list[Optimizer]
