@@ -548,10 +548,7 @@ class StrategyBase(ABC):
         if not isinstance(state, MutableMapping):
             return self._restore({}, state, strict, filepath)  # raises the TypeError
         entries: dict[str, Any] = dict(record["entries"])
-        names = set(record["sharded"]) | set(entries)
-        missing = [key for key in state if key not in names]
-        if strict and missing:
-            raise KeyError(_missing_message(filepath, missing, sorted(names)))
+        check_entries(filepath, record, state, strict)
         modules = [value for value in state.values() if isinstance(value, nn.Module)]
         tensors: dict[str, Any] = {}
         for key in record["sharded"]:
@@ -570,15 +567,7 @@ class StrategyBase(ABC):
                 )
             else:
                 set_optimizer_state_dict(self._module_of(target, modules), target, value)
-        remaining = {}
-        for key, value in entries.items():
-            if key not in state:
-                remaining[key] = value
-            elif is_stateful(state[key]):
-                state[key].load_state_dict(value)
-            else:
-                state[key] = value
-        return remaining
+        return restore_entries(entries, state)
 
     def load_checkpoint(
         self,
@@ -719,3 +708,28 @@ def _uncompiled(module: nn.Module) -> tuple[nn.Module, bool]:
         inner: nn.Module = module._orig_mod
         return inner, True
     return module, False  # nothing was compiled in this process: torch.compile imports dynamo
+
+
+def check_entries(
+    filepath: PathLike, record: Mapping[str, Any], state: Mapping[str, Any], strict: bool
+) -> None:
+    """With ``strict``, fail unless the sharded checkpoint ``record`` describes holds every
+    entry ``state`` names."""
+    names = set(record["sharded"]) | set(record["entries"])
+    missing = [key for key in state if key not in names]
+    if strict and missing:
+        raise KeyError(_missing_message(filepath, missing, sorted(names)))
+
+
+def restore_entries(entries: Mapping[str, Any], state: MutableMapping[str, Any]) -> dict[str, Any]:
+    """Restore the stateful entries of ``state`` in place and replace its plain ones from
+    ``entries``; return the entries ``state`` does not name."""
+    remaining = {}
+    for key, value in entries.items():
+        if key not in state:
+            remaining[key] = value
+        elif is_stateful(state[key]):
+            state[key].load_state_dict(value)
+        else:
+            state[key] = value
+    return remaining

@@ -30,7 +30,7 @@ from ..exceptions import MisconfigurationError
 from ..imports import import_optional
 from ..parallel import ParallelMixin
 from ..precision import PrecisionBase, apply_to_tensors, default_dtype
-from ..strategy import is_stateful
+from ..strategy import check_entries, is_stateful, restore_entries
 
 #: Variable DeepSpeed reads, once, to choose its accelerator.
 DS_ACCELERATOR_ENV = "DS_ACCELERATOR"
@@ -741,14 +741,7 @@ class DeepSpeedMixin(ParallelMixin):
         record = read_meta(filepath)
         if record.get("engine") != "deepspeed" or not isinstance(state, MutableMapping):
             return super()._load_sharded(filepath, state, strict)
-        entries: dict[str, Any] = dict(record["entries"])
-        names = set(record["sharded"]) | set(entries)
-        missing = [key for key in state if key not in names]
-        if strict and missing:
-            raise KeyError(
-                f"the checkpoint {os.fspath(filepath)} has no entries {', '.join(map(repr, missing))}; "
-                "pass strict=False to restore only what it holds"
-            )
+        check_entries(filepath, record, state, strict)
         keys, with_optimizer = self._engine_entries(state)
         if keys:
             load_path, _ = self._engine.load_checkpoint(
@@ -760,15 +753,7 @@ class DeepSpeedMixin(ParallelMixin):
             )
             if load_path is None:
                 raise FileNotFoundError(f"DeepSpeed found no checkpoint in {os.fspath(filepath)}")
-        remaining = {}
-        for key, value in entries.items():
-            if key not in state:
-                remaining[key] = value
-            elif is_stateful(state[key]):
-                state[key].load_state_dict(value)
-            else:
-                state[key] = value
-        return remaining
+        return restore_entries(record["entries"], state)
 
     # -- teardown --------------------------------------------------------------------------
 
