@@ -22,7 +22,6 @@ from torch import nn
 from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
-from ..imports import import_object
 from ..parallel import ParallelMixin
 from ..precision import MixedPrecisionMixin
 from .mesh import (
@@ -31,6 +30,7 @@ from .mesh import (
     apply_activation_checkpointing,
     build_mesh,
     check_mesh_layout,
+    layer_matcher,
     sharding_layout,
     sharding_strategy_name,
 )
@@ -266,36 +266,9 @@ class FSDPMixin(ParallelMixin):
         return selected
 
     def _auto_wrap_layer_matcher(self) -> Callable[[nn.Module], bool] | None:
-        layers = self.auto_wrap_layers
-        if layers is None:
+        if self.auto_wrap_layers is None:
             return None
-        if isinstance(layers, str | type) or not isinstance(layers, Sequence):
-            raise MisconfigurationError(
-                f"auto_wrap_layers={layers!r} is not allowed; give a list of module classes, import "
-                "paths such as 'torch.nn.Linear', or class names"
-            )
-        classes: list[type] = []
-        names: set[str] = set()
-        for layer in layers:
-            if isinstance(layer, type) and issubclass(layer, nn.Module):
-                classes.append(layer)
-            elif isinstance(layer, str) and ("." in layer or ":" in layer):
-                classes.append(_import_module_class(layer))
-            elif isinstance(layer, str) and layer.isidentifier():
-                names.add(layer)
-            else:
-                raise MisconfigurationError(
-                    f"auto_wrap_layers entry {layer!r} is not allowed; give a module class, an import "
-                    "path such as 'torch.nn.Linear', or a class name"
-                )
-        found = tuple(classes)
-
-        def matches(submodule: nn.Module) -> bool:
-            if found and isinstance(submodule, found):
-                return True
-            return any(cls.__name__ in names for cls in type(submodule).__mro__)
-
-        return matches
+        return layer_matcher(self.auto_wrap_layers, "auto_wrap_layers")
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -457,21 +430,6 @@ def _shared_outside(
         if inside and outside:
             return qualified(inside[0]), qualified(outside[0])
     return None
-
-
-def _import_module_class(path: str) -> type:
-    target = path if ":" in path else ":".join(path.rsplit(".", 1))
-    try:
-        cls = import_object(target)
-    except (ImportError, AttributeError) as error:
-        raise MisconfigurationError(
-            f"auto_wrap_layers entry {path!r} cannot be imported: {error}"
-        ) from None
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise MisconfigurationError(
-            f"auto_wrap_layers entry {path!r} is not a torch.nn.Module class"
-        )
-    return cls
 
 
 def _parameter_names(module: nn.Module) -> dict[int, str]:
