@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, settings
+from stratcore import testing
+
+# Scenarios and assertions of the runtime's test support name strategies of stratlib.
+testing.use_package("stratlib")
 
 # Fixture projects and golden trees contain generated test modules: they are data here.
 collect_ignore_glob = ["fixtures/*", "golden/*"]

@@ -158,8 +158,7 @@ def golden_cases() -> list[str]:
 def golden_render(case: str) -> dict[str, bytes]:
     """What stratgen produces for a golden fixture project, in memory.
 
-    Left out: the core runtime (a verbatim copy of templates/core, checked on its own), the
-    manifest (hashes of the core) and, in projects that use stratgen's built-in specs, every
+    Left out: the manifest (hashes of the other files) and, in projects that use stratgen's built-in specs, every
     file not generated from the project's own specs alone (those follow the built-in specs,
     which change on their own; tests/test_golden.py checks them against the catalog).
     """
@@ -167,12 +166,11 @@ def golden_render(case: str) -> dict[str, bytes]:
 
     project = Project(load_config(GOLDEN_FIXTURES / case))
     plan = project.plan()
-    core = f"{project.config.package_dir}/core/"
     own = {s.path for s in plan.catalog.sources if not s.builtin}
     uses_builtin = any(s.builtin for s in plan.catalog.sources)
     files = {}
     for path, data in sorted(plan.files.items()):
-        if path.startswith(core) or path == project.config.manifest:
+        if path == project.config.manifest:
             continue
         if uses_builtin and generated_from(data) not in own:
             continue

@@ -25,9 +25,9 @@ import pytest
 import yaml
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
+from stratcore.testing import clean_environ
 
 from stratlib import registry
-from stratlib.core.testing import clean_environ
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("STRATGEN_CONFORMANCE_EXAMPLES", "2"))
@@ -210,7 +210,7 @@ def options(draw: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
 @st.composite
 def device_specs(draw: Any) -> dict[str, Any]:
     parent = draw(st.sampled_from(CPU_PARENTS))
-    parent_class = registry.STRATEGIES[parent].cls
+    parent_class = registry.REGISTRY.strategies[parent].cls
     within = tuple(m for m in CPU_PRECISIONS if m in parent_class.supported_precisions)
     accelerator_precision = draw(precision_defaults(within))
     accelerator: dict[str, Any] = {

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import stratcore
 import yaml
 from sgtest import (
     GOLDEN_FIXTURES,
@@ -27,9 +28,9 @@ from sgtest import (
     indented,
     option_text,
 )
+from stratcore.version import RUNTIME_SERIES
 
-from stratgen.project import Project, load_config, resource_dir
-from stratgen.render import header
+from stratgen.project import Project, load_config
 
 
 def _first_difference(expected: dict[str, bytes], actual: dict[str, bytes]) -> str:
@@ -66,16 +67,25 @@ def test_rendering_matches_the_golden_tree(case: str) -> None:
 
 
 @pytest.mark.parametrize("case", golden_cases())
-def test_core_runtime_is_copied_verbatim_under_a_header(case: str) -> None:
+def test_packages_import_the_runtime_and_carry_no_copy_of_it(case: str) -> None:
+    """The runtime is a dependency: no module of it is rendered, the generated root strategy
+    builds on ``stratcore``'s, and the package checks the runtime's series first."""
     project = Project(load_config(GOLDEN_FIXTURES / case))
     plan = project.plan()
-    core_dir = resource_dir("templates") / "core"
-    sources = sorted(p for p in core_dir.rglob("*.py") if "__pycache__" not in p.parts)
-    assert sources
-    for source in sources:
-        rel = source.relative_to(core_dir.parent).as_posix()
-        copied = plan.files[f"{project.config.package_dir}/{rel}"].decode("utf-8")
-        assert copied == f"{header('the stratgen template ' + rel)}\n" + source.read_text("utf-8")
+    package_dir = project.config.package_dir
+    runtime_sources = [
+        p.read_bytes() for p in Path(stratcore.__file__).parent.rglob("*.py") if p.stat().st_size
+    ]
+    rendered = [path for path in plan.files if path.startswith(f"{package_dir}/")]
+    assert not [p for p in rendered if "/core/" in p]
+    for path in rendered:
+        assert not any(source in plan.files[path] for source in runtime_sources), path
+    init = plan.files[f"{package_dir}/__init__.py"].decode("utf-8")
+    first_import = next(line for line in init.splitlines() if line.startswith(("from ", "import ")))
+    assert first_import == "from stratcore.version import check_runtime_version"
+    assert f'check_runtime_version("{RUNTIME_SERIES}", "{project.config.package}")' in init
+    root = plan.files[f"{package_dir}/strategies/strategy.py"].decode("utf-8")
+    assert "from stratcore.strategy import StrategyBase" in root
 
 
 # --- the generated packages work --------------------------------------------------------------
@@ -116,7 +126,7 @@ def test_extends_builtin_package_holds_the_chain_and_nothing_unrelated(import_pr
     chain_classes = {catalog.strategies[n].class_name for n in chain}
     assert chain[1] == "ddp" and chain[-1] == "strategy"
 
-    registry = package.registry.STRATEGIES
+    registry = package.registry.REGISTRY.strategies
     assert registry["acme_ddp"].cls is package.AcmeDDPStrategy
     assert registry["acme_ddp_static"].preset == {
         "static_graph": True,
@@ -156,7 +166,8 @@ def test_hostile_text_comes_out_verbatim(import_project: Any, tmp_path: Path) ->
         hostile["options"]["level"]["default"]
     )
     assert (
-        package.registry.STRATEGIES["hostile_quoted"].preset == hostile["aliases"]["hostile_quoted"]
+        package.registry.REGISTRY.strategies["hostile_quoted"].preset
+        == hostile["aliases"]["hostile_quoted"]
     )
     alias_line = (
         f"- ``\"hostile_quoted\"``: level={hostile['aliases']['hostile_quoted']['level']!r}"
@@ -171,7 +182,7 @@ def test_hostile_text_comes_out_verbatim(import_project: Any, tmp_path: Path) ->
     assert package.HostileEnvironment.detection.not_equal == {
         k: tuple(v) for k, v in env["detect"]["not_equal"].items()
     }
-    assert package.registry.BACKENDS["evil"].name == "evil"
+    assert package.registry.REGISTRY.backends["evil"].name == "evil"
 
 
 def test_hostile_backend_description_stays_in_comments() -> None:

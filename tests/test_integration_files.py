@@ -16,7 +16,11 @@ def test_pre_commit_hook_runs_check_on_relevant_changes() -> None:
     assert hook["pass_filenames"] is False
     assert hook["language"] == "python"
     files = re.compile(hook["files"])
-    for path in ("specs/ddp.yaml", "templates/core/strategy.py", "generated/stratlib/registry.py"):
+    for path in (
+        "specs/ddp.yaml",
+        "templates/package/module.py.j2",
+        "generated/stratlib/registry.py",
+    ):
         assert files.search(path), path
     for path in ("README.md", "generator/stratgen/cli.py", "tests/test_cli.py"):
         assert not files.search(path), path

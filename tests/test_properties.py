@@ -172,15 +172,15 @@ def test_random_valid_specs_render_to_importable_code(
     try:
         strategy = spec["strategies"][0]
         cls = getattr(package, strategy["class_name"])
-        assert registry.STRATEGIES[strategy["name"]].cls is cls
+        assert registry.REGISTRY.strategies[strategy["name"]].cls is cls
         for alias, preset in strategy["aliases"].items():
-            assert registry.STRATEGIES[alias].preset == preset
+            assert registry.REGISTRY.strategies[alias].preset == preset
         parameters = inspect.signature(cls).parameters
         for name, option in strategy["options"].items():
             assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
             assert parameters[name].default == option["default"]
         env = spec["cluster_environments"][0]
-        assert registry.CLUSTER_ENVIRONMENTS[env["name"]].__name__ == env["class_name"]
+        assert registry.REGISTRY.cluster_environments[env["name"]].__name__ == env["class_name"]
     finally:
         forget(package)
 

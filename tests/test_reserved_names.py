@@ -21,20 +21,14 @@ CORE_READ_OPTIONS = core_read_options()
 
 
 def _core_strategy_classes() -> list[type]:
-    """StrategyBase, the topology mixins and every wrapper mixin the generated package has."""
+    """StrategyBase, the topology mixins and every wrapper mixin of the runtime."""
     classes = []
     for module, name in [
         pyapi.STRATEGY_ROOT,
         *pyapi.TOPOLOGY_MIXINS.values(),
         *pyapi.WRAPPER_MIXINS.values(),
     ]:
-        try:
-            imported = importlib.import_module(f"stratlib.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"stratlib.{module}":
-                raise
-            continue  # a wrapper whose core module this package does not ship
-        classes.append(getattr(imported, name))
+        classes.append(getattr(importlib.import_module(module), name))
     return classes
 
 
@@ -42,7 +36,7 @@ def _instance_attributes(cls: type) -> set[str]:
     """Public attributes that methods of ``cls`` (and its core bases) assign on ``self``."""
     names: set[str] = set()
     for klass in cls.__mro__:
-        if not klass.__module__.startswith("stratlib.core"):
+        if not klass.__module__.startswith("stratcore."):
             continue
         tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
         for node in ast.walk(tree):
@@ -77,9 +71,13 @@ def test_every_public_core_attribute_is_a_reserved_option_name() -> None:
 
 
 def test_get_strategy_arguments_are_reserved() -> None:
-    factory = importlib.import_module("stratlib.core.factory")
-    parameters = inspect.signature(factory.get_strategy).parameters
-    named = {n for n, p in parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    factory = importlib.import_module("stratcore.factory")
+    parameters = inspect.signature(factory.StrategyFactory.get_strategy).parameters
+    named = {
+        n
+        for n, p in parameters.items()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD and n != "self"
+    }
     assert named <= RESERVED_OPTION_NAMES
 
 
@@ -95,7 +93,7 @@ def test_names_generated_modules_import_are_reserved_class_names() -> None:
         *pyapi.PLUMBING_IMPORTS.values(),
     ]
     names = {name for _, name in tables}
-    names |= {n for _, exported in render.CORE_EXPORTS for n in exported if n[0].isupper()}
+    names |= {n for _, exported in render.RUNTIME_EXPORTS for n in exported if n[0].isupper()}
     # Whatever the checked-in generated modules import besides generated classes.
     package = REPO / "generated" / "stratlib"
     generated_classes = set()

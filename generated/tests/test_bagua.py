@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import BaguaEnvironment, BaguaStrategy, get_strategy, registry
-from stratlib.core import testing
 
 # --- bagua (BaguaStrategy)
 
@@ -195,7 +195,9 @@ def test_bagua_rank_failure_stops_the_job(tmp_path: Path) -> None:
 def test_bagua_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert registry.CLUSTER_ENVIRONMENTS["bagua"] is BaguaEnvironment, "not registered as 'bagua'"
+    assert (
+        registry.REGISTRY.cluster_environments["bagua"] is BaguaEnvironment
+    ), "not registered as 'bagua'"
     testing.set_environment(
         monkeypatch,
         tmp_path,

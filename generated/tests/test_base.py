@@ -11,16 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import ParallelStrategy, SingleDeviceStrategy, Strategy, get_strategy, registry
-from stratlib.core import testing
 
 # --- strategy (Strategy)
 
 
 def test_strategy_is_an_abstract_base_without_a_registry_name() -> None:
     assert all(
-        entry.cls is not Strategy for entry in registry.STRATEGIES.values()
+        entry.cls is not Strategy for entry in registry.REGISTRY.strategies.values()
     ), "an abstract base is registered under a name"
 
 
@@ -152,5 +152,5 @@ def test_single_device_checkpoint_round_trip(tmp_path: Path) -> None:
 
 def test_parallel_is_an_abstract_base_without_a_registry_name() -> None:
     assert all(
-        entry.cls is not ParallelStrategy for entry in registry.STRATEGIES.values()
+        entry.cls is not ParallelStrategy for entry in registry.REGISTRY.strategies.values()
     ), "an abstract base is registered under a name"

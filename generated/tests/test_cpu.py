@@ -9,16 +9,16 @@ reason."""
 from __future__ import annotations
 
 import pytest
+from stratcore import testing
 
 from stratlib import CPUAccelerator, registry
-from stratlib.core import testing
 
 # --- accelerator cpu (CPUAccelerator)
 
 
 def test_cpu_accelerator_is_registered_under_its_name() -> None:
     assert (
-        registry.ACCELERATORS["cpu"] is CPUAccelerator
+        registry.REGISTRY.accelerators["cpu"] is CPUAccelerator
     ), "accelerator=cpu does not select CPUAccelerator"
 
 

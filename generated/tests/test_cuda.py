@@ -9,16 +9,16 @@ reason."""
 from __future__ import annotations
 
 import pytest
+from stratcore import testing
 
 from stratlib import CUDAAccelerator, registry
-from stratlib.core import testing
 
 # --- accelerator cuda (CUDAAccelerator)
 
 
 def test_cuda_accelerator_is_registered_under_its_name() -> None:
     assert (
-        registry.ACCELERATORS["cuda"] is CUDAAccelerator
+        registry.REGISTRY.accelerators["cuda"] is CUDAAccelerator
     ), "accelerator=cuda does not select CUDAAccelerator"
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import DDP2Strategy, DDPSpawnStrategy, DDPStrategy, DataParallelStrategy, get_strategy
-from stratlib.core import testing
 
 # --- ddp (DDPStrategy)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import DeepSpeedPrecisionPlugin, DeepSpeedStrategy, get_strategy, registry
-from stratlib.core import testing
 
 # --- deepspeed (DeepSpeedStrategy)
 
@@ -274,7 +274,7 @@ def test_deepspeed_rank_failure_stops_the_job(tmp_path: Path) -> None:
 
 def test_deepspeed_precision_plugin_is_selectable() -> None:
     assert (
-        DeepSpeedPrecisionPlugin in registry.PRECISION_PLUGINS
+        DeepSpeedPrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "DeepSpeedPrecisionPlugin is not among the selectable plugins"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import (
     ClusterEnvironment,
@@ -22,14 +23,13 @@ from stratlib import (
     TorchElasticEnvironment,
     registry,
 )
-from stratlib.core import testing
 
 # --- cluster environment cluster_environment (ClusterEnvironment)
 
 
 def test_cluster_environment_environment_is_an_abstract_base() -> None:
     assert (
-        ClusterEnvironment not in registry.CLUSTER_ENVIRONMENTS.values()
+        ClusterEnvironment not in registry.REGISTRY.cluster_environments.values()
     ), "an abstract base is detectable"
 
 
@@ -40,7 +40,7 @@ def test_lightning_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert (
-        registry.CLUSTER_ENVIRONMENTS["lightning"] is LightningEnvironment
+        registry.REGISTRY.cluster_environments["lightning"] is LightningEnvironment
     ), "not registered as 'lightning'"
     testing.set_environment(
         monkeypatch,
@@ -78,7 +78,7 @@ def test_torchelastic_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert (
-        registry.CLUSTER_ENVIRONMENTS["torchelastic"] is TorchElasticEnvironment
+        registry.REGISTRY.cluster_environments["torchelastic"] is TorchElasticEnvironment
     ), "not registered as 'torchelastic'"
     testing.set_environment(
         monkeypatch,
@@ -147,7 +147,9 @@ def test_torchelastic_environment_not_detected_when_a_variable_differs(
 def test_slurm_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert registry.CLUSTER_ENVIRONMENTS["slurm"] is SLURMEnvironment, "not registered as 'slurm'"
+    assert (
+        registry.REGISTRY.cluster_environments["slurm"] is SLURMEnvironment
+    ), "not registered as 'slurm'"
     testing.set_environment(
         monkeypatch,
         tmp_path,
@@ -215,7 +217,9 @@ def test_slurm_environment_not_detected_when_a_variable_differs(
 def test_lsf_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert registry.CLUSTER_ENVIRONMENTS["lsf"] is LSFEnvironment, "not registered as 'lsf'"
+    assert (
+        registry.REGISTRY.cluster_environments["lsf"] is LSFEnvironment
+    ), "not registered as 'lsf'"
     testing.set_environment(
         monkeypatch,
         tmp_path,
@@ -280,7 +284,7 @@ def test_kubeflow_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert (
-        registry.CLUSTER_ENVIRONMENTS["kubeflow"] is KubeflowEnvironment
+        registry.REGISTRY.cluster_environments["kubeflow"] is KubeflowEnvironment
     ), "not registered as 'kubeflow'"
     testing.set_environment(
         monkeypatch,
@@ -346,7 +350,9 @@ def test_kubeflow_environment_not_detected_when_a_variable_differs(
 def test_mpi_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert registry.CLUSTER_ENVIRONMENTS["mpi"] is MPIEnvironment, "not registered as 'mpi'"
+    assert (
+        registry.REGISTRY.cluster_environments["mpi"] is MPIEnvironment
+    ), "not registered as 'mpi'"
     testing.set_environment(
         monkeypatch,
         tmp_path,

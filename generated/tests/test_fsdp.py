@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import (
     DDPFullyShardedStrategy,
@@ -19,7 +20,6 @@ from stratlib import (
     get_strategy,
     registry,
 )
-from stratlib.core import testing
 
 # --- fsdp (FSDPStrategy)
 
@@ -321,7 +321,7 @@ def test_ddp_fully_sharded_rank_failure_stops_the_job(tmp_path: Path) -> None:
 
 def test_fully_sharded_native_mixed_precision_plugin_is_selectable() -> None:
     assert (
-        FullyShardedNativeMixedPrecisionPlugin in registry.PRECISION_PLUGINS
+        FullyShardedNativeMixedPrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "FullyShardedNativeMixedPrecisionPlugin is not among the selectable plugins"
 
 

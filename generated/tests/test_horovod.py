@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import HorovodEnvironment, HorovodStrategy, get_strategy, registry
-from stratlib.core import testing
 
 # --- horovod (HorovodStrategy)
 
@@ -158,7 +158,7 @@ def test_horovod_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert (
-        registry.CLUSTER_ENVIRONMENTS["horovod"] is HorovodEnvironment
+        registry.REGISTRY.cluster_environments["horovod"] is HorovodEnvironment
     ), "not registered as 'horovod'"
     testing.set_environment(
         monkeypatch,

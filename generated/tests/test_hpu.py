@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy, get_strategy, registry
-from stratlib.core import testing
 
 # --- hpu_single (SingleHPUStrategy)
 
@@ -252,7 +252,7 @@ def test_hpu_parallel_rank_failure_stops_the_job(tmp_path: Path) -> None:
 
 def test_hpu_accelerator_is_registered_under_its_name() -> None:
     assert (
-        registry.ACCELERATORS["hpu"] is HPUAccelerator
+        registry.REGISTRY.accelerators["hpu"] is HPUAccelerator
     ), "accelerator=hpu does not select HPUAccelerator"
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import IPUAccelerator, IPUPrecisionPlugin, IPUStrategy, get_strategy, registry
-from stratlib.core import testing
 
 # --- ipu (IPUStrategy)
 
@@ -134,7 +134,7 @@ def test_ipu_checkpoint_round_trip(tmp_path: Path) -> None:
 
 def test_ipu_accelerator_is_registered_under_its_name() -> None:
     assert (
-        registry.ACCELERATORS["ipu"] is IPUAccelerator
+        registry.REGISTRY.accelerators["ipu"] is IPUAccelerator
     ), "accelerator=ipu does not select IPUAccelerator"
 
 
@@ -161,7 +161,7 @@ def test_ipu_accelerator_absent_is_a_clear_error() -> None:
 
 def test_ipu_precision_plugin_is_selectable() -> None:
     assert (
-        IPUPrecisionPlugin in registry.PRECISION_PLUGINS
+        IPUPrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "IPUPrecisionPlugin is not among the selectable plugins"
 
 

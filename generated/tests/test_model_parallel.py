@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import ModelParallelStrategy, get_strategy
-from stratlib.core import testing
 
 # --- model_parallel (ModelParallelStrategy)
 

@@ -9,16 +9,16 @@ reason."""
 from __future__ import annotations
 
 import pytest
+from stratcore import testing
 
 from stratlib import MPSAccelerator, registry
-from stratlib.core import testing
 
 # --- accelerator mps (MPSAccelerator)
 
 
 def test_mps_accelerator_is_registered_under_its_name() -> None:
     assert (
-        registry.ACCELERATORS["mps"] is MPSAccelerator
+        registry.REGISTRY.accelerators["mps"] is MPSAccelerator
     ), "accelerator=mps does not select MPSAccelerator"
 
 

@@ -9,6 +9,7 @@ reason."""
 from __future__ import annotations
 
 import pytest
+from stratcore import testing
 
 from stratlib import (
     ApexMixedPrecisionPlugin,
@@ -20,14 +21,13 @@ from stratlib import (
     TransformerEnginePrecisionPlugin,
     registry,
 )
-from stratlib.core import testing
 
 # --- precision plugin precision (PrecisionPlugin)
 
 
 def test_precision_precision_plugin_is_selectable() -> None:
     assert (
-        PrecisionPlugin in registry.PRECISION_PLUGINS
+        PrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "PrecisionPlugin is not among the selectable plugins"
 
 
@@ -44,7 +44,7 @@ def test_precision_precision_trains(precision: str) -> None:
 
 def test_double_precision_plugin_is_selectable() -> None:
     assert (
-        DoublePrecisionPlugin in registry.PRECISION_PLUGINS
+        DoublePrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "DoublePrecisionPlugin is not among the selectable plugins"
 
 
@@ -60,7 +60,9 @@ def test_double_precision_trains(precision: str) -> None:
 
 
 def test_mixed_precision_plugin_is_an_abstract_base() -> None:
-    assert MixedPrecisionPlugin not in registry.PRECISION_PLUGINS, "an abstract base is selectable"
+    assert (
+        MixedPrecisionPlugin not in registry.REGISTRY.precision_plugins
+    ), "an abstract base is selectable"
 
 
 # --- precision plugin native_mixed (NativeMixedPrecisionPlugin)
@@ -68,7 +70,7 @@ def test_mixed_precision_plugin_is_an_abstract_base() -> None:
 
 def test_native_mixed_precision_plugin_is_selectable() -> None:
     assert (
-        NativeMixedPrecisionPlugin in registry.PRECISION_PLUGINS
+        NativeMixedPrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "NativeMixedPrecisionPlugin is not among the selectable plugins"
 
 
@@ -85,7 +87,7 @@ def test_native_mixed_precision_trains(precision: str) -> None:
 
 def test_half_precision_plugin_is_selectable() -> None:
     assert (
-        HalfPrecisionPlugin in registry.PRECISION_PLUGINS
+        HalfPrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "HalfPrecisionPlugin is not among the selectable plugins"
 
 
@@ -102,7 +104,7 @@ def test_half_precision_trains(precision: str) -> None:
 
 def test_apex_mixed_precision_plugin_is_an_abstract_base() -> None:
     assert (
-        ApexMixedPrecisionPlugin not in registry.PRECISION_PLUGINS
+        ApexMixedPrecisionPlugin not in registry.REGISTRY.precision_plugins
     ), "an abstract base is selectable"
 
 
@@ -111,7 +113,7 @@ def test_apex_mixed_precision_plugin_is_an_abstract_base() -> None:
 
 def test_transformer_engine_precision_plugin_is_selectable() -> None:
     assert (
-        TransformerEnginePrecisionPlugin in registry.PRECISION_PLUGINS
+        TransformerEnginePrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "TransformerEnginePrecisionPlugin is not among the selectable plugins"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import (
     DDPShardedStrategy,
@@ -19,7 +20,6 @@ from stratlib import (
     get_strategy,
     registry,
 )
-from stratlib.core import testing
 
 # --- ddp_sharded (DDPShardedStrategy)
 
@@ -307,7 +307,7 @@ def test_ddp_sharded_spawn_rank_failure_stops_the_job(tmp_path: Path) -> None:
 
 def test_sharded_native_mixed_precision_plugin_is_selectable() -> None:
     assert (
-        ShardedNativeMixedPrecisionPlugin in registry.PRECISION_PLUGINS
+        ShardedNativeMixedPrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "ShardedNativeMixedPrecisionPlugin is not among the selectable plugins"
 
 

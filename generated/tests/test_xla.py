@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from stratlib import (
     SingleTPUStrategy,
@@ -23,7 +24,6 @@ from stratlib import (
     get_strategy,
     registry,
 )
-from stratlib.core import testing
 
 # --- single_tpu (SingleTPUStrategy)
 
@@ -407,7 +407,7 @@ def test_xla_fsdp_rank_failure_stops_the_job(tmp_path: Path) -> None:
 
 def test_tpu_accelerator_is_registered_under_its_name() -> None:
     assert (
-        registry.ACCELERATORS["tpu"] is TPUAccelerator
+        registry.REGISTRY.accelerators["tpu"] is TPUAccelerator
     ), "accelerator=tpu does not select TPUAccelerator"
 
 
@@ -442,7 +442,9 @@ def test_tpu_accelerator_absent_is_a_clear_error() -> None:
 def test_xla_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert registry.CLUSTER_ENVIRONMENTS["xla"] is XLAEnvironment, "not registered as 'xla'"
+    assert (
+        registry.REGISTRY.cluster_environments["xla"] is XLAEnvironment
+    ), "not registered as 'xla'"
     testing.set_environment(
         monkeypatch,
         tmp_path,
@@ -475,7 +477,7 @@ def test_xla_environment_detected_from_its_variables(
 
 def test_tpu_precision_plugin_is_selectable() -> None:
     assert (
-        TPUPrecisionPlugin in registry.PRECISION_PLUGINS
+        TPUPrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "TPUPrecisionPlugin is not among the selectable plugins"
 
 
@@ -492,7 +494,7 @@ def test_tpu_precision_trains(precision: str) -> None:
 
 def test_tpu_bf16_precision_plugin_is_selectable() -> None:
     assert (
-        TPUBf16PrecisionPlugin in registry.PRECISION_PLUGINS
+        TPUBf16PrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "TPUBf16PrecisionPlugin is not among the selectable plugins"
 
 

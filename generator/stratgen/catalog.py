@@ -205,6 +205,8 @@ RESERVED_CLASS_NAMES = frozenset(
         "SingleDeviceMixin",
         "StrategyBase",
         "StrategyEntry",
+        "StrategyFactory",
+        "Registry",
         "TorchCheckpointIO",
         "TorchSyncBatchNorm",
         "TransformerEnginePrecisionMixin",
@@ -417,6 +419,19 @@ def _field_loc(spec: Any, key: str, *more: str) -> Location:
     return location
 
 
+def _clash(what: str, name: str, source: Source, other: Source) -> str:
+    """The message for a name defined twice, with the way out when one of the two files is
+    one of stratgen's built-in specs."""
+    message = f"{what} {name!r} is already defined in {other.path}"
+    if source.builtin != other.builtin:
+        message += (
+            "; stratgen's built-in specs join the project's own: to use only the project's, "
+            "set `builtin-specs = false` under [tool.stratgen] in pyproject.toml (or pass "
+            "--no-builtin-specs), else rename one of them"
+        )
+    return message
+
+
 def _collect(
     sources: Iterable[Source], attribute: str, problems: _Problems, what: str
 ) -> dict[str, _Entry[Any]]:
@@ -430,7 +445,7 @@ def _collect(
                 problems.add(
                     _field_loc(spec, "name"),
                     f"{path}.name",
-                    f"{what} {spec.name!r} is already defined in {other.source.path}",
+                    _clash(what, spec.name, source, other.source),
                     related=_field_loc(other.spec, "name"),
                 )
                 continue
@@ -596,7 +611,7 @@ def _resolve_accelerators(catalog: Catalog, problems: _Problems) -> None:
             problems.add(
                 _field_loc(spec, "name"),
                 "accelerator.name",
-                f"accelerator {spec.name!r} is already defined in {other_source.path}",
+                _clash("accelerator", spec.name, source, other_source),
                 related=_field_loc(other, "name"),
             )
             continue

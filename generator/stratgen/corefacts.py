@@ -1,13 +1,14 @@
-"""Facts about the runtime core that the generator must respect, read from its source.
+"""Facts about the runtime (``stratcore``) that the generator must respect, read from its
+source without importing it (importing it would import torch).
 
-The core (templates/core) is plain Python. Parsing it, rather than keeping a list by hand,
-tells which attribute names its strategy classes use: an option stored under such a name
-would shadow a method or a fact of the class.
+Parsing it, rather than keeping a list by hand, tells which attribute names its strategy
+classes use: an option stored under such a name would shadow a method or a fact of the class.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 from functools import cache
 from pathlib import Path
 
@@ -35,11 +36,18 @@ def _public_names(tree: ast.Module) -> set[str]:
 
 
 @cache
+def runtime_dir() -> Path:
+    """The folder of the installed ``stratcore`` package."""
+    spec = importlib.util.find_spec("stratcore")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("stratcore, the runtime of generated packages, is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@cache
 def strategy_attributes() -> frozenset[str]:
     """Public attribute names of the core's strategy classes and mixins."""
-    from .project import resource_dir
-
-    core = resource_dir("templates") / "core"
+    core = runtime_dir()
     paths = [core / "strategy.py", core / "single_device.py", core / "parallel.py"]
     paths += sorted((core / "wrappers").glob("*.py"))
     names: set[str] = set()
@@ -54,10 +62,8 @@ def class_annotations(
     module: str, class_name: str
 ) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
     """Class-level annotations of a core class: attribute -> (annotation source, imports it
-    needs as (module, name) pairs, module relative to the package root like 'core.imports')."""
-    from .project import resource_dir
-
-    path = resource_dir("templates").joinpath(*module.split(".")).with_suffix(".py")
+    needs as (module, name) pairs, e.g. ('stratcore.imports', 'Requirement'))."""
+    path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module.rsplit(".", 1)[0]
     known: dict[str, str] = {}

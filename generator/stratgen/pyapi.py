@@ -35,40 +35,43 @@ from .model import (
     ValueSource,
 )
 
-# Core classes each spec value maps to: (module inside the package, class name).
-STRATEGY_ROOT = ("core.strategy", "StrategyBase")
+#: The runtime package every generated package imports.
+RUNTIME_PACKAGE = "stratcore"
+
+# Runtime classes each spec value maps to: (module, class name).
+STRATEGY_ROOT = ("stratcore.strategy", "StrategyBase")
 TOPOLOGY_MIXINS = {
-    "single_device": ("core.single_device", "SingleDeviceMixin"),
-    "parallel": ("core.parallel", "ParallelMixin"),
+    "single_device": ("stratcore.single_device", "SingleDeviceMixin"),
+    "parallel": ("stratcore.parallel", "ParallelMixin"),
 }
 WRAPPER_MIXINS = {
-    "dp": ("core.wrappers.dp", "DataParallelMixin"),
-    "ddp": ("core.wrappers.ddp", "DDPMixin"),
-    "ddp2": ("core.wrappers.ddp", "DDP2Mixin"),
-    "fsdp": ("core.wrappers.fsdp", "FSDPMixin"),
-    "model_parallel": ("core.wrappers.model_parallel", "ModelParallelMixin"),
-    "fairscale_sharded": ("core.wrappers.sharded", "ShardedMixin"),
-    "fairscale_fsdp": ("core.wrappers.fairscale_fsdp", "FairscaleFSDPMixin"),
-    "deepspeed": ("core.wrappers.deepspeed", "DeepSpeedMixin"),
-    "horovod": ("core.wrappers.horovod", "HorovodMixin"),
-    "bagua": ("core.wrappers.bagua", "BaguaMixin"),
-    "xla": ("core.wrappers.xla", "XLAMixin"),
-    "xla_fsdp": ("core.wrappers.xla", "XLAFSDPMixin"),
+    "dp": ("stratcore.wrappers.dp", "DataParallelMixin"),
+    "ddp": ("stratcore.wrappers.ddp", "DDPMixin"),
+    "ddp2": ("stratcore.wrappers.ddp", "DDP2Mixin"),
+    "fsdp": ("stratcore.wrappers.fsdp", "FSDPMixin"),
+    "model_parallel": ("stratcore.wrappers.model_parallel", "ModelParallelMixin"),
+    "fairscale_sharded": ("stratcore.wrappers.sharded", "ShardedMixin"),
+    "fairscale_fsdp": ("stratcore.wrappers.fairscale_fsdp", "FairscaleFSDPMixin"),
+    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedMixin"),
+    "horovod": ("stratcore.wrappers.horovod", "HorovodMixin"),
+    "bagua": ("stratcore.wrappers.bagua", "BaguaMixin"),
+    "xla": ("stratcore.wrappers.xla", "XLAMixin"),
+    "xla_fsdp": ("stratcore.wrappers.xla", "XLAFSDPMixin"),
 }
-PRECISION_ROOT = ("core.precision", "PrecisionBase")
+PRECISION_ROOT = ("stratcore.precision", "PrecisionBase")
 PRECISION_MIXINS = {
-    "double": ("core.precision", "DoublePrecisionMixin"),
-    "mixed": ("core.precision", "MixedPrecisionMixin"),
-    "half": ("core.precision", "HalfPrecisionMixin"),
-    "apex": ("core.precision", "ApexPrecisionMixin"),
-    "fsdp_mixed": ("core.wrappers.fsdp", "FSDPPrecisionMixin"),
-    "deepspeed": ("core.wrappers.deepspeed", "DeepSpeedPrecisionMixin"),
-    "xla": ("core.wrappers.xla", "XLAPrecisionMixin"),
-    "ipu": ("core.ipu", "IPUPrecisionMixin"),
-    "transformer_engine": ("core.transformer_engine", "TransformerEnginePrecisionMixin"),
+    "double": ("stratcore.precision", "DoublePrecisionMixin"),
+    "mixed": ("stratcore.precision", "MixedPrecisionMixin"),
+    "half": ("stratcore.precision", "HalfPrecisionMixin"),
+    "apex": ("stratcore.precision", "ApexPrecisionMixin"),
+    "fsdp_mixed": ("stratcore.wrappers.fsdp", "FSDPPrecisionMixin"),
+    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedPrecisionMixin"),
+    "xla": ("stratcore.wrappers.xla", "XLAPrecisionMixin"),
+    "ipu": ("stratcore.ipu", "IPUPrecisionMixin"),
+    "transformer_engine": ("stratcore.transformer_engine", "TransformerEnginePrecisionMixin"),
 }
-ENVIRONMENT_ROOT = ("core.environment", "ClusterEnvironmentBase")
-ACCELERATOR_ROOT = ("core.accelerator", "Accelerator")
+ENVIRONMENT_ROOT = ("stratcore.environment", "ClusterEnvironmentBase")
+ACCELERATOR_ROOT = ("stratcore.accelerator", "Accelerator")
 
 # Constructor arguments that every strategy of a base kind takes, passed on to the core.
 PLUMBING_PARAMS: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -81,10 +84,10 @@ PLUMBING_PARAMS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "num_nodes": (("num_nodes", "int", "1"),),
 }
 PLUMBING_IMPORTS = {
-    "accelerator": ("core.accelerator", "Accelerator"),
-    "cluster_environment": ("core.environment", "ClusterEnvironmentBase"),
-    "checkpoint_io": ("core.checkpoint_io", "CheckpointIO"),
-    "precision_plugin": ("core.precision", "PrecisionBase"),
+    "accelerator": ("stratcore.accelerator", "Accelerator"),
+    "cluster_environment": ("stratcore.environment", "ClusterEnvironmentBase"),
+    "checkpoint_io": ("stratcore.checkpoint_io", "CheckpointIO"),
+    "precision_plugin": ("stratcore.precision", "PrecisionBase"),
 }
 
 OPTION_ANNOTATIONS = {
@@ -222,7 +225,12 @@ class Imports:
     local: dict[str, set[str]] = field(default_factory=dict)
 
     def add_local(self, module: str, name: str) -> None:
-        self.local.setdefault(module, set()).add(name)
+        """Import ``name`` from ``module``: a module of the runtime (``stratcore.*``), imported
+        absolutely, or one of the generated package, given from its root ('backends')."""
+        if module.partition(".")[0] == RUNTIME_PACKAGE:
+            self.third_party.add(f"from {module} import {name}")
+        else:
+            self.local.setdefault(module, set()).add(name)
 
     def lines(self, module_path: str) -> list[list[str]]:
         """Import blocks for the module at ``module_path`` (e.g. 'strategies/ddp.py')."""
@@ -442,7 +450,7 @@ def _requirements(requires: Iterable[Requirement], imports: Imports) -> str:
     items = list(requires)
     if not items:
         return "()"
-    imports.add_local("core.imports", "Requirement")
+    imports.add_local("stratcore.imports", "Requirement")
     calls = [f"Requirement({literal(r.module)}, {literal(r.install)})" for r in items]
     return "(" + ", ".join(calls) + ("," if len(calls) == 1 else "") + ")"
 
@@ -702,7 +710,7 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
         if value is None or parent_values.get(key) == value:
             continue
         if key in ("detect", "creates_processes_externally"):
-            imports.add_local("core.environment", "Condition")
+            imports.add_local("stratcore.environment", "Condition")
             attr = "detection" if key == "detect" else "external_processes"
             attributes.append((attr, _condition(value)))
         elif key == "settable":
@@ -710,7 +718,7 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
         elif key == "requires":
             attributes.append(("requirements", _requirements(value, imports)))
         else:
-            imports.add_local("core.environment", "ValueSource")
+            imports.add_local("stratcore.environment", "ValueSource")
             attributes.append((f"{key}_source", _value_source(value)))
     doc = _class_doc(env.description or f"The {env.name!r} cluster environment.", [], [])
     cls = PyClass(env.class_name, bases, doc, annotated(attributes, ENVIRONMENT_ROOT, imports))
@@ -755,7 +763,7 @@ def _value_source(source: ValueSource) -> str:
 
 def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyModule:
     imports = Imports(stdlib={"from __future__ import annotations"})
-    imports.add_local("core.collectives", "CollectiveBackend")
+    imports.add_local("stratcore.collectives", "CollectiveBackend")
     body = []
     all_names = []
     for name in names:

@@ -2,7 +2,8 @@
 
 ``render`` returns the full plan, path by path, before anything touches the disk. Templates
 are looked up first in the project's own template folder (if configured), then in stratgen's
-built-in ones; the core runtime (``templates/core``) is copied as it is, under a header.
+built-in ones. Generated modules import the runtime, ``stratcore``, and check at import that
+it is the version they were generated for.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from stratcore.version import RUNTIME_SERIES
 
 from . import pyapi
 from .catalog import Catalog, Source, Strategy
 from .errors import StratgenError
 from .pyapi import PyModule, literal
-
-CORE_DIR = "core"
 
 
 @dataclass(frozen=True)
@@ -111,20 +111,6 @@ class Renderer:
                 f"template {exc.name} is missing from the template folders"
             ) from None
 
-    def core_files(self) -> list[tuple[str, str]]:
-        """(relative path, text) of every core runtime file, first template folder winning."""
-        found: dict[str, str] = {}
-        for folder in self.template_dirs:
-            core = folder / CORE_DIR
-            if not core.is_dir():
-                continue
-            for path in sorted(core.rglob("*.py")):
-                if "__pycache__" in path.parts:
-                    continue
-                rel = path.relative_to(folder).as_posix()
-                found.setdefault(rel, path.read_text(encoding="utf-8"))
-        return sorted(found.items())
-
 
 def render(
     catalog: Catalog,
@@ -174,13 +160,6 @@ def _render(
         text = module_template.render(header=header(module.source), module=module)
         emit(f"{package_dir}/{module.path}", text)
 
-    # The core runtime, as written.
-    for rel, text in renderer.core_files():
-        body = (
-            text if text.startswith("#!") else f"{header('the stratgen template ' + rel)}\n{text}"
-        )
-        emit(f"{package_dir}/{rel}", body, python=False)
-
     strategies = [catalog.strategies[n] for n in selection.strategies]
     accelerators = [catalog.accelerators[n] for n in selection.accelerators]
     plugins = [catalog.precision_plugins[n] for n in selection.precision_plugins]
@@ -224,6 +203,7 @@ def _render(
         f"{package_dir}/registry.py",
         _registry(
             renderer,
+            package,
             catalog,
             strategies,
             accelerators,
@@ -270,6 +250,7 @@ def _emit_hooks(strategies: list[Strategy], package_dir: str, emit: Any) -> None
 
 def _registry(
     renderer: Renderer,
+    package: str,
     catalog: Catalog,
     strategies: list[Strategy],
     accelerators: list[Any],
@@ -278,34 +259,35 @@ def _registry(
     selection: Selection,
     source: str,
 ) -> str:
-    imports: list[tuple[str, list[str]]] = []
+    imports = pyapi.Imports()
+    imports.stdlib.add("from __future__ import annotations")
     entries = []
     for strategy in strategies:
         if strategy.abstract:
             continue
-        imports.append((f"strategies.{strategy.module}", [strategy.class_name]))
+        imports.add_local(f"strategies.{strategy.module}", strategy.class_name)
         entries.append({"alias": strategy.name, "class_name": strategy.class_name, "preset": "{}"})
         for alias, preset in strategy.aliases.items():
             entries.append(
                 {"alias": alias, "class_name": strategy.class_name, "preset": literal(preset)}
             )
     for accelerator in accelerators:
-        imports.append((f"accelerators.{accelerator.module}", [accelerator.class_name]))
+        imports.add_local(f"accelerators.{accelerator.module}", accelerator.class_name)
     selectable = [p for p in plugins if not p.abstract]
     for plugin in selectable:
-        imports.append((f"precision.{plugin.module}", [plugin.class_name]))
+        imports.add_local(f"precision.{plugin.module}", plugin.class_name)
     concrete_envs = [e for e in environments if not e.abstract]
     for env in concrete_envs:
-        imports.append((f"environments.{env.module}", [env.class_name]))
-    constants = sorted(pyapi.backend_constant(n) for n in selection.backends)
-    imports += [
-        ("backends", constants),
-        ("core.collectives", ["CollectiveBackend"]),
-        ("core.registry", ["StrategyEntry"]),
-    ]
+        imports.add_local(f"environments.{env.module}", env.class_name)
+    for name in selection.backends:
+        imports.add_local("backends", pyapi.backend_constant(name))
+    imports.add_local("stratcore.factory", "StrategyFactory")
+    for name in ("Registry", "StrategyEntry", "register"):
+        imports.add_local("stratcore.registry", name)
     return renderer.template("package/registry.py.j2").render(
         header=header(source),
-        imports=sorted(imports),
+        package=package,
+        import_blocks=imports.lines("registry.py"),
         strategies=entries,
         # In order of preference for accelerator="auto": devices first, the CPU last.
         accelerators=[
@@ -318,33 +300,39 @@ def _registry(
 
 
 def _package_init(renderer: Renderer, package: str, families: list[Any], source: str) -> str:
-    imports: list[tuple[str, list[str]]] = []
-    names: list[str] = []
+    imports = pyapi.Imports()
+    names: list[str] = ["get_strategy", "list_strategies"]
     for family, _, members in families:
-        classes = sorted(c for _, c in members)
-        imports.append((family, classes))
-        names.extend(classes)
-    for module, exported in CORE_EXPORTS:
-        imports.append((module, list(exported)))
-        names.extend(exported)
+        for _, class_name in members:
+            imports.add_local(family, class_name)
+            names.append(class_name)
+    imports.add_local("registry", "get_strategy")
+    imports.add_local("registry", "list_strategies")
+    for module, exported in RUNTIME_EXPORTS:
+        for name in exported:
+            imports.add_local(module, name)
+            names.append(name)
     return renderer.template("package/__init__.py.j2").render(
         header=header(source),
         package=package,
-        imports=sorted(imports),
+        runtime_version=RUNTIME_SERIES,
+        import_blocks=imports.lines("__init__.py"),
         all_names=sorted(set(names)),
     )
 
 
-#: Core names the package exports next to the generated classes.
-CORE_EXPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core.accelerator", ("Accelerator",)),
-    ("core.checkpoint_io", ("AsyncCheckpointIO", "CheckpointIO", "TorchCheckpointIO")),
-    ("core.environment", ("ClusterEnvironmentBase",)),
-    ("core.exceptions", ("MisconfigurationError", "MissingDependencyError", "ProcessFailedError")),
-    ("core.factory", ("get_strategy", "list_strategies")),
-    ("core.layer_sync", ("LayerSync", "TorchSyncBatchNorm")),
-    ("core.precision", ("PrecisionBase",)),
-    ("core.strategy", ("StrategyBase",)),
+#: Runtime names the package exports next to the generated classes.
+RUNTIME_EXPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("stratcore.accelerator", ("Accelerator",)),
+    ("stratcore.checkpoint_io", ("AsyncCheckpointIO", "CheckpointIO", "TorchCheckpointIO")),
+    ("stratcore.environment", ("ClusterEnvironmentBase",)),
+    (
+        "stratcore.exceptions",
+        ("MisconfigurationError", "MissingDependencyError", "ProcessFailedError"),
+    ),
+    ("stratcore.layer_sync", ("LayerSync", "TorchSyncBatchNorm")),
+    ("stratcore.precision", ("PrecisionBase",)),
+    ("stratcore.strategy", ("StrategyBase",)),
 )
 
 

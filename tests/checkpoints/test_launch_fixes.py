@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-
-from stratlib.core import testing
+from stratcore import testing
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE.parents[1] / "generated"
@@ -62,7 +61,7 @@ def test_reduce_over_two_ranks_takes_numbers_dicts_and_lists(tmp_path: Path) -> 
 def test_a_sharded_save_killed_midway_leaves_the_previous_checkpoint(
     asynchronous: bool, tmp_path: Path
 ) -> None:
-    from stratlib.core.sharded_checkpoint import consolidated
+    from stratcore.sharded_checkpoint import consolidated
 
     command = [sys.executable, str(HERE / "scripts" / "killed_save.py"), str(tmp_path)]
     if asynchronous:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore import testing
 
 import stratlib
-from stratlib.core import testing
 
 pytest.importorskip("transformers", reason="transformers is a test dependency")
 
@@ -137,7 +137,7 @@ def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
     assert checkpoint.is_dir(), "a sharded checkpoint is a folder"
     single = tmp_path / "single.ckpt"
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
-    command = [sys.executable, "-m", "stratlib.core.consolidate", str(checkpoint), str(single)]
+    command = [sys.executable, "-m", "stratcore.consolidate", str(checkpoint), str(single)]
     converted = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert converted.returncode == 0, converted.stderr
 
@@ -157,7 +157,7 @@ def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
 
 def test_not_a_sharded_checkpoint_is_refused_with_exit_code_2(tmp_path: Path) -> None:
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
-    command = [sys.executable, "-m", "stratlib.core.consolidate", str(tmp_path), "out.ckpt"]
+    command = [sys.executable, "-m", "stratcore.consolidate", str(tmp_path), "out.ckpt"]
     result = subprocess.run(
         command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
     )

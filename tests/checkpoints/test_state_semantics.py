@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore import testing
 from torch import nn
 
 import stratlib
-from stratlib.core import testing
 
 lightning_fabric = pytest.importorskip("lightning.fabric", reason="Lightning is a test dependency")
 

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore import testing
 from torch import nn
-
-from stratlib.core import testing
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE.parents[1] / "generated"

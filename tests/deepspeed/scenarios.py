@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from stratcore import testing
+from stratcore.exceptions import MisconfigurationError
 from torch import nn
 
 import stratlib
-from stratlib.core import testing
-from stratlib.core.exceptions import MisconfigurationError
 
 #: Whether this process started with DeepSpeed's accelerator variable set, and whether
 #: importing the package imported deepspeed.

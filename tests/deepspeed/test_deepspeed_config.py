@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore import testing
+from stratcore.exceptions import MisconfigurationError
+from stratcore.wrappers.deepspeed import CONFIG_DEFAULTS, extension_build_lock
 from torch import nn
 
 import stratlib
 from stratlib import DeepSpeedPrecisionPlugin, DeepSpeedStrategy
-from stratlib.core import testing
-from stratlib.core.exceptions import MisconfigurationError
-from stratlib.core.wrappers.deepspeed import CONFIG_DEFAULTS, extension_build_lock
 
 GENERATED = Path(__file__).resolve().parents[2] / "generated"
 
@@ -300,7 +300,7 @@ def test_extension_builds_take_turns_across_processes(
             "-c",
             textwrap.dedent("""
                 import sys, time
-                from stratlib.core.wrappers.deepspeed import extension_build_lock
+                from stratcore.wrappers.deepspeed import extension_build_lock
                 with extension_build_lock("probe_op"):
                     print("locked", flush=True)
                     time.sleep(2.0)
@@ -340,7 +340,7 @@ sys.meta_path.insert(0, HideDeepSpeed())
 def test_missing_deepspeed_is_a_clear_error_simulated() -> None:
     process = _run_python(HIDE_DEEPSPEED + """
 import stratlib
-from stratlib.core.exceptions import MissingDependencyError
+from stratcore.exceptions import MissingDependencyError
 info = {i.name: i.available for i in stratlib.list_strategies()}
 assert info["deepspeed"] is False and info["deepspeed_stage_3_offload"] is False, info
 try:

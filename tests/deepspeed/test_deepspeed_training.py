@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-
-from stratlib.core import testing
+from stratcore import testing
 
 pytestmark = [
     pytest.mark.slow,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stratlib.core.testing import clean_environ
+from stratcore.testing import clean_environ
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

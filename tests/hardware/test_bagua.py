@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore.factory import strategy_options
+from stratcore.testing import assert_parameters_close, reference_parameters
+from stratcore.wrappers.bagua import BAGUA_ALGORITHMS
 
 import stratlib
 from stratlib import BaguaEnvironment, BaguaStrategy
-from stratlib.core.testing import assert_parameters_close, reference_parameters
-from stratlib.core.wrappers.bagua import BAGUA_ALGORITHMS
 
 from .support import run_script
 
@@ -28,8 +29,8 @@ import torch
 from torch import nn
 
 from stratlib import BaguaStrategy, CPUAccelerator, PrecisionPlugin
-from stratlib.core import testing
-from stratlib.core.exceptions import MisconfigurationError
+from stratcore import testing
+from stratcore.exceptions import MisconfigurationError
 
 
 def train(strategy, steps):
@@ -139,7 +140,7 @@ def test_bagua_facts_without_bagua() -> None:
     assert BaguaStrategy.backend is not None and BaguaStrategy.backend.name == "nccl"
     assert BaguaStrategy.cluster_environments[0] == "bagua"
     assert BaguaEnvironment.detection.all_set == ("BAGUA_SERVICE_PORT", "WORLD_SIZE", "RANK")
-    options = stratlib.core.factory.strategy_options(BaguaStrategy)
+    options = strategy_options(BaguaStrategy)
     assert options["algorithm"].default == "gradient_allreduce"
     assert set(BAGUA_ALGORITHMS) == {
         "gradient_allreduce",

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from stratlib.core.testing import clean_environ
+from stratcore.testing import clean_environ
 
 from .support import GENERATED, REPO, install_standins
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
+from stratcore.testing import clean_environ
 
 import stratlib
 from stratlib import registry
-from stratlib.core.testing import clean_environ
 
 from .support import GENERATED, REPO
 
@@ -53,8 +53,8 @@ def test_importing_the_package_imports_no_backend(tmp_path: Path) -> None:
 import json, sys
 import stratlib
 stratlib.list_strategies()
-import stratlib.core.wrappers.horovod, stratlib.core.wrappers.bagua, stratlib.core.wrappers.xla
-import stratlib.core.ipu, stratlib.hooks.ipu
+import stratcore.wrappers.horovod, stratcore.wrappers.bagua, stratcore.wrappers.xla
+import stratcore.ipu, stratlib.hooks.ipu
 print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
 """
     environ = clean_environ({"PYTHONPATH": str(GENERATED)})
@@ -93,7 +93,7 @@ def test_backends_are_listed_as_unavailable() -> None:
 )
 def test_strategy_without_its_backend(name: str, entry: dict[str, Any]) -> None:
     requirement = entry["requires"][0]
-    cls = registry.STRATEGIES[name].cls
+    cls = registry.REGISTRY.strategies[name].cls
     with pytest.raises(stratlib.MissingDependencyError) as raised:
         cls()
     message = str(raised.value)
@@ -107,7 +107,7 @@ def test_strategy_without_its_backend(name: str, entry: dict[str, Any]) -> None:
 )
 def test_accelerator_without_its_software(name: str, entry: dict[str, Any]) -> None:
     requirement = entry["requires"][0]
-    cls = registry.ACCELERATORS[name]
+    cls = registry.REGISTRY.accelerators[name]
     assert not cls.is_available()
     with pytest.raises(
         stratlib.MissingDependencyError, match=f"accelerator='{name}' needs"
@@ -121,7 +121,7 @@ def test_accelerator_without_its_software(name: str, entry: dict[str, Any]) -> N
 )
 def test_precision_plugin_without_its_backend(name: str, entry: dict[str, Any]) -> None:
     requirement = entry["requires"][0]
-    plugin = next(p for p in registry.PRECISION_PLUGINS if p.plugin_name == name)
+    plugin = next(p for p in registry.REGISTRY.precision_plugins if p.plugin_name == name)
     with pytest.raises(stratlib.MissingDependencyError) as raised:
         plugin(entry["modes"][0])
     assert f"'{requirement['module']}'" in str(raised.value)
@@ -129,9 +129,9 @@ def test_precision_plugin_without_its_backend(name: str, entry: dict[str, Any]) 
 
 
 def test_backends_without_their_packages() -> None:
-    from stratlib.core.imports import require
+    from stratcore.imports import require
 
     for backend in ("horovod", "xla", "hccl"):
-        declared_backend = registry.BACKENDS[backend]
+        declared_backend = registry.REGISTRY.backends[backend]
         with pytest.raises(stratlib.MissingDependencyError, match=f"backend {backend!r} needs"):
             require(declared_backend.requirements, f"backend {backend!r}")

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from stratcore.testing import assert_parameters_close, reference_parameters
+from stratcore.wrappers.horovod import HOROVOD_OPS, horovodrun_command
 
 import stratlib
 from stratlib import HorovodEnvironment, HorovodStrategy
-from stratlib.core.testing import assert_parameters_close, reference_parameters
-from stratlib.core.wrappers.horovod import HOROVOD_OPS, horovodrun_command
 
 from .support import run_script
 
@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 import stratlib
-from stratlib.core import testing
-from stratlib.core.exceptions import MisconfigurationError
+from stratcore import testing
+from stratcore.exceptions import MisconfigurationError
 
 
 def train(strategy, steps):

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore.testing import assert_parameters_close, reference_parameters
 
 from stratlib import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
 from stratlib.backends import GLOO, HCCL
-from stratlib.core.testing import assert_parameters_close, reference_parameters
 
 from .support import run_script
 
@@ -31,8 +31,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from stratlib.backends import GLOO, HCCL
-from stratlib.core import collectives
-from stratlib.core.exceptions import MisconfigurationError
+from stratcore import collectives
+from stratcore.exceptions import MisconfigurationError
 
 BACKENDS = {"hccl": HCCL, "gloo": GLOO}
 
@@ -101,7 +101,7 @@ def test_hccl_capabilities_come_from_the_spec() -> None:
 
 
 def test_hccl_rules_on_two_gloo_ranks(two_rank_reductions: dict[str, Any]) -> None:
-    """HCCL's table, applied by stratlib.core.collectives to real reductions: no native mean
+    """HCCL's table, applied by stratcore.collectives to real reductions: no native mean
     (a sum divided by the world size), int64 reduced as float32 and cast back."""
     result = two_rank_reductions["hccl"]
     assert result["mean"] == [[1.5, 5.0], "torch.float32"]
@@ -145,8 +145,8 @@ from torch import nn
 import standin_events
 import stratlib
 from stratlib import HPUAccelerator
-from stratlib.core import testing
-from stratlib.core.exceptions import MisconfigurationError
+from stratcore import testing
+from stratcore.exceptions import MisconfigurationError
 
 
 class CPUStandInHPU(HPUAccelerator):

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 import stratlib
-from stratlib.core import testing
-from stratlib.core.exceptions import MisconfigurationError
+from stratcore import testing
+from stratcore.exceptions import MisconfigurationError
 
 LEARNING_RATES = [0.1, 0.1, 0.05, 0.05]
 

@@ -18,8 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from stratlib.core.testing import assert_parameters_close, clean_environ, reference_parameters
+from stratcore.testing import assert_parameters_close, clean_environ, reference_parameters
 
 from .support import REPO
 
@@ -66,14 +65,14 @@ import json
 
 import acmelib
 import acmelib.registry
-from acmelib.core import testing
+from stratcore import testing
 
 process, result = testing.run_scenario("train", "acme_ddp", accelerator="acme", devices=2, steps=3)
 print("RESULT " + json.dumps({
     "package": acmelib.__name__,
     "classes": [acmelib.AcmeAccelerator.__name__, acmelib.SingleAcmeStrategy.__name__, acmelib.AcmeParallelStrategy.__name__],
     "bases": [base.__name__ for base in acmelib.AcmeParallelStrategy.__mro__[1:3]],
-    "registry": sorted(name for name in acmelib.registry.STRATEGIES if name.startswith("acme")),
+    "registry": sorted(name for name in acmelib.registry.REGISTRY.strategies if name.startswith("acme")),
     "returncode": process.returncode,
     "stderr": process.stderr[-2000:],
     "world_size": result and result["world_size"],

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore.testing import assert_parameters_close, reference_parameters
 
 import stratlib
 from stratlib import SingleTPUStrategy, TPUAccelerator, TPUSpawnStrategy, XLAEnvironment
-from stratlib.core.testing import assert_parameters_close, reference_parameters
 
 from .support import run_script
 
@@ -30,8 +30,8 @@ from torch import nn
 import standin_events
 import stratlib
 from stratlib import TPUAccelerator, TPUBf16PrecisionPlugin, TPUPrecisionPlugin
-from stratlib.core import testing
-from stratlib.core.exceptions import MisconfigurationError
+from stratcore import testing
+from stratcore.exceptions import MisconfigurationError
 
 
 class CPUStandInTPU(TPUAccelerator):

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from stratlib.core import testing
+from stratcore import testing
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from stratcore.testing import clean_environ
 from torch import nn
-
-from stratlib.core.testing import clean_environ
 
 SCRIPTS = Path(__file__).parent / "scripts"
 GENERATED = Path(__file__).resolve().parents[2] / "generated"

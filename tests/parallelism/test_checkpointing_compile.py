@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore.wrappers.mesh import apply_activation_checkpointing
 from torch import nn
-
-from stratlib.core.wrappers.mesh import apply_activation_checkpointing
 
 from .support import SCRIPTS, assert_close, read_result, run_nodes, train_alone
 

@@ -11,9 +11,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from stratcore.exceptions import MisconfigurationError
 
 import stratlib
-from stratlib.core.exceptions import MisconfigurationError
 
 from .support import SCRIPTS, assert_close, read_result, run_nodes, train_alone
 

@@ -4,8 +4,7 @@ machine's CPU) the way users do."""
 from __future__ import annotations
 
 import pytest
-
-from stratlib.core import testing
+from stratcore import testing
 
 
 @pytest.fixture(autouse=True)

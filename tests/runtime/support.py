@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stratlib.core import testing
+from stratcore import testing
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from stratcore import testing
+from stratcore.launchers import InlineLauncher, PopenLauncher, SpawnLauncher
+from stratcore.parallel import release_process_group
 
 import stratlib
 from stratlib import registry
-from stratlib.core import testing
-from stratlib.core.launchers import InlineLauncher, PopenLauncher, SpawnLauncher
-from stratlib.core.parallel import release_process_group
 
 ALL_CLASSES = sorted(
     {
@@ -51,7 +51,7 @@ def test_every_class_has_the_whole_api(cls: type) -> None:
 
 
 def test_every_registry_class_is_enumerated() -> None:
-    assert {entry.cls for entry in registry.STRATEGIES.values()} <= set(CONCRETE)
+    assert {entry.cls for entry in registry.REGISTRY.strategies.values()} <= set(CONCRETE)
 
 
 RUNNABLE = [cls for cls in CONCRETE if testing.unavailable_reason(cls, "cpu") is None]
@@ -106,7 +106,7 @@ def test_every_concrete_class_can_be_subclassed(cls: type) -> None:
     "name",
     sorted(
         name
-        for name, entry in registry.STRATEGIES.items()
+        for name, entry in registry.REGISTRY.strategies.items()
         if testing.unavailable_reason(entry.cls, "cpu") is None
         and entry.cls.launcher_name in ("none", "popen")
         # DeepSpeed binds module-level state to the first process group it sees, so it runs
@@ -170,7 +170,7 @@ def test_options_override_a_preset() -> None:
 
 def test_list_strategies_describes_the_registry() -> None:
     infos = {info.name: info for info in stratlib.list_strategies()}
-    assert set(infos) == set(registry.STRATEGIES)
+    assert set(infos) == set(registry.REGISTRY.strategies)
     ddp = infos["ddp_find_unused_parameters_true"]
     assert ddp.strategy_class == "DDPStrategy" and ddp.preset == {"find_unused_parameters": True}
     assert ddp.launcher == "popen" and ddp.accelerators == ("cuda", "cpu") and ddp.available

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore.checkpoint_io import CheckpointIO, PathLike
 
 import stratlib
-from stratlib.core.checkpoint_io import CheckpointIO, PathLike
 
 from .support import python, start
 

@@ -1,6 +1,6 @@
 """The assertions of the generated tests fail when the runtime does not do what a spec says.
 
-Each check of ``stratlib.core.testing`` that a generated test uses is given a report that
+Each check of ``stratcore.testing`` that a generated test uses is given a report that
 agrees with the spec, which must pass, and reports that each differ in one way, which must
 fail with a message naming what differs.
 """
@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from stratcore import testing
 
 from stratlib import CPUAccelerator
-from stratlib.core import testing
 
 HCCL_LIKE = testing.Expectation(
     devices=2,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import stratlib
-from stratlib.core.factory import detect_environment
+from stratlib.registry import REGISTRY
 
 TORCHRUN = {
     "RANK": "1",
@@ -105,7 +105,7 @@ def test_slurm_interactive_session_is_not_a_managed_job(
 ) -> None:
     set_variables(monkeypatch, SLURM, {"SLURM_JOB_NAME": name})
     assert not stratlib.SLURMEnvironment.detect()
-    assert type(detect_environment(stratlib.DDPStrategy)) is stratlib.LightningEnvironment
+    assert type(REGISTRY.detect_environment(stratlib.DDPStrategy)) is stratlib.LightningEnvironment
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_detection_follows_the_priority_order(
     monkeypatch: pytest.MonkeyPatch, groups: tuple[dict[str, str], ...], expected: str
 ) -> None:
     set_variables(monkeypatch, *groups)
-    assert type(detect_environment(stratlib.DDPStrategy)).__name__ == expected
+    assert type(REGISTRY.detect_environment(stratlib.DDPStrategy)).__name__ == expected
     assert type(stratlib.DDPStrategy().cluster_environment).__name__ == expected
 
 
@@ -145,7 +145,7 @@ def test_lsf_priority_and_rank_file(monkeypatch: pytest.MonkeyPatch, tmp_path: P
             "JSM_NAMESPACE_RANK": "1",
         },
     )
-    environment = detect_environment(stratlib.DDPStrategy)
+    environment = REGISTRY.detect_environment(stratlib.DDPStrategy)
     assert type(environment) is stratlib.LSFEnvironment
     assert (environment.world_size(), environment.global_rank(), environment.node_rank()) == (
         3,
@@ -208,7 +208,7 @@ def test_mpi_node_rank_from_ranks_per_node(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_kubeflow_reads_its_pod_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     set_variables(monkeypatch, KUBEFLOW)
-    environment = detect_environment(stratlib.DDPStrategy)
+    environment = REGISTRY.detect_environment(stratlib.DDPStrategy)
     assert type(environment) is stratlib.KubeflowEnvironment
     assert (
         environment.world_size(),

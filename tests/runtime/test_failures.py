@@ -1,6 +1,6 @@
 """A failing rank ends the whole job within seconds, with its error, leaving no process behind.
 
-Each case runs the ``fail`` scenario of ``stratlib.core.testing`` in a fresh process (2 ranks,
+Each case runs the ``fail`` scenario of ``stratcore.testing`` in a fresh process (2 ranks,
 gloo): one rank raises, calls ``os._exit``, SIGKILLs itself or hangs while the other waits in a
 collective. Processes are found by a marker in their environment, through /proc. (An exception
 on rank 1 is also covered by the generated tests of every strategy.)
@@ -9,8 +9,7 @@ on rank 1 is also covered by the generated tests of every strategy.)
 from __future__ import annotations
 
 import pytest
-
-from stratlib.core import testing
+from stratcore import testing
 
 #: Seconds from the failure to the end of every process of the job (generous: the machine is
 #: shared; the launchers need about TERMINATE_GRACE + PEER_GRACE at most).

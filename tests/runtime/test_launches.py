@@ -14,8 +14,7 @@ import time
 import uuid
 
 import pytest
-
-from stratlib.core import testing
+from stratcore import testing
 
 from .support import finish, python, start
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stratcore.exceptions import MisconfigurationError, MissingDependencyError
+from stratcore.imports import module_available
 
 import stratlib
-from stratlib.core.exceptions import MisconfigurationError, MissingDependencyError
-from stratlib.core.imports import module_available
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_nvme_offload_config_names_the_folder(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["DDP", "Ddp_Spawn", " ddp_notebook ", "FSDP"])
 def test_strategy_names_in_any_letter_case(name: str) -> None:
-    expected = stratlib.registry.STRATEGIES[name.strip().lower()]
+    expected = stratlib.registry.REGISTRY.strategies[name.strip().lower()]
     strategy = stratlib.get_strategy(name, accelerator="cpu", devices=2)
     assert type(strategy) is expected.cls
 
@@ -100,7 +100,7 @@ def test_devices_and_num_nodes_as_strings() -> None:
 @pytest.mark.skipif(module_available("torch_xla"), reason="torch_xla is installed here")
 @pytest.mark.parametrize("name", ["xla_fsdp", "xla_debug", "XLA_FSDP"])
 def test_xla_names_are_guarded(name: str) -> None:
-    cls = stratlib.registry.STRATEGIES[name.lower()].cls
+    cls = stratlib.registry.REGISTRY.strategies[name.lower()].cls
     assert cls.supported_accelerators == ("tpu",)
     with pytest.raises(MisconfigurationError, match="runs on tpu"):
         stratlib.get_strategy(name)
@@ -111,8 +111,8 @@ def test_xla_names_are_guarded(name: str) -> None:
 
 
 def test_xla_debug_and_xla_fsdp_presets() -> None:
-    assert stratlib.registry.STRATEGIES["xla_debug"].preset == {"debug": True}
-    entry = stratlib.registry.STRATEGIES["xla_fsdp"]
+    assert stratlib.registry.REGISTRY.strategies["xla_debug"].preset == {"debug": True}
+    entry = stratlib.registry.REGISTRY.strategies["xla_fsdp"]
     assert entry.cls.wrapper == "xla_fsdp" and entry.preset == {}
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from stratlib.core import testing
+from stratcore import testing
 
 from .support import finish, free_port, python, read_result, start, torchrun
 

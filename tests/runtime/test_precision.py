@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from stratcore import testing
+from stratcore.precision import canonical_precision
 from torch import nn
 
 import stratlib
-from stratlib.core import testing
-from stratlib.core.precision import canonical_precision
 
 from .support import finish, python, read_result, start
 

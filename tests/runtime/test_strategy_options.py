@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from stratcore import testing
 from torch import nn
 
 import stratlib
-from stratlib.core import testing
 
 from .support import finish, python, read_result, start
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from stratlib.core.testing import isolated_environment
+from stratcore.testing import isolated_environment
 
 
 @pytest.fixture(autouse=True)

@@ -12,9 +12,8 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from stratcore.testing import clean_environ, reference_batch
 from torch import nn
-
-from stratlib.core.testing import clean_environ, reference_batch
 
 SCRIPTS = Path(__file__).parent / "scripts"
 GENERATED = Path(__file__).resolve().parents[2] / "generated"

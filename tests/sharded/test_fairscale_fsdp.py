@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore.exceptions import MisconfigurationError
 
 import stratlib
 from stratlib import (
@@ -21,7 +22,6 @@ from stratlib import (
     FullyShardedNativeMixedPrecisionPlugin,
     PrecisionPlugin,
 )
-from stratlib.core.exceptions import MisconfigurationError
 
 from .support import SCRIPTS, environ
 
@@ -99,7 +99,7 @@ def test_wrapper_arguments(options: dict[str, Any], plugin: Any, expected: dict[
 
 def test_mixed_precision_plugin_is_selected_for_it() -> None:
     for precision in ("16-mixed", "bf16-mixed"):
-        plugin = stratlib.core.factory.precision_plugin_class(
+        plugin = stratlib.registry.REGISTRY.precision_plugin_class(
             DDPFullyShardedStrategy, stratlib.CUDAAccelerator, precision
         )
         assert plugin is FullyShardedNativeMixedPrecisionPlugin

@@ -13,14 +13,14 @@ from typing import Any, ClassVar
 import pytest
 import torch
 from fairscale.optim.grad_scaler import ShardedGradScaler
+from stratcore import precision as precision_module
+from stratcore import testing
+from stratcore.exceptions import MisconfigurationError
+from stratcore.precision import make_grad_scaler
+from stratcore.testing import reference_model
 
 import stratlib
 from stratlib import DDPShardedStrategy, ShardedNativeMixedPrecisionPlugin
-from stratlib.core import precision as precision_module
-from stratlib.core import testing
-from stratlib.core.exceptions import MisconfigurationError
-from stratlib.core.precision import make_grad_scaler
-from stratlib.core.testing import reference_model
 
 from .support import assert_close, environ, run_scenario, run_script, train_alone
 
@@ -101,7 +101,9 @@ def test_trains_like_one_process_with_and_without_gradient_buckets(reduce_buffer
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
 def test_mixed_precision_trains_with_the_sharded_plugin(precision: str) -> None:
-    plugin = testing.precision_plugin_class(DDPShardedStrategy, stratlib.CPUAccelerator, precision)
+    plugin = stratlib.registry.REGISTRY.precision_plugin_class(
+        DDPShardedStrategy, stratlib.CPUAccelerator, precision
+    )
     assert plugin is ShardedNativeMixedPrecisionPlugin
     process, result = testing.run_scenario(
         "train", "ddp_sharded", devices=2, steps=3, precision=precision

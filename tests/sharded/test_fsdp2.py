@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore.exceptions import MisconfigurationError
+from stratcore.testing import reference_model
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 import stratlib
 from stratlib import FSDPStrategy, FullyShardedNativeMixedPrecisionPlugin
-from stratlib.core.exceptions import MisconfigurationError
-from stratlib.core.testing import reference_model
 
 from .support import assert_close, run_scenario, scenarios_module, train_alone
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.environment import Condition, ValueSource
+from stratcore.environment import Condition, ValueSource
+
 from .cluster_environment import ClusterEnvironment
 
 __all__ = ["LightningEnvironment"]

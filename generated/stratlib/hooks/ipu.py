@@ -18,11 +18,10 @@ import os
 from typing import Any
 
 import torch
+from stratcore.exceptions import MisconfigurationError
+from stratcore.imports import require
 from torch import nn
 from torch.optim import Optimizer
-
-from ..core.exceptions import MisconfigurationError
-from ..core.imports import require
 
 
 def _poptorch(strategy: Any) -> Any:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.precision import ApexPrecisionMixin
+from stratcore.precision import ApexPrecisionMixin
+
 from .mixed import MixedPrecisionPlugin
 
 __all__ = ["ApexMixedPrecisionPlugin"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.wrappers.deepspeed import DeepSpeedPrecisionMixin
+from stratcore.wrappers.deepspeed import DeepSpeedPrecisionMixin
+
 from .precision import PrecisionPlugin
 
 __all__ = ["DeepSpeedPrecisionPlugin"]

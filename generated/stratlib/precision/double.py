@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.precision import DoublePrecisionMixin
+from stratcore.precision import DoublePrecisionMixin
+
 from .precision import PrecisionPlugin
 
 __all__ = ["DoublePrecisionPlugin"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.wrappers.fsdp import FSDPPrecisionMixin
+from stratcore.wrappers.fsdp import FSDPPrecisionMixin
+
 from .mixed import MixedPrecisionPlugin
 
 __all__ = ["FullyShardedNativeMixedPrecisionPlugin"]

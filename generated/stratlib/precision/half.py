@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.precision import HalfPrecisionMixin
+from stratcore.precision import HalfPrecisionMixin
+
 from .precision import PrecisionPlugin
 
 __all__ = ["HalfPrecisionPlugin"]

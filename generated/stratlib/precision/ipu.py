@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.imports import Requirement
-from ..core.ipu import IPUPrecisionMixin
+from stratcore.imports import Requirement
+from stratcore.ipu import IPUPrecisionMixin
+
 from .precision import PrecisionPlugin
 
 __all__ = ["IPUPrecisionPlugin"]

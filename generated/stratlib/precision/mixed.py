@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.precision import MixedPrecisionMixin
+from stratcore.precision import MixedPrecisionMixin
+
 from .precision import PrecisionPlugin
 
 __all__ = ["MixedPrecisionPlugin"]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.imports import Requirement
-from ..core.wrappers.xla import XLAPrecisionMixin
+from stratcore.imports import Requirement
+from stratcore.wrappers.xla import XLAPrecisionMixin
+
 from .precision import PrecisionPlugin
 
 __all__ = ["TPUPrecisionPlugin"]

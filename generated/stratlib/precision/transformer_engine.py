@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.imports import Requirement
-from ..core.transformer_engine import TransformerEnginePrecisionMixin
+from stratcore.imports import Requirement
+from stratcore.transformer_engine import TransformerEnginePrecisionMixin
+
 from .precision import PrecisionPlugin
 
 __all__ = ["TransformerEnginePrecisionPlugin"]

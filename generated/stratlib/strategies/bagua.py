@@ -8,15 +8,15 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.collectives import CollectiveBackend
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.imports import Requirement
+from stratcore.precision import PrecisionBase
+from stratcore.wrappers.bagua import BaguaMixin
 
 from ..backends import NCCL
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.collectives import CollectiveBackend
-from ..core.environment import ClusterEnvironmentBase
-from ..core.imports import Requirement
-from ..core.precision import PrecisionBase
-from ..core.wrappers.bagua import BaguaMixin
 from .parallel import ParallelStrategy
 
 __all__ = ["BaguaStrategy"]

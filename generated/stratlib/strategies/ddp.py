@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.precision import PrecisionBase
+from stratcore.wrappers.ddp import DDPMixin
 
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.environment import ClusterEnvironmentBase
-from ..core.precision import PrecisionBase
-from ..core.wrappers.ddp import DDPMixin
 from .parallel import ParallelStrategy
 
 __all__ = ["DDPStrategy"]

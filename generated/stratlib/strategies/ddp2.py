@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.wrappers.ddp import DDP2Mixin
+from stratcore.wrappers.ddp import DDP2Mixin
+
 from .ddp import DDPStrategy
 
 __all__ = ["DDP2Strategy"]

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.imports import Requirement
+from stratcore.precision import PrecisionBase
+from stratcore.wrappers.sharded import ShardedMixin
 
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.environment import ClusterEnvironmentBase
-from ..core.imports import Requirement
-from ..core.precision import PrecisionBase
-from ..core.wrappers.sharded import ShardedMixin
 from .parallel import ParallelStrategy
 
 __all__ = ["DDPShardedStrategy"]

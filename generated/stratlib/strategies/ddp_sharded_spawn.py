@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.precision import PrecisionBase
 
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.environment import ClusterEnvironmentBase
-from ..core.precision import PrecisionBase
 from .ddp_sharded import DDPShardedStrategy
 
 __all__ = ["DDPSpawnShardedStrategy"]

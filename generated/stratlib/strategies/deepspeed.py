@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.imports import Requirement
+from stratcore.precision import PrecisionBase
+from stratcore.wrappers.deepspeed import DeepSpeedMixin
 
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.environment import ClusterEnvironmentBase
-from ..core.imports import Requirement
-from ..core.precision import PrecisionBase
-from ..core.wrappers.deepspeed import DeepSpeedMixin
 from .parallel import ParallelStrategy
 
 __all__ = ["DeepSpeedStrategy"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.wrappers.dp import DataParallelMixin
+from stratcore.wrappers.dp import DataParallelMixin
+
 from .parallel import ParallelStrategy
 
 __all__ = ["DataParallelStrategy"]

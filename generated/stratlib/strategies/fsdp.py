@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.precision import PrecisionBase
+from stratcore.wrappers.fsdp import FSDPMixin
 
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.environment import ClusterEnvironmentBase
-from ..core.precision import PrecisionBase
-from ..core.wrappers.fsdp import FSDPMixin
 from .parallel import ParallelStrategy
 
 __all__ = ["FSDPStrategy"]

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from stratcore.collectives import CollectiveBackend
+from stratcore.imports import Requirement
+
 from ..backends import HCCL
-from ..core.collectives import CollectiveBackend
-from ..core.imports import Requirement
 from .ddp import DDPStrategy
 
 __all__ = ["HPUParallelStrategy"]

@@ -8,13 +8,13 @@ import os
 from typing import Any, ClassVar
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.imports import Requirement
+from stratcore.precision import PrecisionBase
+from stratcore.wrappers.dp import DataParallelMixin
 
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.environment import ClusterEnvironmentBase
-from ..core.imports import Requirement
-from ..core.precision import PrecisionBase
-from ..core.wrappers.dp import DataParallelMixin
 from .parallel import ParallelStrategy
 
 __all__ = ["IPUStrategy"]

@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.imports import Requirement
+from stratcore.precision import PrecisionBase
+from stratcore.wrappers.xla import XLAMixin
 
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.imports import Requirement
-from ..core.precision import PrecisionBase
-from ..core.wrappers.xla import XLAMixin
 from .single_device import SingleDeviceStrategy
 
 __all__ = ["SingleTPUStrategy"]

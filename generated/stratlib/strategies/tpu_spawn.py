@@ -7,15 +7,15 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.collectives import CollectiveBackend
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.imports import Requirement
+from stratcore.precision import PrecisionBase
+from stratcore.wrappers.xla import XLAMixin
 
 from ..backends import XLA
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.collectives import CollectiveBackend
-from ..core.environment import ClusterEnvironmentBase
-from ..core.imports import Requirement
-from ..core.precision import PrecisionBase
-from ..core.wrappers.xla import XLAMixin
 from .parallel import ParallelStrategy
 
 __all__ = ["TPUSpawnStrategy"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.wrappers.xla import XLAFSDPMixin
+from stratcore.wrappers.xla import XLAFSDPMixin
+
 from .tpu_spawn import TPUSpawnStrategy
 
 __all__ = ["XLAFSDPStrategy"]

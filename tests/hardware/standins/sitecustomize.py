@@ -65,10 +65,10 @@ def _place_on_cpu(accelerator_base: type) -> None:
 
 
 class _AcceleratorModuleFinder(importlib.abc.MetaPathFinder):
-    """Finds ``<package>.core.accelerator`` as usual, then patches its Accelerator base."""
+    """Finds ``stratcore.accelerator`` as usual, then patches its Accelerator base."""
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if not name.endswith(".core.accelerator"):
+        if name != "stratcore.accelerator":
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is None or spec.loader is None:

@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from stratcore.exceptions import MisconfigurationError
 from torch import nn
 
 import stratlib
-from stratlib.core.exceptions import MisconfigurationError
-from stratlib.core.factory import select_precision_plugin
+from stratlib.registry import REGISTRY
 
 
 def nested_model() -> nn.Module:
@@ -38,7 +38,9 @@ def nested_model() -> nn.Module:
 def build(**options: Any) -> Any:
     precision = options.pop("precision", "32-true")
     accelerator = stratlib.CPUAccelerator()
-    plugin = select_precision_plugin(stratlib.DDPFullyShardedStrategy, accelerator, precision)
+    plugin = REGISTRY.select_precision_plugin(
+        stratlib.DDPFullyShardedStrategy, accelerator, precision
+    )
     return stratlib.DDPFullyShardedStrategy(
         accelerator=accelerator,
         parallel_devices=[torch.device("cpu")] * 2,

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from stratcore.exceptions import MisconfigurationError
+from stratcore.testing import reference_batch, reference_model, shard
 from torch import nn
 
 import stratlib
-from stratlib.core.exceptions import MisconfigurationError
-from stratlib.core.testing import reference_batch, reference_model, shard
 
 #: Dtypes seen inside ``RecordingLinear.forward`` in this process.
 SEEN: list[dict[str, str]] = []

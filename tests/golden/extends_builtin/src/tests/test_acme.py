@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from acme_strategies import AcmeDDPStrategy, get_strategy
-from acme_strategies.core import testing
 
 # --- acme_ddp (AcmeDDPStrategy)
 

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from .core.collectives import CollectiveBackend
+from stratcore.collectives import CollectiveBackend
 
 __all__ = ["GLOO", "EVIL"]
 

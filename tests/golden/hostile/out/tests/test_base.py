@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from hostilelib import (
     CPUAccelerator,
@@ -22,14 +23,13 @@ from hostilelib import (
     get_strategy,
     registry,
 )
-from hostilelib.core import testing
 
 # --- strategy (Strategy)
 
 
 def test_strategy_is_an_abstract_base_without_a_registry_name() -> None:
     assert all(
-        entry.cls is not Strategy for entry in registry.STRATEGIES.values()
+        entry.cls is not Strategy for entry in registry.REGISTRY.strategies.values()
     ), "an abstract base is registered under a name"
 
 
@@ -137,7 +137,7 @@ def test_single_device_checkpoint_round_trip(tmp_path: Path) -> None:
 
 def test_parallel_is_an_abstract_base_without_a_registry_name() -> None:
     assert all(
-        entry.cls is not ParallelStrategy for entry in registry.STRATEGIES.values()
+        entry.cls is not ParallelStrategy for entry in registry.REGISTRY.strategies.values()
     ), "an abstract base is registered under a name"
 
 
@@ -146,7 +146,7 @@ def test_parallel_is_an_abstract_base_without_a_registry_name() -> None:
 
 def test_cpu_accelerator_is_registered_under_its_name() -> None:
     assert (
-        registry.ACCELERATORS["cpu"] is CPUAccelerator
+        registry.REGISTRY.accelerators["cpu"] is CPUAccelerator
     ), "accelerator=cpu does not select CPUAccelerator"
 
 
@@ -175,7 +175,7 @@ def test_lightning_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert (
-        registry.CLUSTER_ENVIRONMENTS["lightning"] is LightningEnvironment
+        registry.REGISTRY.cluster_environments["lightning"] is LightningEnvironment
     ), "not registered as 'lightning'"
     testing.set_environment(
         monkeypatch,
@@ -211,7 +211,7 @@ def test_lightning_environment_detected_from_its_variables(
 
 def test_precision_precision_plugin_is_selectable() -> None:
     assert (
-        PrecisionPlugin in registry.PRECISION_PLUGINS
+        PrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "PrecisionPlugin is not among the selectable plugins"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from hostilelib import (
     HostileEnvironment,
@@ -19,7 +20,6 @@ from hostilelib import (
     get_strategy,
     registry,
 )
-from hostilelib.core import testing
 
 # --- hostile (HostileStrategy)
 
@@ -241,7 +241,7 @@ def test_hostile_env_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert (
-        registry.CLUSTER_ENVIRONMENTS["hostile_env"] is HostileEnvironment
+        registry.REGISTRY.cluster_environments["hostile_env"] is HostileEnvironment
     ), "not registered as 'hostile_env'"
     testing.set_environment(
         monkeypatch,

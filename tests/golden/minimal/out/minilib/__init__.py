@@ -4,20 +4,28 @@
 
 Choose a strategy by name with :func:`get_strategy` (``get_strategy("ddp", devices=2)``),
 see what is available with :func:`list_strategies`, or construct and subclass any of the
-classes below directly.
+classes below directly. The behaviour lives in the runtime, ``stratcore``; this package
+configures it.
 """
 
+# The runtime's version is checked before anything else is imported from it.
+# ruff: noqa: E402
+from stratcore.version import check_runtime_version
+
+check_runtime_version("0.1", "minilib")
+
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.exceptions import MisconfigurationError, MissingDependencyError, ProcessFailedError
+from stratcore.layer_sync import LayerSync, TorchSyncBatchNorm
+from stratcore.precision import PrecisionBase
+from stratcore.strategy import StrategyBase
+
 from .accelerators import CPUAccelerator, NPUAccelerator
-from .core.accelerator import Accelerator
-from .core.checkpoint_io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
-from .core.environment import ClusterEnvironmentBase
-from .core.exceptions import MisconfigurationError, MissingDependencyError, ProcessFailedError
-from .core.factory import get_strategy, list_strategies
-from .core.layer_sync import LayerSync, TorchSyncBatchNorm
-from .core.precision import PrecisionBase
-from .core.strategy import StrategyBase
 from .environments import LightningEnvironment, NPUClusterEnvironment
 from .precision import NPUPrecisionPlugin, PrecisionPlugin
+from .registry import get_strategy, list_strategies
 from .strategies import (
     NPUParallelStrategy,
     ParallelStrategy,

@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from .core.collectives import CollectiveBackend
-from .core.imports import Requirement
+from stratcore.collectives import CollectiveBackend
+from stratcore.imports import Requirement
 
 __all__ = ["GLOO", "RING"]
 

@@ -10,7 +10,9 @@ import pytest
 # Import the package from this checkout even when it is not installed.
 sys.path.insert(0, str((Path(__file__).parent / "..").resolve()))
 
-from minilib.core.testing import isolated_environment
+from stratcore.testing import isolated_environment, use_package
+
+use_package("minilib")
 
 
 @pytest.fixture(autouse=True)

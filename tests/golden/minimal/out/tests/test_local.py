@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stratcore import testing
 
 from minilib import (
     NPUAccelerator,
@@ -21,7 +22,6 @@ from minilib import (
     get_strategy,
     registry,
 )
-from minilib.core import testing
 
 # --- npu_single (SingleNPUStrategy)
 
@@ -280,7 +280,7 @@ def test_npu_parallel_rank_failure_stops_the_job(tmp_path: Path) -> None:
 
 def test_npu_accelerator_is_registered_under_its_name() -> None:
     assert (
-        registry.ACCELERATORS["npu"] is NPUAccelerator
+        registry.REGISTRY.accelerators["npu"] is NPUAccelerator
     ), "accelerator=npu does not select NPUAccelerator"
 
 
@@ -316,7 +316,7 @@ def test_npu_cluster_environment_detected_from_its_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert (
-        registry.CLUSTER_ENVIRONMENTS["npu_cluster"] is NPUClusterEnvironment
+        registry.REGISTRY.cluster_environments["npu_cluster"] is NPUClusterEnvironment
     ), "not registered as 'npu_cluster'"
     testing.set_environment(
         monkeypatch,
@@ -384,7 +384,7 @@ def test_npu_cluster_environment_not_detected_when_a_variable_differs(
 
 def test_npu_precision_precision_plugin_is_selectable() -> None:
     assert (
-        NPUPrecisionPlugin in registry.PRECISION_PLUGINS
+        NPUPrecisionPlugin in registry.REGISTRY.precision_plugins
     ), "NPUPrecisionPlugin is not among the selectable plugins"
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.environment import Condition
+from stratcore.environment import Condition
+
 from .lightning import LightningEnvironment
 
 __all__ = ["HostileEnvironment"]

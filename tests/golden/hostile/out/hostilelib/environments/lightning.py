@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.environment import ClusterEnvironmentBase, Condition, ValueSource
+from stratcore.environment import ClusterEnvironmentBase, Condition, ValueSource
 
 __all__ = ["LightningEnvironment"]
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.precision import PrecisionBase
 
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.precision import PrecisionBase
 from .single_device import SingleDeviceStrategy
 
 __all__ = ["HostileStrategy"]

@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.parallel import ParallelMixin
+from stratcore.precision import PrecisionBase
 
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.environment import ClusterEnvironmentBase
-from ..core.parallel import ParallelMixin
-from ..core.precision import PrecisionBase
 from .strategy import Strategy
 
 __all__ = ["ParallelStrategy"]

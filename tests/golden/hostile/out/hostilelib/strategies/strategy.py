@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.collectives import CollectiveBackend
-from ..core.imports import Requirement
-from ..core.strategy import StrategyBase
+from stratcore.collectives import CollectiveBackend
+from stratcore.imports import Requirement
+from stratcore.strategy import StrategyBase
 
 __all__ = ["Strategy"]
 

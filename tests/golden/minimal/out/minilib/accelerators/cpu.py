@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from stratcore.accelerator import Accelerator
+from stratcore.collectives import CollectiveBackend
+
 from ..backends import GLOO
-from ..core.accelerator import Accelerator
-from ..core.collectives import CollectiveBackend
 
 __all__ = ["CPUAccelerator"]
 

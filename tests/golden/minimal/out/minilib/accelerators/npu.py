@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from stratcore.accelerator import Accelerator
+from stratcore.collectives import CollectiveBackend
+from stratcore.imports import Requirement
+
 from ..backends import RING
-from ..core.accelerator import Accelerator
-from ..core.collectives import CollectiveBackend
-from ..core.imports import Requirement
 
 __all__ = ["NPUAccelerator"]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.imports import Requirement
+from stratcore.imports import Requirement
+
 from .precision import PrecisionPlugin
 
 __all__ = ["NPUPrecisionPlugin"]

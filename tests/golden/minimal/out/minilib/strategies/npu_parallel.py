@@ -9,13 +9,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import torch
+from stratcore.accelerator import Accelerator
+from stratcore.checkpoint_io import CheckpointIO
+from stratcore.collectives import CollectiveBackend
+from stratcore.environment import ClusterEnvironmentBase
+from stratcore.precision import PrecisionBase
 
 from ..backends import RING
-from ..core.accelerator import Accelerator
-from ..core.checkpoint_io import CheckpointIO
-from ..core.collectives import CollectiveBackend
-from ..core.environment import ClusterEnvironmentBase
-from ..core.precision import PrecisionBase
 from .parallel import ParallelStrategy
 
 __all__ = ["NPUParallelStrategy"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..core.single_device import SingleDeviceMixin
+from stratcore.single_device import SingleDeviceMixin
+
 from .strategy import Strategy
 
 __all__ = ["SingleDeviceStrategy"]

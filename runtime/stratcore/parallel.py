@@ -32,6 +32,7 @@ from .environment import ClusterEnvironmentBase
 from .exceptions import CollectiveTimeoutError, MisconfigurationError
 from .imports import import_object, require
 from .precision import PrecisionBase
+from .registry import registry_of
 from .strategy import StrategyBase
 
 
@@ -85,9 +86,7 @@ class ParallelMixin(StrategyBase):
     @property
     def cluster_environment(self) -> ClusterEnvironmentBase:
         if self._cluster_environment is None:
-            from .factory import detect_environment
-
-            self._cluster_environment = detect_environment(type(self))
+            self._cluster_environment = registry_of(type(self)).detect_environment(type(self))
         return self._cluster_environment
 
     @cluster_environment.setter
@@ -116,9 +115,7 @@ class ParallelMixin(StrategyBase):
     def collective_backend(self) -> CollectiveBackend:
         """The backend the process group uses, with its capabilities."""
         if self.process_group_backend is not None:
-            from .factory import backend_named
-
-            return backend_named(self.process_group_backend)
+            return registry_of(type(self)).backend(self.process_group_backend)
         return self.backend or self.accelerator.backend
 
     # -- ranks ---------------------------------------------------------------------------
@@ -166,9 +163,7 @@ class ParallelMixin(StrategyBase):
             )
         name = self.process_group_backend
         if name is not None:
-            from .factory import known_backends
-
-            known = known_backends()
+            known = registry_of(type(self)).known_backends()
             if name not in known:
                 raise MisconfigurationError(
                     f"process_group_backend={name!r} is not a collective backend; use one of {', '.join(known)}"

@@ -1,0 +1,423 @@
+"""Build a ready strategy from what a user types: a registry name, an accelerator, devices,
+nodes, a precision and options. Every argument is checked against the strategy's spec, and a
+mistake gets a one-line error that names the argument and what is allowed."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal, Union
+
+from .accelerator import Accelerator
+from .checkpoint_io import CheckpointIO
+from .environment import ClusterEnvironmentBase
+from .exceptions import MisconfigurationError
+from .imports import require
+from .layer_sync import TorchSyncBatchNorm
+from .precision import canonical_precision
+from .registry import Registry, close_matches
+from .strategy import StrategyBase
+
+#: Arguments of the core constructors; everything else a strategy takes is an option.
+PLUMBING = frozenset(
+    {
+        "accelerator",
+        "device",
+        "parallel_devices",
+        "cluster_environment",
+        "checkpoint_io",
+        "precision_plugin",
+        "num_nodes",
+    }
+)
+
+
+# --- options -------------------------------------------------------------------------------------
+
+
+@cache
+def strategy_options(cls: type[StrategyBase]) -> dict[str, inspect.Parameter]:
+    """The options (keyword arguments other than the core's) a strategy class takes."""
+    parameters = inspect.signature(cls.__init__).parameters
+    return {
+        name: p
+        for name, p in parameters.items()
+        if name != "self"
+        and name not in PLUMBING
+        and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    }
+
+
+def _annotation(cls: type, name: str) -> Any:
+    try:
+        constructor: Any = cls
+        return typing.get_type_hints(constructor.__init__).get(name, Any)
+    except Exception:  # annotations that cannot be evaluated are not checked
+        return Any
+
+
+def _fits(value: Any, annotation: Any) -> tuple[bool, str]:
+    """Whether ``value`` matches a simple annotation, and a description of what is allowed."""
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True, "any value"
+    if origin is Literal:
+        choices = typing.get_args(annotation)
+        return value in choices, "one of " + ", ".join(repr(c) for c in choices)
+    if origin in (Union, getattr(__import__("types"), "UnionType", Union)):
+        results = [_fits(value, member) for member in typing.get_args(annotation)]
+        return any(ok for ok, _ in results), " or ".join(text for _, text in results)
+    if annotation is type(None):
+        return value is None, "None"
+    if annotation is bool:
+        return isinstance(value, bool), "True or False"
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool), "an integer"
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool), "a number"
+    if annotation is str:
+        return isinstance(value, str), "a string"
+    return True, "a value"
+
+
+def check_options(cls: type[StrategyBase], options: dict[str, Any]) -> None:
+    allowed = strategy_options(cls)
+    for name, value in options.items():
+        if name not in allowed:
+            listed = ", ".join(allowed) or "none"
+            raise MisconfigurationError(
+                f"{name}={value!r}: {cls.__name__} takes no option {name!r}{close_matches(name, list(allowed))} "
+                f"(its options: {listed})"
+            )
+        ok, expected = _fits(value, _annotation(cls, name))
+        if not ok:
+            raise MisconfigurationError(
+                f"{name}={value!r} is not allowed for {cls.__name__}; expected {expected}"
+            )
+
+
+# --- the factory ---------------------------------------------------------------------------------
+
+
+def _count_of_nodes(num_nodes: Any) -> int:
+    """``num_nodes`` as a positive int; digits in a string (from a command line or a config
+    file) are accepted."""
+    value = num_nodes
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MisconfigurationError(
+            f"num_nodes={num_nodes!r} is not allowed; use a positive number"
+        )
+    return value
+
+
+def _processes_started_per_node(
+    registry: Registry,
+    cls: type[StrategyBase],
+    environment: ClusterEnvironmentBase | None,
+    num_nodes: int,
+) -> int | None:
+    """Under a scheduler that started the processes (torchrun, srun, ...), how many it started
+    per node; devices that are processes (CPU) then default to that number."""
+    from .parallel import ParallelMixin
+
+    if not issubclass(cls, ParallelMixin) or cls.num_processes is not ParallelMixin.num_processes:
+        return None  # strategies with their own notion of processes per node (DP, DDP2)
+    environment = environment or registry.detect_environment(cls)
+    if environment.settable or not environment.creates_processes_externally:
+        return None
+    try:
+        world_size = environment.world_size()
+    except MisconfigurationError:
+        return None
+    return (
+        world_size // num_nodes if world_size % num_nodes == 0 and world_size >= num_nodes else None
+    )
+
+
+def auto_strategy(registry: Registry, accelerator: Accelerator, processes: int) -> str:
+    """What strategy='auto' means on ``accelerator``: 'single_device' for one process and
+    'ddp' for several, or the first registered strategy of that kind made for the device
+    (e.g. 'hpu_single' and 'hpu_parallel' on Habana devices)."""
+    wanted = "single_device" if processes == 1 else "parallel"
+    preferred = "single_device" if wanted == "single_device" else "ddp"
+    candidates: list[str] = []
+    for name, entry in registry.strategies.items():
+        cls = entry.cls
+        if entry.preset or cls.strategy_name != name or _kind(cls) != wanted:
+            continue
+        if (
+            cls.supported_accelerators
+            and accelerator.accelerator_name not in cls.supported_accelerators
+        ):
+            continue
+        if not all(r.available for r in cls.requirements):
+            continue
+        candidates.append(name)
+    if preferred in candidates:
+        return preferred
+    if candidates:
+        return candidates[0]
+    raise MisconfigurationError(
+        f"strategy='auto': no registered strategy runs {processes} process(es) on "
+        f"{accelerator.accelerator_name!r}; name one"
+    )
+
+
+def _kind(cls: type[StrategyBase]) -> str:
+    from .parallel import ParallelMixin
+    from .single_device import SingleDeviceMixin
+
+    if issubclass(cls, ParallelMixin):
+        return "parallel"
+    if issubclass(cls, SingleDeviceMixin):
+        return "single_device"
+    return "strategy"
+
+
+def _resolve_accelerator(
+    registry: Registry,
+    cls: type[StrategyBase],
+    accelerator: str | Accelerator,
+    instance: StrategyBase | None,
+) -> Accelerator:
+    supported = cls.supported_accelerators
+    if isinstance(accelerator, Accelerator):
+        obj = accelerator
+    elif accelerator == "auto":
+        if instance is not None and instance._accelerator is not None:
+            obj = instance._accelerator
+        else:
+            obj = registry.default_accelerator(cls)
+    elif isinstance(accelerator, str):
+        name = accelerator.strip().lower()
+        name = "cuda" if name == "gpu" else name
+        obj = registry.accelerator_class(name)()
+    else:
+        raise MisconfigurationError(
+            f"accelerator={accelerator!r} is not allowed; give a name or an Accelerator"
+        )
+    if supported and obj.accelerator_name not in supported:
+        raise MisconfigurationError(
+            f"accelerator={obj.accelerator_name!r}: {cls.__name__} runs on {', '.join(supported)}"
+        )
+    obj.check_available()
+    return obj
+
+
+def _require_precision_packages(registry: Registry, mode: str, asked: Any) -> None:
+    """A precision that only plugins needing a missing package implement (FP8 through
+    Transformer Engine, ...) is refused first, naming the package to install."""
+    plugins = [p for p in registry.precision_plugins if mode in p.modes]
+    if plugins and not any(all(r.available for r in p.requirements) for p in plugins):
+        require(plugins[0].requirements, f"precision={asked if asked is not None else mode!r}")
+
+
+def _check_precision(
+    cls: type[StrategyBase], accelerator: Accelerator, mode: str, asked: Any
+) -> None:
+    shown = asked if asked is not None else mode
+    if mode not in cls.supported_precisions:
+        raise MisconfigurationError(
+            f"precision={shown!r}: {cls.__name__} supports {', '.join(cls.supported_precisions)}"
+        )
+    if mode not in accelerator.supported_precisions:
+        raise MisconfigurationError(
+            f"precision={shown!r}: accelerator {accelerator.accelerator_name!r} supports "
+            f"{', '.join(accelerator.supported_precisions)}"
+        )
+
+
+# --- describing the registry -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """One registry name, as ``list_strategies`` describes it."""
+
+    name: str
+    strategy_class: str
+    preset: dict[str, Any]
+    description: str
+    accelerators: tuple[str, ...]
+    launcher: str
+    backend: str
+    available: bool
+
+    def __str__(self) -> str:
+        preset = f" {self.preset}" if self.preset else ""
+        state = "available" if self.available else "not available here"
+        return f"{self.name}: {self.strategy_class}{preset} ({state}) - {self.description}"
+
+
+class StrategyFactory:
+    """``get_strategy`` and ``list_strategies`` of one generated package: registry names,
+    accelerators and precision plugins are looked up in its :class:`Registry`."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    def get_strategy(
+        self,
+        strategy: str | type[StrategyBase] | StrategyBase = "auto",
+        *,
+        accelerator: str | Accelerator = "auto",
+        devices: int | str | Sequence[int] = "auto",
+        num_nodes: int | str = 1,
+        precision: str | int | None = None,
+        cluster_environment: ClusterEnvironmentBase | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        sync_batchnorm: bool = False,
+        **options: Any,
+    ) -> StrategyBase:
+        """Build a strategy ready to ``launch``.
+
+        Args:
+            strategy: A registry name in any letter case (``"ddp"``, ``"ddp_spawn"``, ``"ddp_find_unused_parameters_true"``,
+                ...), ``"auto"`` (``"single_device"`` for one device, else ``"ddp"``, or the
+                strategies a device's spec provides for them, such as ``"hpu_parallel"``), a strategy
+                class, or an instance to complete.
+            accelerator: ``"auto"`` (the first available one the strategy supports), a name such
+                as ``"cpu"`` or ``"cuda"`` in any letter case, or an Accelerator.
+            devices: Devices per node: a number, ``"auto"``, ``-1`` for all, or a list of indices;
+                also as a string (``"2"``, ``"-1"``, ``"0,1"``).
+            num_nodes: Number of machines (an int, or its digits as a string).
+            precision: ``"32-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"64-true"``, ``"16-true"``,
+                ``"bf16-true"`` or the short forms ``"32"``, ``"16"``, ``"bf16"``, ``"64"``; by
+                default the strategy's or accelerator's default.
+            cluster_environment: An environment to use instead of detecting one.
+            checkpoint_io: A CheckpointIO to use instead of ``TorchCheckpointIO``.
+            sync_batchnorm: Convert BatchNorm layers to SyncBatchNorm in ``setup``.
+            **options: Options of the strategy (see its class), on top of the registry name's preset.
+        """
+        registry = self.registry
+        num_nodes = _count_of_nodes(num_nodes)
+        if isinstance(devices, str):
+            devices = devices.strip().lower()
+        instance: StrategyBase | None = None
+        preset: dict[str, Any] = {}
+        if isinstance(strategy, StrategyBase):
+            instance, cls = strategy, type(strategy)
+            if options:
+                raise MisconfigurationError(
+                    f"options {', '.join(options)} cannot be applied to a strategy that is already built; "
+                    "pass them to its constructor"
+                )
+        elif isinstance(strategy, type) and issubclass(strategy, StrategyBase):
+            cls = strategy
+        elif isinstance(strategy, str):
+            name = strategy.strip().lower()
+            if name == "auto":
+                any_strategy: Any = StrategyBase
+                probe = _resolve_accelerator(registry, any_strategy, accelerator, None)
+                name = auto_strategy(registry, probe, len(probe.parse_devices(devices)) * num_nodes)
+            entry = registry.strategy_entry(name)
+            cls, preset = entry.cls, dict(entry.preset)
+        else:
+            raise MisconfigurationError(
+                f"strategy={strategy!r} is not allowed; give a registry name, a strategy class or a strategy"
+            )
+        if inspect.isabstract(cls):
+            raise MisconfigurationError(
+                f"{cls.__name__} is an abstract base; choose a concrete strategy"
+            )
+
+        merged = {**preset, **options}
+        check_options(cls, merged)
+
+        accelerator_obj = _resolve_accelerator(registry, cls, accelerator, instance)
+        kind = _kind(cls)
+        if kind == "parallel" and devices == "auto" and not accelerator_obj.indexed:
+            devices = (
+                _processes_started_per_node(registry, cls, cluster_environment, num_nodes)
+                or devices
+            )
+        indices = accelerator_obj.parse_devices(devices)
+        device_list = accelerator_obj.get_parallel_devices(indices)
+        if kind == "single_device":
+            if len(device_list) != 1:
+                raise MisconfigurationError(
+                    f"devices={devices!r}: {cls.__name__} trains on exactly one device; use a parallel "
+                    "strategy such as 'ddp' for more"
+                )
+            if num_nodes != 1:
+                raise MisconfigurationError(
+                    f"num_nodes={num_nodes}: {cls.__name__} runs on one machine"
+                )
+
+        mode = (
+            canonical_precision(precision)
+            if precision is not None
+            else (cls.default_precision or accelerator_obj.default_precision)
+        )
+        _require_precision_packages(registry, mode, precision)
+        _check_precision(cls, accelerator_obj, mode, precision)
+        plugin = registry.select_precision_plugin(cls, accelerator_obj, mode)
+
+        if instance is None:
+            kwargs: dict[str, Any] = {
+                "accelerator": accelerator_obj,
+                "precision_plugin": plugin,
+                **merged,
+            }
+            if checkpoint_io is not None:
+                kwargs["checkpoint_io"] = checkpoint_io
+            if kind == "single_device":
+                kwargs["device"] = device_list[0]
+            elif kind == "parallel":
+                kwargs["parallel_devices"] = device_list
+                kwargs["num_nodes"] = num_nodes
+                if cluster_environment is not None:
+                    kwargs["cluster_environment"] = cluster_environment
+            instance = cls(**kwargs)
+        else:
+            instance.accelerator = accelerator_obj
+            if instance._precision_plugin is None or precision is not None:
+                instance.precision_plugin = plugin
+            if checkpoint_io is not None:
+                instance.checkpoint_io = checkpoint_io
+            if kind == "parallel":
+                existing: Any = instance
+                if getattr(existing, "_parallel_devices", None) is None or devices != "auto":
+                    existing.parallel_devices = device_list
+                existing.num_nodes = num_nodes
+                if cluster_environment is not None:
+                    existing.cluster_environment = cluster_environment
+        if kind == "parallel":
+            parallel: Any = instance
+            parallel.cluster_environment.validate_settings(parallel.num_processes, num_nodes)
+        instance.validate_configuration()
+        if sync_batchnorm:
+            instance.layer_sync = TorchSyncBatchNorm()
+        return instance
+
+    def list_strategies(self) -> list[StrategyInfo]:
+        """Every registry name with its class, preset, accelerators, launcher and backend, and
+        whether it can run on this machine."""
+        infos = []
+        accelerators = self.registry.accelerators
+        for name, entry in self.registry.strategies.items():
+            cls = entry.cls
+            doc = (cls.__doc__ or "").strip().splitlines()
+            available = all(r.available for r in cls.requirements) and any(
+                accelerators[a].is_available()
+                for a in cls.supported_accelerators
+                if a in accelerators
+            )
+            infos.append(
+                StrategyInfo(
+                    name=name,
+                    strategy_class=cls.__name__,
+                    preset=dict(entry.preset),
+                    description=doc[0] if doc else "",
+                    accelerators=cls.supported_accelerators,
+                    launcher=cls.launcher_name,
+                    backend=cls.backend.name if cls.backend else "auto",
+                    available=available,
+                )
+            )
+        return infos

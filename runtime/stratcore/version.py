@@ -1,0 +1,38 @@
+"""The runtime's version, and the check generated packages run when they are imported.
+
+A generated package is made for one ``major.minor`` of the runtime (the generator stamps it);
+it works with that release and any later one of the same series. Anything else fails at
+import, in one line that names both versions and the fix, instead of a confusing error deep
+inside a training run.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RUNTIME_SERIES", "RuntimeVersionError", "__version__", "check_runtime_version"]
+
+__version__ = "0.1.0"
+
+#: The ``major.minor`` series of this runtime: what the generator stamps into new packages.
+RUNTIME_SERIES = ".".join(__version__.split(".")[:2])
+
+
+class RuntimeVersionError(ImportError):
+    """A generated package needs another series of the runtime."""
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:2])
+
+
+def check_runtime_version(generated_for: str, package: str) -> None:
+    """Raise :class:`RuntimeVersionError` unless this runtime serves code generated for
+    ``generated_for`` (``major.minor``): the same series, at least as new."""
+    if generated_for == RUNTIME_SERIES:
+        return
+    wanted = _numbers(generated_for)
+    upper = f"{wanted[0]}.{wanted[1] + 1}" if wanted[0] == 0 else f"{wanted[0] + 1}"
+    raise RuntimeVersionError(
+        f"{package} was generated for stratcore {generated_for}, but stratcore {__version__} is "
+        f"installed: run `pip install 'stratcore>={generated_for},<{upper}'`, or regenerate "
+        f"{package} with a stratgen made for stratcore {RUNTIME_SERIES}"
+    )
