@@ -1,8 +1,9 @@
 """Reliability of writes under concurrency and interruption, with real processes.
 
-The interrupted run is made observable without any test hook: the project adds a few hundred
-large files to its core templates, so the write phase lasts long enough for the test to see
-the first new file appear and kill the process with SIGKILL right then.
+The interrupted run is made observable without any test hook: the project's strategies name
+a hundred large hooks files (copied into the package as they are), so the write phase lasts
+long enough for the test to see the first new file appear and kill the process with SIGKILL
+right then.
 """
 
 from __future__ import annotations
@@ -17,13 +18,27 @@ from pathlib import Path
 import pytest
 from sgtest import STRATEGY_SPEC, make_project, run_cli, snapshot, stratgen_env
 
-BULK_FILES = 300
-BULK_BYTES = 40_000
+BULK_FILES = 100
+BULK_BYTES = 120_000
+#: Where the copies of the hooks files land.
+BULK_OUT = Path("out", "minilib", "hooks")
+
+
+def _bulk_spec() -> str:
+    entries = "".join(f"""
+  - name: bulk_{index:04d}
+    class_name: Bulk{index:04d}Strategy
+    base: parallel
+    cluster: [lightning]
+    description: Bulk strategy {index}.
+    hooks: bulk/f{index:04d}.py
+""" for index in range(BULK_FILES))
+    return "version: 1\nstrategies:" + entries
 
 
 def _bulk_project(root: Path) -> Path:
-    make_project(root, {"mine.yaml": STRATEGY_SPEC}, config='templates = "templates"\n')
-    (root / "templates" / "core" / "bulk").mkdir(parents=True)
+    make_project(root, {"mine.yaml": STRATEGY_SPEC, "bulk.yaml": _bulk_spec()})
+    (root / "specs" / "bulk").mkdir(parents=True)
     _write_bulk(root, version=1)
     return root
 
@@ -35,7 +50,7 @@ def _bulk_text(version: int, index: int) -> str:
 
 def _write_bulk(root: Path, version: int) -> None:
     for index in range(BULK_FILES):
-        path = root / "templates" / "core" / "bulk" / f"f{index:04d}.py"
+        path = root / "specs" / "bulk" / f"f{index:04d}.py"
         path.write_text(_bulk_text(version, index), encoding="utf-8")
 
 
@@ -53,7 +68,7 @@ def _spawn(root: Path, *argv: str) -> subprocess.Popen[str]:
 def _bulk_versions(root: Path) -> dict[int, int]:
     """How many generated bulk files hold each version's content (never anything else)."""
     counts: dict[int, int] = {}
-    folder = root / "out" / "minilib" / "core" / "bulk"
+    folder = root / BULK_OUT
     for index in range(BULK_FILES):
         text = (folder / f"f{index:04d}.py").read_text(encoding="utf-8")
         body = text.split("\n", 2)[2]  # below the two header lines
@@ -96,7 +111,7 @@ def test_a_killed_generate_leaves_whole_files_that_check_reports_and_generate_re
     assert run_cli("generate", "--project", root).code == 0
     _write_bulk(root, version=2)
 
-    first = root / "out" / "minilib" / "core" / "bulk" / "f0000.py"
+    first = root / BULK_OUT / "f0000.py"
     run = _spawn(root, "generate")
     deadline = time.monotonic() + 120
     while b"VERSION = 2" not in first.read_bytes():
@@ -112,7 +127,7 @@ def test_a_killed_generate_leaves_whole_files_that_check_reports_and_generate_re
 
     check = run_cli("check", "--quiet", "--project", root)
     assert check.code == 1
-    stale = [f"out/minilib/core/bulk/f{i:04d}.py" for i in range(BULK_FILES)]
+    stale = [(BULK_OUT / f"f{i:04d}.py").as_posix() for i in range(BULK_FILES)]
     reported = {line.split(": ", 1)[1] for line in check.out.splitlines() if ": " in line}
     still_old = {p for p in stale if b"VERSION = 1" in (root / p).read_bytes()}
     assert {p for p in stale if p in reported} == still_old
@@ -128,11 +143,11 @@ def test_a_file_created_by_a_killed_run_is_still_removed_later(tmp_path: Path) -
     """The manifest is extended before the first write, so a file an interrupted run created
     is known as generated: a later run that no longer produces it removes it."""
     root = _bulk_project(tmp_path / "project")
-    (root / "templates" / "core" / "bulk").rename(root / "bulk.saved")
+    (root / "specs" / "bulk.yaml").rename(root / "bulk.saved")
     assert run_cli("generate", "--project", root).code == 0
-    (root / "bulk.saved").rename(root / "templates" / "core" / "bulk")
+    (root / "bulk.saved").rename(root / "specs" / "bulk.yaml")
 
-    first = root / "out" / "minilib" / "core" / "bulk" / "f0000.py"
+    first = root / BULK_OUT / "f0000.py"
     run = _spawn(root, "generate")
     deadline = time.monotonic() + 120
     while not first.exists():
@@ -144,11 +159,11 @@ def test_a_file_created_by_a_killed_run_is_still_removed_later(tmp_path: Path) -
     created = sorted(p.name for p in first.parent.glob("f*.py"))
     assert 0 < len(created) < BULK_FILES
 
-    # The bulk templates go away again: every file the killed run created is removed.
-    (root / "templates" / "core" / "bulk").rename(root / "bulk.gone")
+    # The bulk strategies go away again: every file the killed run created is removed.
+    (root / "specs" / "bulk.yaml").rename(root / "bulk.gone")
     result = run_cli("generate", "--project", root)
     assert result.code == 0
     assert not first.parent.exists()
     assert "warning" not in result.err
     assert run_cli("check", "--project", root).code == 0
-    assert not snapshot(root / "out").keys() & {f"minilib/core/bulk/{n}" for n in created}
+    assert not snapshot(root / "out").keys() & {f"minilib/hooks/{n}" for n in created}

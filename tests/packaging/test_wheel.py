@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -19,47 +20,37 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel built from this checkout."""
-    out = tmp_path_factory.mktemp("dist")
+#: Distribution -> the folder holding its pyproject.toml.
+DISTRIBUTIONS = {"stratgen": ROOT, "stratcore": ROOT / "runtime", "stratlib": ROOT / "generated"}
+
+
+def _build(source: Path, out: Path) -> None:
     if importlib.util.find_spec("hatchling") and importlib.util.find_spec("build"):
-        command = [
-            sys.executable,
-            "-m",
-            "build",
-            "--wheel",
-            "--no-isolation",
-            "--outdir",
-            str(out),
-            str(ROOT),
-        ]
+        command = [sys.executable, "-m", "build", "--wheel", "--no-isolation"]
+        command += ["--outdir", str(out), str(source)]
     else:  # pip builds it in an isolated environment, fetching hatchling
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--wheel-dir",
-            str(out),
-            str(ROOT),
-        ]
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps"]
+        command += ["--wheel-dir", str(out), str(source)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (built,) = out.glob("stratgen-*.whl")
-    return built
 
 
 @pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new virtual environment with the wheel installed (without its dependencies).
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The three wheels built from this checkout: the generator, the runtime, stratlib."""
+    out = tmp_path_factory.mktemp("dist")
+    for source in DISTRIBUTIONS.values():
+        _build(source, out)
+    return {name: next(out.glob(f"{name}-*.whl")) for name in DISTRIBUTIONS}
+
+
+def _venv(folder: Path, wheels: list[Path]) -> Path:
+    """A new virtual environment with ``wheels`` installed (without their dependencies).
 
     The dependencies (torch, jinja2, black, copier, ...) come from the environment running the
     tests, through a path file: plain paths, so that no path file of that environment (an
     editable install of this checkout, for one) takes effect in the new one.
     """
-    folder = tmp_path_factory.mktemp("venv") / "env"
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120
     )
@@ -82,7 +73,7 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             "install",
             "--no-deps",
             "--no-index",
-            str(wheel),
+            *map(str, wheels),
         ],
         capture_output=True,
         text=True,
@@ -92,7 +83,43 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def test_wheel_contents(wheel: Path) -> None:
+@pytest.fixture(scope="module")
+def venv(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generator, the runtime and stratlib installed from their wheels."""
+    return _venv(tmp_path_factory.mktemp("venv") / "env", list(wheels.values()))
+
+
+def _requires(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(metadata).decode().splitlines()
+    return [line.split(": ", 1)[1] for line in lines if line.startswith("Requires-Dist: ")]
+
+
+def _names(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return set(archive.namelist())
+
+
+def test_each_distribution_needs_only_what_it_uses(wheels: dict[str, Path]) -> None:
+    """The generator needs no torch; the runtime and stratlib need nothing of the generator."""
+
+    def required(name: str) -> set[str]:
+        return {
+            re.split(r"[ ;<>=!~\[]", req, maxsplit=1)[0].lower()
+            for req in _requires(wheels[name])
+            if "extra ==" not in req
+        }
+
+    assert required("stratgen") == {"jinja2", "pyyaml", "black", "copier", "stratcore"}
+    assert required("stratcore") == set()
+    assert required("stratlib") == {"stratcore", "torch"}
+    torch_extra = [r for r in _requires(wheels["stratcore"]) if r.startswith("torch")]
+    assert torch_extra and all('extra == "torch"' in r for r in torch_extra)
+
+
+def test_wheel_contents(wheels: dict[str, Path]) -> None:
+    wheel = wheels["stratgen"]
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
@@ -105,16 +132,19 @@ def test_wheel_contents(wheel: Path) -> None:
     assert "stratgen/templates/project/copier.yml" in names
     assert "stratgen/templates/project/.gitignore.jinja" in names
     assert "stratgen/templates/project/.github/workflows/ci.yml" in names
-    for module in (
-        "__init__.py",
-        "py.typed",
-        "registry.py",
-        "core/strategy.py",
-        "strategies/ddp.py",
-    ):
-        assert f"stratlib/{module}" in names
     assert "stratgen/cli.py" in names and "stratgen/scaffold.py" in names
-    assert not any(n.startswith(("tests/", "generated/", "examples/")) for n in names)
+    assert not any(
+        n.startswith(("tests/", "generated/", "examples/", "stratlib/", "stratcore/"))
+        for n in names
+    )
+    runtime = _names(wheels["stratcore"])
+    for module in ("__init__.py", "contract.py", "strategy.py", "registry.py", "version.py"):
+        assert f"stratcore/{module}" in runtime, module
+    assert not any(n.startswith(("stratgen/", "stratlib/")) for n in runtime)
+    package = _names(wheels["stratlib"])
+    for module in ("__init__.py", "py.typed", "registry.py", "strategies/ddp.py"):
+        assert f"stratlib/{module}" in package, module
+    assert not any(n.startswith(("stratgen/", "stratcore/", "stratlib/core/")) for n in package)
 
 
 def run(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -179,3 +209,32 @@ def test_installed_commands_work_from_any_folder(venv: Path, tmp_path: Path) -> 
     # Mistakes outside a project are clean errors, not tracebacks.
     outside = run(venv, stratgen, "check", cwd=tmp_path)
     assert outside.returncode == 2 and "Traceback" not in outside.stderr
+
+
+def test_wheel_installed_stratgen_checks_its_own_tree(venv: Path) -> None:
+    """In stratgen's own checkout the specs are the built-ins: an installed stratgen must not
+    load them twice."""
+    checked = run(venv, str(venv / "bin" / "stratgen"), "check", cwd=ROOT)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "match the specs" in checked.stdout
+
+
+def test_training_needs_the_runtime_and_torch_only(
+    wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """With only the runtime's and stratlib's wheels installed, stratlib builds a strategy and
+    nothing of the generator is imported (or even installed)."""
+    folder = _venv(
+        tmp_path_factory.mktemp("train-venv") / "env", [wheels["stratcore"], wheels["stratlib"]]
+    )
+    code = (
+        "import importlib.util, sys, stratlib\n"
+        "s = stratlib.get_strategy('ddp', accelerator='cpu', devices=2)\n"
+        "print(type(s).__name__, len(s.parallel_devices))\n"
+        "print(importlib.util.find_spec('stratgen') is None)\n"
+        "print(sorted(m for m in ('jinja2', 'yaml', 'black', 'copier', 'stratgen') "
+        "if m in sys.modules))\n"
+    )
+    used = run(folder, str(folder / "bin" / "python"), "-c", code, cwd=folder)
+    assert used.returncode == 0, used.stderr
+    assert used.stdout.splitlines() == ["DDPStrategy 2", "True", "[]"]
