@@ -35,11 +35,18 @@ _VERSION: str | None = None
 
 
 def code_digest() -> str:
-    """A hash of stratgen's own source (every module of the package) and the interpreter's
-    version: a parsed spec is only reused by the same parser and model classes."""
+    """A hash of stratgen's own source (every module of the package), the interpreter's
+    version and the installed pyyaml (its location, size and time of change, found without
+    importing it): a parsed spec is only reused by the same parser and model classes."""
     global _VERSION
     if _VERSION is None:
+        import importlib.util
+
         h = hashlib.sha256(_FORMAT + b"\0" + sys.version.encode())
+        found = importlib.util.find_spec("yaml")
+        if found is not None and found.origin:
+            info = os.stat(found.origin)
+            h.update(f"\0{found.origin}\0{info.st_size}\0{info.st_mtime_ns}".encode())
         for path in sorted(_PACKAGE.glob("*.py")):
             h.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
         _VERSION = h.hexdigest()
