@@ -124,3 +124,14 @@ def test_an_unwritable_cache_only_costs_time(
     files, project = _plan(root, blocked)
     assert files == expected
     assert project.spec_cache.hits == 0
+
+
+def test_an_empty_cache_setting_turns_both_caches_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", "")
+    project = Project(load_config(_project_root(tmp_path)))
+    assert project.formatter.cache is None and project.spec_cache.folder is None
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "here"))
+    project = Project(load_config(tmp_path / "project"))
+    assert project.spec_cache.folder == tmp_path / "here" / "specs"
