@@ -2,7 +2,10 @@
 
 The project is a temporary folder with a copy of this checkout's ``specs/`` as its own specs
 (``builtin-specs = false``), so the output is the built-in specs rendered into ``generated/``;
-it is checked to be identical to this checkout's ``generated/``.
+it is checked to be identical to this checkout's ``generated/``. A second project adds
+``EXTRA_SPECS`` device specs (each a copy of ``specs/hpu.yaml`` under names of its own, with a
+single and a parallel strategy, a backend and a cluster environment: about five files each),
+generated cold and then regenerated after an edit to one of them.
 
 Baseline: ``black --check`` of the same generated tree (line length 100, py311, one worker
 like stratgen's in-process formatting), fresh process, with black's own cache in the same
@@ -39,8 +42,12 @@ from .common import (
     worker_env,
 )
 
-COLD_TARGET = 1.5
+COLD_TARGET = 0.8
 NOOP_TARGET = 0.3
+#: The larger project: this many device specs more than the built-in ones.
+EXTRA_SPECS = 100
+MANY_COLD_TARGET = 3.0
+MANY_EDIT_TARGET = 0.3
 TIMINGS = re.compile(
     r"timings: (?P<steps>.*); total (?P<total>\d+) ms "
     r"\(black cache: (?P<hits>\d+) hits, (?P<misses>\d+) misses\)"
@@ -74,15 +81,46 @@ def parse_timings(stderr: str) -> Sample:
     )
 
 
+def device_spec(index: int) -> str:
+    """A device spec like ``specs/hpu.yaml`` (an accelerator, a single-device and a parallel
+    strategy, a collective backend), every name its own, plus a cluster environment."""
+    text = (ROOT / "specs" / "hpu.yaml").read_text(encoding="utf-8")
+    name, title = f"dev{index}", f"Dev{index}"
+    for old, new in (
+        ("hccl", f"ccl{index}"),
+        ("HABANA_VISIBLE_MODULES", f"{name.upper()}_VISIBLE_MODULES"),
+        ("HPU", title),
+        ("hpu", name),
+    ):
+        text = text.replace(old, new)
+    upper = name.upper()
+    return text + (
+        "\ncluster_environments:\n"
+        f"  - name: {name}_cluster\n"
+        f"    class_name: {title}ClusterEnvironment\n"
+        "    extends: cluster_environment\n"
+        f"    description: Processes started by the {title} job launcher.\n"
+        f"    detect: {{all_set: [{upper}_RANK, {upper}_WORLD_SIZE]}}\n"
+        f"    world_size: {upper}_WORLD_SIZE\n"
+        f"    global_rank: {upper}_RANK\n"
+        f"    local_rank: {upper}_LOCAL_RANK\n"
+        f"    node_rank: {upper}_NODE_RANK\n"
+    )
+
+
 class Workspace:
     """A throw-away project and the caches its runs use."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, extra_specs: int = 0) -> None:
         self.folder = folder
         self.project = folder / "project"
         # A copy of this checkout's specs as the project's own (and no second, built-in copy
         # of them): the output is then this checkout's generated/, byte for byte.
         shutil.copytree(ROOT / "specs", self.project / "specs")
+        for index in range(extra_specs):
+            path = self.project / "specs" / f"dev{index}.yaml"
+            path.write_text(device_spec(index), encoding="utf-8")
+        self.edits = 0
         (self.project / "pyproject.toml").write_text(
             "[tool.stratgen]\nbuiltin-specs = false\n", encoding="utf-8"
         )
@@ -166,6 +204,18 @@ class Workspace:
         ]
         return f"NOT clean, black would reformat {len(names)} files: {', '.join(sorted(names))}"
 
+    def edit_one_spec(self) -> None:
+        """Change the description of one extra device spec: two generated files change."""
+        path = self.project / "specs" / "dev0.yaml"
+        text = path.read_text(encoding="utf-8")
+        marker = "description: Strategy for training on a single Dev0 device"
+        start = text.index(marker)
+        end = text.index("\n", start)
+        self.edits += 1
+        path.write_text(
+            text[:start] + f"{marker} (revision {self.edits})." + text[end:], encoding="utf-8"
+        )
+
     def black_check(self, cache: Path) -> Sample:
         sample, completed = self.black(self.baseline_tree, cache)
         if completed.returncode != 0:
@@ -244,6 +294,86 @@ def _run_case(space: Workspace, case: str) -> Sample:
     return space.stratgen(command, cache)
 
 
+MANY_CASES = {
+    # name: what is timed
+    "many-cold": "stratgen generate, empty cache, no output",
+    "many-edit": "stratgen generate after an edit to one spec, warm cache",
+    "many-black-empty": "black --check, empty cache",
+    "many-black-warm": "black --check, warm cache",
+}
+MANY_ROWS = (
+    # case, row name, baseline case, target
+    (
+        "many-cold",
+        f"stratgen generate, {EXTRA_SPECS} more specs, cold",
+        "many-black-empty",
+        MANY_COLD_TARGET,
+    ),
+    (
+        "many-edit",
+        f"stratgen generate, {EXTRA_SPECS} more specs, one edited",
+        "many-black-warm",
+        MANY_EDIT_TARGET,
+    ),
+)
+
+
+def _run_many(space: Workspace, case: str) -> Sample:
+    if case == "many-cold":
+        shutil.rmtree(space.output)
+        return space.stratgen("generate", space.empty_dir())
+    if case == "many-edit":
+        space.edit_one_spec()
+        return space.stratgen("generate", space.warm_cache)
+    cache = space.empty_dir() if case == "many-black-empty" else space.warm_black
+    sample, _ = space.black(space.output, cache)
+    return sample
+
+
+def many_specs(settings: Settings, section: Section) -> None:
+    """Rows for a project with ``EXTRA_SPECS`` device specs more than the built-in ones."""
+    rounds = settings.pick(1, 3)
+    with tempfile.TemporaryDirectory(prefix="stratbench-many-") as folder:
+        space = Workspace(Path(folder), extra_specs=EXTRA_SPECS)
+        samples: dict[str, list[Sample]] = {case: [] for case in MANY_CASES}
+        # The first cold run and black's first check fill the warm caches, and are samples of
+        # the cold cases (output absent, caches empty) in the first round.
+        samples["many-cold"].append(space.stratgen("generate", space.warm_cache))
+        samples["many-black-empty"].append(space.black(space.output, space.warm_black)[0])
+        files = sum(1 for p in space.output.rglob("*") if p.is_file())
+        for index in range(rounds):
+            for case in rotate(list(MANY_CASES), index):
+                if index == 0 and case in ("many-cold", "many-black-empty"):
+                    continue
+                samples[case].append(_run_many(space, case))
+    for case, name, base_case, target in MANY_ROWS:
+        walls = [s.wall for s in samples[case]]
+        bases = [s.wall for s in samples[base_case]]
+        ratios = [a / b for a, b in zip(walls, bases, strict=True)]
+        measured = median(walls)
+        section.rows.append(
+            Row(
+                name=name,
+                measured=seconds(measured),
+                baseline=f"{seconds(median(bases))} {MANY_CASES[base_case]}",
+                ratio=median(ratios),
+                spread=spread(ratios, 2),
+                target=f"{at_most(target)} s",
+                met=measured <= target,
+                notes=_split(samples[case])
+                + f"; baseline CPU {median([s.cpu for s in samples[base_case]]) * 1000:.0f} ms",
+            )
+        )
+    section.details.append(
+        f"Larger project: the built-in specs and {EXTRA_SPECS} device specs more (copies of "
+        f"specs/hpu.yaml under names of their own, each with a cluster environment), {files} "
+        f"generated files, {rounds} round(s). Cold: no output and every cache empty. One edited: "
+        "the description of one spec changed (two generated files change), caches warm from "
+        "the previous run. Baseline: `black --check --workers 1 -l 100 -t py311` over the "
+        "generated tree, black's cache empty, or warm (then it re-checks what the edit changed)."
+    )
+
+
 def generation(settings: Settings) -> Section:
     rounds = settings.pick(1, 5)
     section = Section("generation")
@@ -307,6 +437,7 @@ def generation(settings: Settings) -> Section:
         + _loaded(check_modules)
         + " (warm cache)."
     )
+    many_specs(settings, section)
     return section
 
 

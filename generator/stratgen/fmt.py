@@ -14,7 +14,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .speccache import unwrap, wrap
+
 LINE_LENGTH = 100
+#: The layout of a cache entry (see ``speccache.wrap``): the key and a hash of the text.
+_LAYOUT = b"stratgen-black-v2"
 
 
 class FormatError(Exception):
@@ -51,7 +55,7 @@ class Formatter:
 
     def _key(self, source: str) -> str:
         digest = hashlib.sha256()
-        digest.update(f"stratgen-black-v1|{LINE_LENGTH}|py311|".encode())
+        digest.update(f"stratgen-black-v2|{LINE_LENGTH}|py311|".encode())
         digest.update(_black_version().encode())
         digest.update(b"\0")
         digest.update(source.encode("utf-8"))
@@ -80,11 +84,19 @@ class Formatter:
         return [str(result) for result in results]
 
     def _read(self, key: str) -> str | None:
+        """The formatted text stored under ``key``; None for a missing or damaged entry."""
         if self.cache is None:
             return None
         try:
-            return (self.cache / key[:2] / key).read_text(encoding="utf-8")
+            data = (self.cache / key[:2] / key).read_bytes()
         except OSError:
+            return None
+        payload = unwrap(data, key, _LAYOUT)
+        if payload is None:
+            return None
+        try:
+            return payload.decode("utf-8")
+        except UnicodeDecodeError:  # pragma: no cover - the hash was checked
             return None
 
     def _write(self, key: str, text: str) -> None:
@@ -94,8 +106,8 @@ class Formatter:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(wrap(text.encode("utf-8"), key, _LAYOUT))
             os.replace(tmp, folder / key)
         except OSError:
             pass  # a read-only or full cache only costs speed
@@ -114,12 +126,24 @@ def _format_one(source: str, mode: Any) -> str | Exception:
         return exc
 
 
+def _format_here(sources: list[str], mode: Any) -> list[str | Exception]:
+    """black over every source in this process, with the cyclic garbage collector paused:
+    black leaves much cyclic garbage, collected once at the end instead of again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return [_format_one(source, mode) for source in sources]
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _format_sources(sources: list[str], mode: Any) -> list[str | Exception]:
     """black over every source; in forked workers (which inherit the imported black) when
     there are several cores and enough files, else here. Either way the result is the same."""
     workers = min(len(sources) // (PARALLEL_FROM // 2), os.cpu_count() or 1, 8)
     if workers < 2 or len(sources) < PARALLEL_FROM:
-        return [_format_one(source, mode) for source in sources]
+        return _format_here(sources, mode)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 

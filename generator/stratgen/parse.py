@@ -15,11 +15,13 @@ import re
 import types
 import typing
 from functools import cache
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from .errors import Location, SpecError, SpecProblem, did_you_mean, one_of
 from .model import Pattern, SpecFile
-from .yamlload import Node
+
+if TYPE_CHECKING:  # nodes are made by yamlload: a run whose specs all come from the cache
+    from .yamlload import Node  # never imports it, nor pyyaml
 
 MAX_STRING = 20_000
 
@@ -189,7 +191,7 @@ class Converter:
             and node.value is not None
             and self._fits_shape(node, item_type)
         ):
-            node = Node([node], node.loc)  # a single value stands for a list of one
+            node = type(node)([node], node.loc)  # a single value stands for a list of one
         if not node.is_seq:
             raise self.fail(node.loc, path, f"expected {_describe(tp)}, found {_kind(node.value)}")
         items = []
@@ -212,7 +214,7 @@ class Converter:
         for key, value in node.value.items():
             sub = f"{path}.{key}" if path else key
             try:
-                converted_key = self.convert(Node(key, node.key_locs[key]), key_type, sub)
+                converted_key = self.convert(type(node)(key, node.key_locs[key]), key_type, sub)
                 result[converted_key] = self.convert(value, value_type, sub)
             except _Invalid:
                 failed = True

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import Location, SpecError, StratgenError, did_you_mean
 from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
 from .fmt import Formatter
+from .speccache import SpecCache, read_spec_bytes
 
 if TYPE_CHECKING:  # the pipeline's modules load on first use: an up-to-date check needs none
     from .catalog import Catalog, Source
@@ -142,6 +143,8 @@ class Project:
     def __init__(self, config: Config, formatter: Formatter | None = None) -> None:
         self.config = config
         self.formatter = formatter or Formatter()
+        # Parsed specs are kept where formatted files are: the same folder, the same switch.
+        self.spec_cache = SpecCache(self.formatter.cache)
         self.timings = Timings()
 
     # -- loading ------------------------------------------------------------------------------
@@ -163,11 +166,16 @@ class Project:
                 f"before .yaml (its tests are generated as test_<name>.py)",
             )
         from .catalog import Source
-        from .parse import parse_spec_file
-        from .yamlload import load_yaml_file
 
-        node = load_yaml_file(path, display)
-        spec = parse_spec_file(node)
+        data = read_spec_bytes(path, display)
+        key = self.spec_cache.key(data, display)
+        spec = self.spec_cache.get(key)
+        if spec is None:
+            from .parse import parse_spec_file
+            from .yamlload import load_yaml
+
+            spec = parse_spec_file(load_yaml(data, display))
+            self.spec_cache.put(key, spec)
         return Source(display, path.stem, spec, builtin, hooks_dir=str(path.parent))
 
     def spec_paths(self) -> list[Path]:

@@ -308,12 +308,6 @@ def load_yaml(data: bytes | str, file: str) -> Node:
 
 
 def load_yaml_file(path: Path, display: str) -> Node:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError.single(Location(display), "", "no such file") from None
-    except IsADirectoryError:
-        raise SpecError.single(Location(display), "", "is a directory, not a spec file") from None
-    except OSError as exc:
-        raise SpecError.single(Location(display), "", f"cannot read: {exc.strerror}") from None
-    return load_yaml(data, display)
+    from .speccache import read_spec_bytes
+
+    return load_yaml(read_spec_bytes(path, display), display)

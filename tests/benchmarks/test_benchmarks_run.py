@@ -31,6 +31,8 @@ EXPECTED_ROWS = [
     "stratgen generate, no-op",
     "stratgen check, up to date",
     "stratgen check, empty black cache",
+    "stratgen generate, 100 more specs, cold",
+    "stratgen generate, 100 more specs, one edited",
     "checkpoint save (atomic)",
     "checkpoint load",
     "async checkpoint save, time to return",
