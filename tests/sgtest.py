@@ -97,9 +97,10 @@ def make_project(
 def copy_repo_project(destination: Path) -> Path:
     """This repository's own project (pyproject, specs, templates, generated) in ``destination``."""
     destination.mkdir(parents=True, exist_ok=True)
-    # The copied specs are the built-in ones: stratgen must not load them twice.
+    # The copied specs are the built-in ones: the repository's configuration says so
+    # (builtin-specs = false), so that stratgen does not load them twice.
     config = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    config = config.replace("[tool.stratgen]\n", "[tool.stratgen]\nbuiltin-specs = false\n", 1)
+    assert "\nbuiltin-specs = false\n" in config
     (destination / "pyproject.toml").write_text(config, encoding="utf-8")
     for folder in ("specs", "templates", "generated"):
         shutil.copytree(
