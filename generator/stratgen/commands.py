@@ -84,7 +84,7 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
         if args.timings:
             _print_timings(project, console)
         return EXIT_OK
-    plan = project.plan()
+    plan = project.plan(trust_tree=True)
     if args.dry_run or args.diff:
         drift = project.compare(plan, with_diff=args.diff)
         recorded = set(project.tree().recorded())

@@ -38,13 +38,22 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def manifest_bytes(files: Mapping[str, bytes]) -> bytes:
-    """The manifest for a plan: every generated path with the hash of its content."""
-    return _manifest_document({path: digest(data) for path, data in files.items()})
+def manifest_bytes(
+    files: Mapping[str, bytes], formatted_from: Mapping[str, str] | None = None
+) -> bytes:
+    """The manifest for a plan: every generated path with the hash of its content, and for
+    formatted files the formatter's key of the text they were formatted from."""
+    return _manifest_document(
+        {path: digest(data) for path, data in files.items()}, formatted_from or {}
+    )
 
 
-def _manifest_document(entries: Mapping[str, str | list[str]]) -> bytes:
-    document = {"generator": "stratgen", "files": dict(sorted(entries.items()))}
+def _manifest_document(
+    entries: Mapping[str, str | list[str]], formatted_from: Mapping[str, str] | None = None
+) -> bytes:
+    document: dict[str, object] = {"generator": "stratgen", "files": dict(sorted(entries.items()))}
+    if formatted_from:
+        document["formatted_from"] = dict(sorted(formatted_from.items()))
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -104,6 +113,35 @@ class Tree:
             if self.owns(str(path)) and all(isinstance(h, str) for h in hashes):
                 recorded[str(path)] = frozenset(hashes)
         return recorded
+
+    def formatted(self) -> dict[str, str]:
+        """Formatter key -> formatted text, for every generated file that is on disk exactly
+        as the previous run wrote it (its hash matches the manifest), keyed by what the
+        manifest says it was formatted from. A checkout's generated files thus serve as the
+        format cache of the next generate, on a machine that never ran stratgen before."""
+        data = self.read(self.manifest)
+        if data is None:
+            return {}
+        try:
+            document = json.loads(data)
+            files, keys = document["files"], document.get("formatted_from", {})
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return {}
+        if not isinstance(files, dict) or not isinstance(keys, dict):
+            return {}
+        known: dict[str, str] = {}
+        for path, key in keys.items():
+            recorded = files.get(path)
+            if not (isinstance(key, str) and isinstance(recorded, str) and self.owns(str(path))):
+                continue
+            content = self.read(str(path))
+            if content is None or digest(content) != recorded:
+                continue  # edited since, or gone: format anew
+            try:
+                known[key] = content.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+        return known
 
     def owns(self, path: str) -> bool:
         """Whether ``path`` (relative to the root) lies inside one of the generated folders."""

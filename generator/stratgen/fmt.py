@@ -11,6 +11,7 @@ import gc
 import hashlib
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,20 @@ class Formatter:
     def format(self, source: str, name: str) -> str:
         return self.format_all([(source, name)])[0]
 
-    def format_all(self, items: list[tuple[str, str]]) -> list[str]:
-        """Format every (source, name) pair; what the cache lacks is formatted in one pass,
-        spread over the machine's cores when there is enough of it."""
+    def key(self, source: str) -> str:
+        """What the formatted text of ``source`` is stored under: its hash with black's
+        version and mode."""
+        return self._key(source)
+
+    def format_all(
+        self, items: list[tuple[str, str]], known: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Format every (source, name) pair; ``known`` maps keys to formatted texts already at
+        hand (the generated files of a checkout). What neither it nor the cache holds is
+        formatted in one pass, spread over the machine's cores when there is enough of it."""
         keys = [self._key(source) for source, _ in items]
-        results: list[str | None] = [self._read(key) for key in keys]
+        known = known or {}
+        results: list[str | None] = [known.get(key) or self._read(key) for key in keys]
         missing = [i for i, result in enumerate(results) if result is None]
         self.hits += len(items) - len(missing)
         self.misses += len(missing)

@@ -228,7 +228,15 @@ class Project:
 
     # -- planning -----------------------------------------------------------------------------
 
-    def plan(self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None) -> Plan:
+    def plan(
+        self,
+        extra: list[tuple[Path, str]] | None = None,
+        skip: Path | None = None,
+        trust_tree: bool = False,
+    ) -> Plan:
+        """Every file the specs produce, formatted. With ``trust_tree``, a generated file that
+        is on disk exactly as the manifest records it, formatted from the same text, is taken
+        as its own formatting (``generate`` does this; ``check`` formats everything itself)."""
         from .catalog import resolve
         from .render import Renderer, render
 
@@ -258,17 +266,19 @@ class Project:
         if len(set(paths)) != len(paths):  # pragma: no cover - a template bug
             raise StratgenError("two templates produce the same file")
         python = [item for item in rendered if item.python]
+        known = self.tree().formatted() if trust_tree else None
         formatted = dict(
             zip(
                 [item.path for item in python],
-                self.formatter.format_all([(item.text, item.path) for item in python]),
+                self.formatter.format_all([(item.text, item.path) for item in python], known),
                 strict=True,
             )
         )
         files: dict[str, bytes] = {
             item.path: formatted.get(item.path, item.text).encode("utf-8") for item in rendered
         }
-        files[self.config.manifest] = manifest_bytes(files)
+        formatted_from = {item.path: self.formatter.key(item.text) for item in python}
+        files[self.config.manifest] = manifest_bytes(files, formatted_from)
         self.timings.add("format", started)
         return Plan(files, catalog, selection)
 
