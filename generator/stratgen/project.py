@@ -221,8 +221,8 @@ class Project:
     # -- planning -----------------------------------------------------------------------------
 
     def plan(self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None) -> Plan:
-        from .catalog import resolve
         from .render import Renderer, render
+        from .resolve import resolve
 
         sources = self.sources(extra, skip)
         started = time.perf_counter()

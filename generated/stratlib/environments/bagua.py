@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.environment import Condition, ValueSource
+from stratcore.contract import Condition, ValueSource
 
 from .cluster_environment import ClusterEnvironment
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.environment import ClusterEnvironmentBase, Condition, ValueSource
+from stratcore.contract import Condition, ValueSource
+from stratcore.environment import ClusterEnvironmentBase
 
 __all__ = ["ClusterEnvironment"]
 

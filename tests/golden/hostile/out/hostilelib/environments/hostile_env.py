@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.environment import Condition
+from stratcore.contract import Condition
 
 from .lightning import LightningEnvironment
 
