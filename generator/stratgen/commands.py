@@ -11,7 +11,7 @@ from .errors import StratgenError
 from .project import Config, Project, find_root, load_config, resource_dir
 
 if TYPE_CHECKING:
-    from .cli import Console
+    from .console import Console
 
 EXIT_OK, EXIT_DRIFT = 0, 1
 

@@ -19,7 +19,7 @@ from .project import Project, resource_dir
 from .resolve import resolve
 
 if TYPE_CHECKING:
-    from .cli import Console
+    from .console import Console
 
 EXIT_OK = 0
 
