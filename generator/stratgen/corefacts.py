@@ -85,3 +85,35 @@ def class_annotations(
             needs = tuple((known[n], n) for n in names if n in known)
             result[node.target.id] = (ast.unparse(node.annotation), needs)
     return result
+
+
+def _constant(node: ast.expr) -> object:
+    """The value of a class attribute's source: a literal, a contract constant, or a call of
+    one of the contract's value types with such arguments (nothing else is evaluated)."""
+    from stratcore import contract
+
+    if isinstance(node, ast.Name) and node.id.isupper() and hasattr(contract, node.id):
+        return getattr(contract, node.id)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        value_type = contract.VALUE_TYPES.get(node.func.id)
+        if value_type is not None and value_type[0] == "stratcore.contract" and not node.args:
+            cls = getattr(contract, node.func.id)
+            return cls(**{k.arg: _constant(k.value) for k in node.keywords if k.arg})
+    return ast.literal_eval(node)
+
+
+@cache
+def class_defaults(module: str, class_name: str) -> dict[str, object]:
+    """The values a core class gives its annotated class attributes, where they are plain:
+    literals, contract constants (e.g. ``PRECISIONS``) and contract value types."""
+    path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    result: dict[str, object] = {}
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            try:
+                result[node.target.id] = _constant(node.value)
+            except (ValueError, TypeError, SyntaxError):
+                continue
+    return result

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from stratcore import contract
 from stratcore.contract import (
     ACCELERATOR_ROOT,
     BASES,
@@ -33,7 +34,8 @@ from .catalog import (
     Source,
     Strategy,
 )
-from .model import Backend, Condition, Option, Requirement, ValueSource
+from .corefacts import class_defaults
+from .model import Backend, Option, Requirement
 from .pyapi import (
     Imports,
     Init,
@@ -44,6 +46,7 @@ from .pyapi import (
     class_doc,
     comment_text,
     literal,
+    module_doc,
 )
 
 OPTION_ANNOTATIONS = {
@@ -95,7 +98,12 @@ def strategy_module(strategy: Strategy) -> PyModule:
     return PyModule(
         path=f"strategies/{strategy.module}.py",
         source=strategy.source.path,
-        doc=f"The ``{strategy.class_name}`` strategy.",
+        doc=module_doc(
+            strategy.class_name,
+            strategy.description,
+            f"the {strategy.name!r} strategy",
+            _registry_phrase(strategy),
+        ),
         imports=imports,
         classes=[cls],
         all_names=[strategy.class_name],
@@ -103,8 +111,20 @@ def strategy_module(strategy: Strategy) -> PyModule:
 
 
 def _changed(strategy: Strategy, key: str, value: Any) -> bool:
+    """Whether the fact differs from the parent's, or for the root, from the runtime base's."""
     parent = strategy.parent
-    return parent is None or _strategy_facts(parent)[key] != value
+    if parent is None:
+        return _runtime_facts(STRATEGY_ROOT).get(key, object()) != value
+    return _strategy_facts(parent)[key] != value
+
+
+def _runtime_facts(root: tuple[str, str]) -> dict[str, object]:
+    """The values a runtime root class gives its facts (requirements as (module, install))."""
+    facts = dict(class_defaults(*root))
+    if "requirements" in facts:
+        requirements: Any = facts["requirements"]
+        facts["requirements"] = tuple((r.module, r.install) for r in requirements)
+    return facts
 
 
 def _strategy_facts(strategy: Strategy) -> dict[str, Any]:
@@ -227,6 +247,14 @@ def _strategy_init(strategy: Strategy, imports: Imports) -> Init | None:
     return Init(positional, keyword_only, super_args, assignments)
 
 
+def _registry_phrase(strategy: Strategy) -> str:
+    if strategy.abstract:
+        return "a base for other strategies, not in the registry"
+    names = [strategy.name, *strategy.aliases]
+    label = "registry name" if len(names) == 1 else "registry names"
+    return label + " " + ", ".join(f'"{n}"' for n in names)
+
+
 def _registry_lines(strategy: Strategy) -> list[str]:
     if strategy.abstract:
         return []
@@ -298,7 +326,12 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
     return PyModule(
         path=f"accelerators/{accelerator.module}.py",
         source=accelerator.source.path,
-        doc=f"The ``{spec.class_name}``.",
+        doc=module_doc(
+            spec.class_name,
+            spec.description,
+            f"the {spec.name!r} accelerator",
+            f'accelerator name "{spec.name}"',
+        ),
         imports=imports,
         classes=[cls],
         all_names=[spec.class_name],
@@ -306,16 +339,6 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
 
 
 # --- precision plugins ---------------------------------------------------------------------------
-
-
-#: What the root precision plugin class declares.
-_PRECISION_ROOT_FACTS: dict[str, object] = {
-    "modes": (),
-    "wrappers": (),
-    "accelerators": (),
-    "grad_scaler_class": None,
-    "requirements": (),
-}
 
 
 def _precision_facts(plugin: PrecisionPlugin) -> dict[str, object]:
@@ -346,7 +369,7 @@ def precision_module(plugin: PrecisionPlugin) -> PyModule:
         bases.append(parent.class_name)
     facts = _precision_facts(plugin)
     # A fact that the parent class declares with the same value is inherited, not repeated.
-    parent_facts = _precision_facts(parent) if parent else _PRECISION_ROOT_FACTS
+    parent_facts = _precision_facts(parent) if parent else _runtime_facts(PRECISION_ROOT)
     attributes = []
     for key, value in facts.items():
         if key != "plugin_name" and parent_facts.get(key) == value:
@@ -365,7 +388,16 @@ def precision_module(plugin: PrecisionPlugin) -> PyModule:
     return PyModule(
         path=f"precision/{plugin.module}.py",
         source=plugin.source.path,
-        doc=f"The ``{plugin.class_name}``.",
+        doc=module_doc(
+            plugin.class_name,
+            plugin.description,
+            f"the {plugin.name!r} precision plugin",
+            (
+                "a base for other precision plugins"
+                if plugin.abstract or not plugin.modes
+                else "serves " + ", ".join(f'"{m}"' for m in plugin.modes)
+            ),
+        ),
         imports=imports,
         classes=[cls],
         all_names=[plugin.class_name],
@@ -384,9 +416,8 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
     else:
         imports.add_local(f"environments.{parent.module}", parent.class_name)
         bases = [parent.class_name]
-    attributes: list[tuple[str, str]] = [
-        ("environment_name", literal(None if env.abstract else env.name))
-    ]
+    name = literal(None if env.abstract else env.name)
+    attributes: list[tuple[str, str]] = [("environment_name", name)]
     parent_values = parent.values if parent else {}
     for key in (
         "detect",
@@ -409,19 +440,50 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
         else:
             imports.add_local(*VALUE_TYPES["ValueSource"])
             attributes.append((f"{key}_source", _value_source(value)))
+    if parent is None:  # the root restates nothing the runtime base already says
+        attributes = [(k, v) for k, v in attributes if _runtime_default(k) != v]
+        imports = Imports(stdlib={"from __future__ import annotations"})
+        imports.add_local(*ENVIRONMENT_ROOT)
+        for type_name in ("Condition", "ValueSource", "Requirement"):
+            if any(v.startswith(f"{type_name}(") or f"({type_name}(" in v for _, v in attributes):
+                imports.add_local(*VALUE_TYPES[type_name])
     doc = class_doc(env.description or f"The {env.name!r} cluster environment.", [], [])
     cls = PyClass(env.class_name, bases, doc, annotated(attributes, ENVIRONMENT_ROOT, imports))
     return PyModule(
         path=f"environments/{env.module}.py",
         source=env.source.path,
-        doc=f"The ``{env.class_name}``.",
+        doc=module_doc(
+            env.class_name,
+            env.description,
+            f"the {env.name!r} cluster environment",
+            (
+                "a base for other cluster environments"
+                if env.abstract
+                else f'cluster environment "{env.name}"'
+            ),
+        ),
         imports=imports,
         classes=[cls],
         all_names=[env.class_name],
     )
 
 
-def _condition(condition: Condition) -> str:
+def _runtime_default(attribute: str) -> str | None:
+    """The source of the runtime environment base's value for ``attribute``, as emitted."""
+    defaults = class_defaults(*ENVIRONMENT_ROOT)
+    if attribute not in defaults:
+        return None
+    value = defaults[attribute]
+    if isinstance(value, contract.Condition):
+        return _condition(value)
+    if isinstance(value, contract.ValueSource):
+        return _value_source(value)
+    if isinstance(value, tuple) and not value:
+        return "()"
+    return literal(value)
+
+
+def _condition(condition: contract.Condition) -> str:
     args = []
     if condition.always:
         args.append("always=True")
@@ -434,7 +496,7 @@ def _condition(condition: Condition) -> str:
     return f"Condition({', '.join(args)})"
 
 
-def _value_source(source: ValueSource) -> str:
+def _value_source(source: contract.ValueSource) -> str:
     args = []
     if source.env:
         args.append(f"env={literal(source.env)}")

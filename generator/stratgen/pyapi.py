@@ -9,6 +9,7 @@ as names the model has already validated as identifiers, or as docstring text es
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -286,3 +287,20 @@ def option_doc(name: str, text: str) -> str:
         return docstring_body(text, ARG_INDENT)
     lines = wrap_exactly(text, DOC_WIDTH - 8 - len(name) - 2, DOC_WIDTH - len(ARG_INDENT))
     return docstring_body("\n".join(lines), ARG_INDENT)
+
+
+def first_sentence(description: str) -> str:
+    """The first sentence of a description's first paragraph, on one line, without its stop."""
+    paragraph = re.split(r"\n\s*\n", description.strip(), maxsplit=1)[0]
+    text = " ".join(paragraph.split())
+    match = re.search(r"[.!?](\s|$)", text)
+    sentence = text[: match.start()] if match else text
+    return sentence.rstrip(".")
+
+
+def module_doc(class_name: str, description: str, fallback: str, what: str) -> str:
+    """A module docstring saying what the module offers: 'DDPStrategy: <the description's
+    first sentence> (registry name "ddp").', wrapped, as docstring source."""
+    summary = first_sentence(description) or fallback
+    text = f"{class_name}: {summary} ({what})." if what else f"{class_name}: {summary}."
+    return docstring_body("\n".join(wrap_exactly(text, DOC_WIDTH - 3, DOC_WIDTH)), "")
