@@ -19,7 +19,7 @@ import jinja2
 from stratcore.contract import PACKAGE_EXPORTS, REGISTRY_IMPORTS
 from stratcore.version import RUNTIME_SERIES
 
-from . import describe, pyapi, testcases
+from . import components, describe, pyapi, testcases
 from .catalog import Catalog, Source, Strategy
 from .errors import StratgenError
 from .pyapi import PyModule, literal
@@ -169,15 +169,15 @@ def _render(
     for strategy in strategies:
         emit_module(describe.strategy_module(strategy))
     for accelerator in accelerators:
-        emit_module(describe.accelerator_module(accelerator))
+        emit_module(components.accelerator_module(accelerator))
     for plugin in plugins:
-        emit_module(describe.precision_module(plugin))
+        emit_module(components.precision_module(plugin))
     for env in environments:
-        emit_module(describe.environment_module(env))
+        emit_module(components.environment_module(env))
     backend_sources = [catalog.backend_sources[n] for n in selection.backends]
     emit_module(
-        describe.backends_module(
-            catalog, selection.backends, describe.describe_sources(backend_sources)
+        components.backends_module(
+            catalog, selection.backends, components.describe_sources(backend_sources)
         )
     )
     _emit_hooks(strategies, package_dir, emit)
@@ -189,7 +189,7 @@ def _render(
         ("environments", "Cluster environments.", [(e.module, e.class_name) for e in environments]),
     ]
     family_template = renderer.template("package/family_init.py.j2")
-    all_sources = describe.describe_sources(catalog.sources)
+    all_sources = components.describe_sources(catalog.sources)
     for family, doc, members in families:
         imports = [(m, [c]) for m, c in sorted(members)]
         emit(
