@@ -13,6 +13,8 @@ from typing import Any
 
 from stratcore.contract import (
     BASES,
+    LAUNCHERS,
+    LAUNCHER_ROOT,
     PLUMBING,
     PLUMBING_PARAMS,
     STRATEGY_ROOT,
@@ -23,7 +25,7 @@ from stratcore.contract import (
 from .catalog import (
     Strategy,
 )
-from .corefacts import class_defaults
+from .corefacts import Reference, class_defaults
 from .model import Backend, Option, Requirement
 from .pyapi import (
     Imports,
@@ -81,7 +83,11 @@ def strategy_module(strategy: Strategy) -> PyModule:
         _args_lines(strategy),
     )
     cls = PyClass(
-        strategy.class_name, bases, doc, annotated(attributes, STRATEGY_ROOT, imports), init
+        strategy.class_name,
+        bases,
+        doc,
+        annotated(attributes, STRATEGY_ROOT, imports, REFERENCE_ANNOTATIONS),
+        init,
     )
     return PyModule(
         path=f"strategies/{strategy.module}.py",
@@ -109,6 +115,10 @@ def _changed(strategy: Strategy, key: str, value: Any) -> bool:
 def runtime_facts(root: tuple[str, str]) -> dict[str, object]:
     """The values a runtime root class gives its facts (requirements as (module, install))."""
     facts = dict(class_defaults(*root))
+    launcher = facts.get("launcher")
+    if isinstance(launcher, Reference):  # the launcher class, named by the contract
+        by_class = {ref: name for name, ref in LAUNCHERS.items()}
+        facts["launcher"] = by_class.get((launcher.module, launcher.name))
     if "requirements" in facts:
         requirements: Any = facts["requirements"]
         facts["requirements"] = tuple((r.module, r.install) for r in requirements)
@@ -119,7 +129,7 @@ def _strategy_facts(strategy: Strategy) -> dict[str, Any]:
     return {
         "strategy_name": None if strategy.abstract else strategy.name,
         "wrapper": strategy.wrapper,
-        "launcher_name": strategy.launcher,
+        "launcher": strategy.launcher,
         "backend": strategy.backend.name if strategy.backend else None,
         "default_precision": strategy.default_precision,
         "supported_precisions": strategy.supported_precisions,
@@ -136,25 +146,42 @@ def _strategy_attributes(strategy: Strategy, imports: Imports) -> list[tuple[str
     for key, value in facts.items():
         if not _changed(strategy, key, value):
             continue
+        if key == "wrapper" and value != "none":
+            continue  # the wrapper's runtime base, among the class's bases, declares it
         if key == "backend":
             source = backend_ref(strategy.backend, imports)
         elif key == "requirements":
             source = requirements_source(strategy.requires, imports)
+        elif key == "launcher":
+            module, launcher_class = LAUNCHERS[value]
+            imports.add_local(module, launcher_class)
+            source = launcher_class
         elif key == "hooks":
-            source = literal(_hooks_module(strategy))
+            source = _hooks_reference(strategy.hooks, imports)
         else:
             source = literal(value)
         attributes.append((key, source))
     return attributes
 
 
-def _hooks_module(strategy: Strategy) -> str | None:
-    """Hooks are a module path; a file next to the spec is copied into ``<package>.hooks``."""
-    if strategy.hooks is None:
-        return None
-    if strategy.hooks.endswith(".py"):
-        return ".hooks." + hooks_module_name(strategy.hooks)
-    return strategy.hooks
+#: Strategy attributes that hold references, with the annotation the runtime base declares.
+REFERENCE_ANNOTATIONS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "launcher": ("ClassVar[type[Launcher]]", (("typing", "ClassVar"), LAUNCHER_ROOT)),
+    "hooks": ("ClassVar[ModuleType | None]", (("typing", "ClassVar"), ("types", "ModuleType"))),
+}
+
+
+def _hooks_reference(hooks: str | None, imports: Imports) -> str:
+    """The hooks module, imported: a file next to the spec is copied into ``<package>.hooks``
+    (``from ..hooks import ipu``); a module path is imported as it is (``import pkg.hooks``)."""
+    if hooks is None:
+        return "None"
+    if hooks.endswith(".py"):
+        name = hooks_module_name(hooks)
+        imports.add_local("hooks", name)
+        return name
+    imports.third_party.add(f"import {hooks}")
+    return hooks
 
 
 def hooks_module_name(path: str) -> str:

@@ -238,19 +238,29 @@ class PyModule:
         return self.path.count("/")
 
 
+#: Standard-library modules whose names annotations may need.
+_STDLIB_MODULES = ("typing", "types", "collections.abc")
+
+
 def annotated(
-    attributes: list[tuple[str, str]], root: tuple[str, str], imports: Imports
+    attributes: list[tuple[str, str]],
+    root: tuple[str, str],
+    imports: Imports,
+    known: dict[str, tuple[str, tuple[tuple[str, str], ...]]] | None = None,
 ) -> list[tuple[str, str, str]]:
-    """Give each class attribute the type its core base class declares for it.
+    """Give each class attribute the type its core base class declares for it (or ``known``
+    gives: attribute -> (annotation, the (module, name) imports it needs)).
 
     Without the annotation, a type checker would take the value itself as the attribute's type
     in the generated class, and reject a subclass that sets another value."""
-    declared = class_annotations(*root)
+    declared = {**class_annotations(*root), **(known or {})}
     result = []
     for name, value in attributes:
         annotation, needs = declared[name]
         for module, imported in needs:
-            if module == "typing":
+            if module in _STDLIB_MODULES:
+                imports.stdlib.add(f"from {module} import {imported}")
+            elif module == "typing":
                 imports.stdlib.add(f"from typing import {imported}")
             else:
                 imports.add_local(module, imported)

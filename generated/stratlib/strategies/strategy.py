@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.strategy import StrategyBase
 
 __all__ = ["Strategy"]
@@ -19,4 +20,5 @@ class Strategy(StrategyBase):
     started and how they communicate.
     """
 
+    launcher: ClassVar[type[Launcher]] = InlineLauncher
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")

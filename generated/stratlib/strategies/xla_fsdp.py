@@ -34,4 +34,3 @@ class XLAFSDPStrategy(XLAFSDPMixin, TPUSpawnStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "xla_fsdp"
-    wrapper: ClassVar[str] = "xla_fsdp"
