@@ -19,7 +19,7 @@ from sgtest import (
 )
 
 from stratgen import __version__
-from stratgen.catalog import resolve
+from stratgen.resolve import resolve
 from stratgen.cli import build_parser, main
 from stratgen.project import Project, load_config
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sgtest import make_project, run_cli
 
-from stratgen.catalog import resolve
+from stratgen.resolve import resolve
 from stratgen.project import Project, load_config
 
 

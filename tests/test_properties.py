@@ -20,8 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sgtest import MINIMAL_BASE, args_section, indented, option_text
+from stratcore.contract import core_read_options
 
-from stratgen.catalog import PARALLEL_OPTIONS, RESERVED_CLASS_NAMES, WRAPPERS, reserved_option_names
+from stratgen.checks import RESERVED_CLASS_NAMES, reserved_option_names
 from stratgen.fmt import Formatter
 from stratgen.project import Project, load_config
 
@@ -46,7 +47,7 @@ TAKEN_CLASSES = {
     "LightningEnvironment",
     "GLOO",
 }
-CORE_OPTIONS = set(PARALLEL_OPTIONS) | {o for _, opts in WRAPPERS.values() for o in opts}
+CORE_OPTIONS = core_read_options()
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True).filter(
     lambda n: not keyword.iskeyword(n)

@@ -11,22 +11,22 @@ from pathlib import Path
 
 import pytest
 from sgtest import REPO, STRATEGY_SPEC, make_project, run_cli
+from stratcore import contract
 
-from stratgen import pyapi, render
-from stratgen.catalog import RESERVED_CLASS_NAMES, core_read_options, reserved_option_names
+from stratgen.checks import RESERVED_CLASS_NAMES, reserved_option_names
 
 RESERVED_OPTION_NAMES = reserved_option_names()
 #: Options the core reads on purpose: mixins declare them as class-level defaults.
-CORE_READ_OPTIONS = core_read_options()
+CORE_READ_OPTIONS = contract.core_read_options()
 
 
 def _core_strategy_classes() -> list[type]:
     """StrategyBase, the topology mixins and every wrapper mixin of the runtime."""
     classes = []
     for module, name in [
-        pyapi.STRATEGY_ROOT,
-        *pyapi.TOPOLOGY_MIXINS.values(),
-        *pyapi.WRAPPER_MIXINS.values(),
+        contract.STRATEGY_ROOT,
+        *contract.BASES.values(),
+        *(w.base for w in contract.WRAPPERS.values() if w.base is not None),
     ]:
         classes.append(getattr(importlib.import_module(module), name))
     return classes
@@ -82,19 +82,10 @@ def test_get_strategy_arguments_are_reserved() -> None:
 
 
 def test_names_generated_modules_import_are_reserved_class_names() -> None:
-    tables = [
-        pyapi.STRATEGY_ROOT,
-        pyapi.PRECISION_ROOT,
-        pyapi.ENVIRONMENT_ROOT,
-        pyapi.ACCELERATOR_ROOT,
-        *pyapi.TOPOLOGY_MIXINS.values(),
-        *pyapi.WRAPPER_MIXINS.values(),
-        *pyapi.PRECISION_MIXINS.values(),
-        *pyapi.PLUMBING_IMPORTS.values(),
-    ]
-    names = {name for _, name in tables}
-    names |= {n for _, exported in render.RUNTIME_EXPORTS for n in exported if n[0].isupper()}
-    # Whatever the checked-in generated modules import besides generated classes.
+    # The names the contract gives for runtime classes are all reserved (stratgen.reserved
+    # derives the set from them); here: whatever the checked-in generated modules import
+    # besides generated classes must be among them.
+    names: set[str] = set()
     package = REPO / "generated" / "stratlib"
     generated_classes = set()
     imported = set()

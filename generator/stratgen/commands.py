@@ -11,7 +11,7 @@ from .errors import StratgenError
 from .project import Config, Project, find_root, load_config, resource_dir
 
 if TYPE_CHECKING:
-    from .cli import Console
+    from .console import Console
 
 EXIT_OK, EXIT_DRIFT = 0, 1
 
@@ -171,7 +171,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
             raise StratgenError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
     outside = list(dict.fromkeys(p for p in args.files if p.resolve().parent != specs_dir))
     # Files inside the specs folder are validated with the project; others are added to it.
-    from .catalog import resolve
+    from .resolve import resolve
 
     sources = project.sources(extra=[(p, str(p)) for p in outside])
     catalog = resolve(sources)
@@ -203,8 +203,8 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
     from .listing import strategy_table
 
     project = Project(config_from(args))
-    from .catalog import resolve
     from .project import select
+    from .resolve import resolve
 
     catalog = resolve(project.sources())
     console.say(strategy_table(catalog, select(catalog), probe=not args.no_probe))

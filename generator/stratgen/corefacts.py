@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -57,6 +58,25 @@ def strategy_attributes() -> frozenset[str]:
     return frozenset(names)
 
 
+def _module_names(tree: ast.Module, module: str) -> dict[str, str]:
+    """Names a runtime module imports (from any block, ``TYPE_CHECKING`` ones included) or
+    defines as classes, each with the module it comes from."""
+    package = module.rsplit(".", 1)[0]
+    known: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source = ".".join([*parts, *([source] if source else [])])
+            for alias in node.names:
+                known.setdefault(alias.asname or alias.name, source)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            known[node.name] = module
+    return known
+
+
 @cache
 def class_annotations(
     module: str, class_name: str
@@ -65,18 +85,7 @@ def class_annotations(
     needs as (module, name) pairs, e.g. ('stratcore.imports', 'Requirement'))."""
     path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module.rsplit(".", 1)[0]
-    known: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            source = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                source = ".".join([*parts, *([source] if source else [])])
-            for alias in node.names:
-                known[alias.asname or alias.name] = source
-        elif isinstance(node, ast.ClassDef):
-            known[node.name] = module
+    known = _module_names(tree, module)
     result: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     for node in cls.body:
@@ -84,4 +93,47 @@ def class_annotations(
             names = sorted({n.id for n in ast.walk(node.annotation) if isinstance(n, ast.Name)})
             needs = tuple((known[n], n) for n in names if n in known)
             result[node.target.id] = (ast.unparse(node.annotation), needs)
+    return result
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A class attribute whose value is a name the runtime module imports or defines."""
+
+    module: str
+    name: str
+
+
+def _constant(node: ast.expr, known: dict[str, str]) -> object:
+    """The value of a class attribute's source: a literal, a contract constant, or a call of
+    one of the contract's value types with such arguments (nothing else is evaluated)."""
+    from stratcore import contract
+
+    if isinstance(node, ast.Name) and node.id.isupper() and hasattr(contract, node.id):
+        return getattr(contract, node.id)
+    if isinstance(node, ast.Name) and node.id in known:
+        return Reference(known[node.id], node.id)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        value_type = contract.VALUE_TYPES.get(node.func.id)
+        if value_type is not None and value_type[0] == "stratcore.contract" and not node.args:
+            cls = getattr(contract, node.func.id)
+            return cls(**{k.arg: _constant(k.value, known) for k in node.keywords if k.arg})
+    return ast.literal_eval(node)
+
+
+@cache
+def class_defaults(module: str, class_name: str) -> dict[str, object]:
+    """The values a core class gives its annotated class attributes, where they are plain:
+    literals, contract constants (e.g. ``PRECISIONS``) and contract value types."""
+    path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    known = _module_names(tree, module)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    result: dict[str, object] = {}
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            try:
+                result[node.target.id] = _constant(node.value, known)
+            except (ValueError, TypeError, SyntaxError):
+                continue
     return result

@@ -13,20 +13,26 @@ Fields that may be inherited through ``extends`` default to ``None`` in the spec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from stratcore import contract
+from stratcore.contract import (
+    ENVIRONMENT_VALUES,
+    PRECISIONS,
+    PRECISION_ALIASES,
+    REDUCE_OPS,
+    DType,
+    EnvVar,
+    ModulePath,
+    OptionType,
+    Pattern,
+    PrecisionName,
+    ReduceOp,
+)
 
 from .errors import Location
 
 # --- constrained strings ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Pattern:
-    """A regular expression a string must match, and what to call such a string."""
-
-    regex: str
-    what: str
-    keyword_ok: bool = True
 
 
 Name = Annotated[
@@ -35,22 +41,12 @@ Name = Annotated[
 ClassName = Annotated[
     str, Pattern(r"^[A-Z][A-Za-z0-9]{0,62}$", "a CamelCase class name such as 'DDPStrategy'", False)
 ]
-ModulePath = Annotated[
-    str,
-    Pattern(
-        r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
-        "a dotted module path such as 'habana_frameworks.torch'",
-    ),
-]
 ImportPath = Annotated[
     str,
     Pattern(
         r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$",
         "an import path 'package.module:attribute'",
     ),
-]
-EnvVar = Annotated[
-    str, Pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name such as 'SLURM_NTASKS'")
 ]
 HooksRef = Annotated[
     str,
@@ -61,90 +57,31 @@ HooksRef = Annotated[
     ),
 ]
 
-PrecisionName = Literal[
-    "64-true",
-    "32-true",
-    "16-mixed",
-    "bf16-mixed",
-    "16-true",
-    "bf16-true",
-    "transformer-engine",
-    "transformer-engine-float16",
+# Vocabularies whose names are the keys of the contract's tables: a Literal of those keys.
+if TYPE_CHECKING:
+    Base = str
+    Wrapper = str
+    Launcher = str
+    PrecisionKind = str
+else:
+    Base = Literal[tuple(contract.BASES)]
+    Wrapper = Literal[tuple(contract.WRAPPERS)]
+    Launcher = Literal[tuple(contract.LAUNCHERS)]
+    PrecisionKind = Literal[tuple(contract.PRECISION_KINDS)]
+
+__all__ = [
+    "ENVIRONMENT_VALUES",
+    "PRECISION_ALIASES",
+    "PRECISIONS",
+    "REDUCE_OPS",
+    "DType",
+    "EnvVar",
+    "ModulePath",
+    "OptionType",
+    "Pattern",
+    "PrecisionName",
+    "ReduceOp",
 ]
-PRECISIONS: tuple[str, ...] = PrecisionName.__args__  # type: ignore[attr-defined]
-
-#: What users may type for a precision, and the canonical name it stands for.
-PRECISION_ALIASES: dict[str, str] = {
-    "64": "64-true",
-    "32": "32-true",
-    "16": "16-mixed",
-    "bf16": "bf16-mixed",
-    "double": "64-true",
-    "half": "16-true",
-}
-
-ReduceOp = Literal["sum", "product", "min", "max", "mean"]
-REDUCE_OPS: tuple[str, ...] = ReduceOp.__args__  # type: ignore[attr-defined]
-
-DType = Literal[
-    "bool",
-    "uint8",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-]
-
-Base = Literal["strategy", "single_device", "parallel"]
-
-Wrapper = Literal[
-    "none",
-    "dp",
-    "ddp",
-    "ddp2",
-    "fsdp",
-    "model_parallel",
-    "fairscale_sharded",
-    "fairscale_fsdp",
-    "deepspeed",
-    "horovod",
-    "bagua",
-    "xla",
-    "xla_fsdp",
-]
-
-Launcher = Literal["none", "popen", "spawn", "fork", "forkserver", "xla", "external", "horovodrun"]
-
-OptionType = Literal["bool", "int", "float", "str", "path", "mapping", "sequence", "any"]
-
-PrecisionKind = Literal[
-    "precision",
-    "double",
-    "mixed",
-    "half",
-    "deepspeed",
-    "fsdp_mixed",
-    "xla",
-    "ipu",
-    "apex",
-    "transformer_engine",
-]
-
-ValueParser = Literal[
-    "int",
-    "str",
-    "slurm_first_host",
-    "slurm_job_port",
-    "lsf_first_host",
-    "lsf_node_rank",
-    "lsf_job_port",
-]
-
-ValueFallback = Literal["free_port", "hostname", "ranks_per_node"]
 
 
 def required(text: str, *, inherit: bool = True) -> Any:
@@ -179,15 +116,10 @@ def internal_locs() -> Any:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Requirement:
-    """A Python module that must be importable, and how to install it."""
-
-    module: ModulePath = required("Module to import, e.g. 'deepspeed'.")
-    install: str = described("Command or instruction shown when the module is missing.", default="")
+class Requirement(contract.Requirement):
+    __doc__ = contract.Requirement.__doc__
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
-
-    __shorthand__: ClassVar[str] = "module"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -400,47 +332,22 @@ class PrecisionPluginSpec:
 # --- cluster environments -----------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class Condition:
-    """A test on environment variables."""
+# Condition and ValueSource are the runtime's own types (stratcore.contract), here with where
+# in the spec each value was written.
 
-    always: bool = described("True regardless of the environment.", default=False)
-    all_set: tuple[EnvVar, ...] = described("Every one of these variables is set.", default=())
-    any_set: tuple[EnvVar, ...] = described("At least one of these variables is set.", default=())
-    not_equal: dict[EnvVar, tuple[str, ...]] = described_factory(
-        "None of these variables has one of the listed values.", dict
-    )
+
+@dataclass(frozen=True, kw_only=True)
+class Condition(contract.Condition):
+    __doc__ = contract.Condition.__doc__
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
 
 
 @dataclass(frozen=True, kw_only=True)
-class ValueSource:
-    """Where a cluster value comes from: environment variables, parsed, with a fallback."""
-
-    env: tuple[EnvVar, ...] = described("Variables to read; the first one set wins.", default=())
-    parse: ValueParser | None = described(
-        "How to read the value: 'int' and 'str', or a scheduler-specific parser."
-    )
-    default: int | str | None = described("Value when no variable is set.")
-    fallback: ValueFallback | None = described(
-        "Computed value when no variable is set and no default is given."
-    )
+class ValueSource(contract.ValueSource):
+    __doc__ = contract.ValueSource.__doc__
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
-
-    __shorthand__: ClassVar[str] = "env"
-
-
-#: The values every cluster environment provides, each from a ``ValueSource``.
-ENVIRONMENT_VALUES = (
-    "world_size",
-    "global_rank",
-    "local_rank",
-    "node_rank",
-    "main_address",
-    "main_port",
-)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -237,8 +237,8 @@ class Project:
         """Every file the specs produce, formatted. With ``trust_tree``, a generated file that
         is on disk exactly as the manifest records it, formatted from the same text, is taken
         as its own formatting (``generate`` does this; ``check`` formats everything itself)."""
-        from .catalog import resolve
         from .render import Renderer, render
+        from .resolve import resolve
 
         sources = self.sources(extra, skip)
         started = time.perf_counter()

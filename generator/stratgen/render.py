@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from stratcore.contract import PACKAGE_EXPORTS, REGISTRY_IMPORTS
 from stratcore.version import RUNTIME_SERIES
 
-from . import pyapi
+from . import components, describe, pyapi, testcases
 from .catalog import Catalog, Source, Strategy
 from .errors import StratgenError
 from .pyapi import PyModule, literal
@@ -166,16 +167,18 @@ def _render(
     environments = [catalog.environments[n] for n in selection.environments]
 
     for strategy in strategies:
-        emit_module(pyapi.strategy_module(strategy))
+        emit_module(describe.strategy_module(strategy))
     for accelerator in accelerators:
-        emit_module(pyapi.accelerator_module(accelerator))
+        emit_module(components.accelerator_module(accelerator))
     for plugin in plugins:
-        emit_module(pyapi.precision_module(plugin))
+        emit_module(components.precision_module(plugin))
     for env in environments:
-        emit_module(pyapi.environment_module(env))
+        emit_module(components.environment_module(env))
     backend_sources = [catalog.backend_sources[n] for n in selection.backends]
     emit_module(
-        pyapi.backends_module(catalog, selection.backends, pyapi.describe_sources(backend_sources))
+        components.backends_module(
+            catalog, selection.backends, components.describe_sources(backend_sources)
+        )
     )
     _emit_hooks(strategies, package_dir, emit)
 
@@ -186,7 +189,7 @@ def _render(
         ("environments", "Cluster environments.", [(e.module, e.class_name) for e in environments]),
     ]
     family_template = renderer.template("package/family_init.py.j2")
-    all_sources = pyapi.describe_sources(catalog.sources)
+    all_sources = components.describe_sources(catalog.sources)
     for family, doc, members in families:
         imports = [(m, [c]) for m, c in sorted(members)]
         emit(
@@ -225,7 +228,7 @@ def _emit_hooks(strategies: list[Strategy], package_dir: str, emit: Any) -> None
     for strategy in strategies:
         if strategy.hooks and strategy.hooks.endswith(".py") and strategy.spec.hooks:
             path = Path(strategy.source.hooks_dir) / strategy.hooks
-            name = pyapi.hooks_module_name(strategy.hooks)
+            name = describe.hooks_module_name(strategy.hooks)
             if name in origins and origins[name].resolve() != path.resolve():
                 raise StratgenError(
                     f"hooks files {origins[name]} and {path} would both become "
@@ -280,10 +283,10 @@ def _registry(
     for env in concrete_envs:
         imports.add_local(f"environments.{env.module}", env.class_name)
     for name in selection.backends:
-        imports.add_local("backends", pyapi.backend_constant(name))
-    imports.add_local("stratcore.factory", "StrategyFactory")
-    for name in ("Registry", "StrategyEntry", "register"):
-        imports.add_local("stratcore.registry", name)
+        imports.add_local("backends", describe.backend_constant(name))
+    for module, names in REGISTRY_IMPORTS:
+        for name in names:
+            imports.add_local(module, name)
     return renderer.template("package/registry.py.j2").render(
         header=header(source),
         package=package,
@@ -295,7 +298,9 @@ def _registry(
         ],
         precision_plugins=[p.class_name for p in selectable],
         environments=[(e.name, e.class_name) for e in concrete_envs],
-        backends=[{"name": n, "constant": pyapi.backend_constant(n)} for n in selection.backends],
+        backends=[
+            {"name": n, "constant": describe.backend_constant(n)} for n in selection.backends
+        ],
     )
 
 
@@ -308,7 +313,7 @@ def _package_init(renderer: Renderer, package: str, families: list[Any], source:
             names.append(class_name)
     imports.add_local("registry", "get_strategy")
     imports.add_local("registry", "list_strategies")
-    for module, exported in RUNTIME_EXPORTS:
+    for module, exported in PACKAGE_EXPORTS:
         for name in exported:
             imports.add_local(module, name)
             names.append(name)
@@ -319,21 +324,6 @@ def _package_init(renderer: Renderer, package: str, families: list[Any], source:
         import_blocks=imports.lines("__init__.py"),
         all_names=sorted(set(names)),
     )
-
-
-#: Runtime names the package exports next to the generated classes.
-RUNTIME_EXPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("stratcore.accelerator", ("Accelerator",)),
-    ("stratcore.checkpoint_io", ("AsyncCheckpointIO", "CheckpointIO", "TorchCheckpointIO")),
-    ("stratcore.environment", ("ClusterEnvironmentBase",)),
-    (
-        "stratcore.exceptions",
-        ("MisconfigurationError", "MissingDependencyError", "ProcessFailedError"),
-    ),
-    ("stratcore.layer_sync", ("LayerSync", "TorchSyncBatchNorm")),
-    ("stratcore.precision", ("PrecisionBase",)),
-    ("stratcore.strategy", ("StrategyBase",)),
-)
 
 
 def _tests(
@@ -390,11 +380,12 @@ def _tests(
             uses_registry=bool(accelerator or plugins or envs)
             or any(s.abstract for s in strategies),
             strategies=[
-                pyapi.strategy_test_facts(catalog, s, selection.accelerators) for s in strategies
+                testcases.strategy_test_facts(catalog, s, selection.accelerators)
+                for s in strategies
             ],
             accelerator=accelerator,
             precision_plugins=plugins,
-            environments=[pyapi.environment_test_case(e) for e in envs],
+            environments=[testcases.environment_test_case(e) for e in envs],
         )
         files.append(RenderedFile(f"{tests_dir}/{test_module_name(source)}", text, True))
     package_parent = os.path.relpath(package_dir.rsplit("/", 1)[0] or ".", tests_dir)

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .catalog import resolve
 from .errors import StratgenError, did_you_mean
 from .files import atomic_write
 from .model import PRECISIONS, PRECISION_ALIASES
 from .project import Project, resource_dir
+from .resolve import resolve
 
 if TYPE_CHECKING:
-    from .cli import Console
+    from .console import Console
 
 EXIT_OK = 0
 

@@ -11,35 +11,11 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .contract import Condition, ValueSource
 from .exceptions import MisconfigurationError
 from .imports import Requirement, require
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A test on environment variables; the default condition never holds."""
-
-    always: bool = False
-    all_set: tuple[str, ...] = ()
-    any_set: tuple[str, ...] = ()
-    not_equal: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def holds(self, environ: Mapping[str, str] | None = None) -> bool:
-        env = os.environ if environ is None else environ
-        if self.always:
-            return True
-        if not (self.all_set or self.any_set):
-            return False
-        if not all(name in env for name in self.all_set):
-            return False
-        if self.any_set and not any(name in env for name in self.any_set):
-            return False
-        return all(env.get(name) not in values for name, values in self.not_equal.items())
-
 
 # --- parsers -----------------------------------------------------------------------------------
 
@@ -128,16 +104,6 @@ def find_free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@dataclass(frozen=True)
-class ValueSource:
-    """Where a value comes from: the first of ``env`` that is set, parsed; else a default."""
-
-    env: tuple[str, ...] = ()
-    parse: str | None = None
-    default: int | str | None = None
-    fallback: str | None = None
 
 
 # --- the base class ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any, Literal, Union
 
 from .accelerator import Accelerator
 from .checkpoint_io import CheckpointIO
+from .contract import PLUMBING_NAMES
 from .environment import ClusterEnvironmentBase
 from .exceptions import MisconfigurationError
 from .imports import require
@@ -22,17 +23,7 @@ from .registry import Registry, close_matches
 from .strategy import StrategyBase
 
 #: Arguments of the core constructors; everything else a strategy takes is an option.
-PLUMBING = frozenset(
-    {
-        "accelerator",
-        "device",
-        "parallel_devices",
-        "cluster_environment",
-        "checkpoint_io",
-        "precision_plugin",
-        "num_nodes",
-    }
-)
+PLUMBING = PLUMBING_NAMES
 
 
 # --- options -------------------------------------------------------------------------------------

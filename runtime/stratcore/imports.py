@@ -3,39 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Iterable
-from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
+from .contract import Requirement, module_available  # noqa: F401 - re-exported
 from .exceptions import MissingDependencyError
-
-
-@cache
-def module_available(name: str) -> bool:
-    """Whether ``name`` can be imported, found without importing it."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """A module a component needs, and how to install it."""
-
-    module: str
-    install: str = ""
-
-    @property
-    def available(self) -> bool:
-        parts = self.module.split(".")
-        return all(module_available(".".join(parts[: i + 1])) for i in range(len(parts)))
-
-    def message(self, user: str) -> str:
-        hint = f"; install it with: {self.install}" if self.install else ""
-        return f"{user} needs the '{self.module}' package, which is not installed{hint}"
 
 
 def require(requirements: Iterable[Requirement], user: str) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .collectives import CollectiveBackend
+from .contract import best_plugin
 from .exceptions import MisconfigurationError
 from .precision import canonical_precision
 
@@ -130,18 +131,9 @@ class Registry:
         accelerator: one made for the strategy's wrapper beats one made for the accelerator,
         which beats a general one."""
         mode = canonical_precision(precision)
-        best: type[PrecisionBase] | None = None
-        best_score = -1
-        for plugin in self.precision_plugins:
-            if mode not in plugin.modes:
-                continue
-            if plugin.wrappers and strategy.wrapper not in plugin.wrappers:
-                continue
-            if plugin.accelerators and accelerator.accelerator_name not in plugin.accelerators:
-                continue
-            score = 2 * bool(plugin.wrappers) + bool(plugin.accelerators)
-            if score > best_score:
-                best, best_score = plugin, score
+        best: type[PrecisionBase] | None = best_plugin(
+            self.precision_plugins, mode, strategy.wrapper, accelerator.accelerator_name
+        )
         if best is None:
             raise MisconfigurationError(
                 f"precision={precision!r}: no precision plugin serves it for "
