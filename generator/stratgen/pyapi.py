@@ -58,6 +58,17 @@ WRAPPER_MIXINS = {
     "xla": ("stratcore.wrappers.xla", "XLAMixin"),
     "xla_fsdp": ("stratcore.wrappers.xla", "XLAFSDPMixin"),
 }
+#: Launcher name (in specs) -> the runtime class that launches so.
+LAUNCHER_CLASSES = {
+    "none": ("stratcore.launchers", "InlineLauncher"),
+    "external": ("stratcore.launchers", "ExternalLauncher"),
+    "popen": ("stratcore.launchers", "PopenLauncher"),
+    "spawn": ("stratcore.launchers", "SpawnLauncher"),
+    "fork": ("stratcore.launchers", "ForkLauncher"),
+    "forkserver": ("stratcore.launchers", "ForkServerLauncher"),
+    "xla": ("stratcore.wrappers.xla", "XLALauncher"),
+    "horovodrun": ("stratcore.wrappers.horovod", "HorovodRunLauncher"),
+}
 PRECISION_ROOT = ("stratcore.precision", "PrecisionBase")
 PRECISION_MIXINS = {
     "double": ("stratcore.precision", "DoublePrecisionMixin"),
@@ -332,8 +343,8 @@ def annotated(
     for name, value in attributes:
         annotation, needs = declared[name]
         for module, imported in needs:
-            if module == "typing":
-                imports.stdlib.add(f"from typing import {imported}")
+            if module in ("typing", "types"):
+                imports.stdlib.add(f"from {module} import {imported}")
             else:
                 imports.add_local(module, imported)
         result.append((name, annotation, value))
@@ -390,8 +401,7 @@ def _changed(strategy: Strategy, key: str, value: Any) -> bool:
 def _strategy_facts(strategy: Strategy) -> dict[str, Any]:
     return {
         "strategy_name": None if strategy.abstract else strategy.name,
-        "wrapper": strategy.wrapper,
-        "launcher_name": strategy.launcher,
+        "launcher": strategy.launcher,
         "backend": strategy.backend.name if strategy.backend else None,
         "default_precision": strategy.default_precision,
         "supported_precisions": strategy.supported_precisions,
@@ -413,7 +423,11 @@ def _strategy_attributes(strategy: Strategy, imports: Imports) -> list[tuple[str
         elif key == "requirements":
             source = _requirements(strategy.requires, imports)
         elif key == "hooks":
-            source = literal(_hooks_module(strategy))
+            source = _hooks_ref(strategy, imports)
+        elif key == "launcher":
+            module, name = LAUNCHER_CLASSES[value]
+            imports.add_local(module, name)
+            source = name
         else:
             source = literal(value)
         attributes.append((key, source))
@@ -427,6 +441,19 @@ def _hooks_module(strategy: Strategy) -> str | None:
     if strategy.hooks.endswith(".py"):
         return ".hooks." + hooks_module_name(strategy.hooks)
     return strategy.hooks
+
+
+def _hooks_ref(strategy: Strategy, imports: Imports) -> str:
+    """The hooks module, imported: ``from ..hooks import ipu``, or ``import pkg.hooks``."""
+    module = _hooks_module(strategy)
+    if module is None:
+        return "None"
+    if module.startswith("."):
+        package, _, name = module[1:].rpartition(".")
+        imports.add_local(package, name)
+        return name
+    imports.third_party.add(f"import {module}")
+    return module
 
 
 def hooks_module_name(path: str) -> str:

@@ -415,7 +415,7 @@ class StrategyFactory:
                     preset=dict(entry.preset),
                     description=doc[0] if doc else "",
                     accelerators=cls.supported_accelerators,
-                    launcher=cls.launcher_name,
+                    launcher=cls.launcher.name,
                     backend=cls.backend.name if cls.backend else "auto",
                     available=available,
                 )

@@ -13,13 +13,12 @@ attributes carry the facts of their spec.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, MutableMapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -30,13 +29,11 @@ from .checkpoint_io import AsyncCheckpointIO, CheckpointIO, PathLike, TorchCheck
 from .collectives import CollectiveBackend
 from .exceptions import MisconfigurationError
 from .imports import Requirement, require
+from .launchers import InlineLauncher, Launcher
 from .layer_sync import LayerSync
 from .precision import PrecisionBase
 from .registry import registry_of
 from .sharded_checkpoint import ShardedSaver, is_sharded_checkpoint, resolve_checkpoint
-
-if TYPE_CHECKING:
-    from .launchers import Launcher
 
 
 class StrategyBase(ABC):
@@ -44,10 +41,11 @@ class StrategyBase(ABC):
 
     #: Registry name of the strategy (None for abstract bases).
     strategy_name: ClassVar[str | None] = None
-    #: How the model is wrapped: 'none', 'ddp', 'fsdp', 'deepspeed', ...
+    #: How the model is wrapped: 'none', 'ddp', 'fsdp', 'deepspeed', ...; each wrapper base
+    #: declares its own.
     wrapper: ClassVar[str] = "none"
-    #: How processes start: 'none', 'popen', 'spawn', 'fork', 'forkserver', 'external', ...
-    launcher_name: ClassVar[str] = "none"
+    #: How processes start: the launcher class, made with the strategy (``launcher(self)``).
+    launcher: ClassVar[type[Launcher]] = InlineLauncher
     #: Collective backend; None to use the accelerator's.
     backend: ClassVar[CollectiveBackend | None] = None
     default_precision: ClassVar[str | None] = None
@@ -57,8 +55,9 @@ class StrategyBase(ABC):
     #: Accelerators the strategy runs on, in order of preference.
     supported_accelerators: ClassVar[tuple[str, ...]] = ()
     requirements: ClassVar[tuple[Requirement, ...]] = ()
-    #: Module of hand-written hooks called at named points (see ``call_hook``).
-    hooks: ClassVar[str | None] = None
+    #: Module of hand-written hooks called at named points (see ``call_hook``): the module
+    #: object itself.
+    hooks: ClassVar[ModuleType | None] = None
 
     def __init__(
         self,
@@ -76,7 +75,6 @@ class StrategyBase(ABC):
         self._layer_sync: LayerSync | None = None
         self._environment_ready = False
         self._forward_hooks: list[Any] = []
-        self._hooks_module: ModuleType | None = None
         self._saver: ShardedSaver | None = None
 
     # -- composition ---------------------------------------------------------------------
@@ -131,15 +129,11 @@ class StrategyBase(ABC):
         return None
 
     @property
-    def launcher(self) -> Launcher:
+    def launcher_instance(self) -> Launcher:
+        """The strategy's launcher, made from its ``launcher`` class on first use."""
         if self._launcher is None:
-            self._launcher = self._configure_launcher()
+            self._launcher = self.launcher(self)
         return self._launcher
-
-    def _configure_launcher(self) -> Launcher:
-        from .launchers import create_launcher
-
-        return create_launcher(self)
 
     @property
     def model(self) -> nn.Module | None:
@@ -207,7 +201,7 @@ class StrategyBase(ABC):
         Returns rank 0's return value. If any process fails, every process is stopped and the
         failure is raised here (as ``ProcessFailedError`` when another process failed).
         """
-        return self.launcher.launch(function, *args, **kwargs)
+        return self.launcher_instance.launch(function, *args, **kwargs)
 
     def run_worker(
         self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -635,13 +629,7 @@ class StrategyBase(ABC):
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The function ``name`` of the strategy's hooks module, if it defines one."""
-        if self.hooks is None:
-            return None
-        if self._hooks_module is None:
-            self._hooks_module = importlib.import_module(
-                self.hooks, package=registry_of(type(self)).package
-            )
-        return getattr(self._hooks_module, name, None)
+        return getattr(self.hooks, name, None)
 
     def call_hook(self, name: str, *args: Any) -> Any:
         hook = self.hook(name)

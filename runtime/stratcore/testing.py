@@ -114,6 +114,9 @@ def package_registry_in_use() -> Registry:
     return package_registry(package_name())
 
 
+#: The folder holding the stratcore package that runs this.
+RUNTIME_ROOT = Path(__file__).resolve().parents[1]
+
 #: The strategy API every strategy offers (Lightning's names).
 API_METHODS = (
     "launch",
@@ -146,7 +149,9 @@ API_PROPERTIES = (
     "precision_plugin",
     "checkpoint_io",
     "cluster_environment",
-    "launcher",
+    # Lightning's ``launcher`` property is the launcher object; here ``launcher`` is the
+    # class (a ClassVar the generated class sets) and the object is ``launcher_instance``.
+    "launcher_instance",
     "model",
     "optimizers",
 )
@@ -230,10 +235,17 @@ def isolated_environment(monkeypatch: Any) -> None:
 
 
 def clean_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A copy of os.environ without cluster variables, with ``extra`` added."""
+    """A copy of os.environ without cluster variables, with ``extra`` added.
+
+    A process started with it imports this stratcore, installed or not: its folder ends the
+    PYTHONPATH (after any ``extra`` one), ahead of an installed copy elsewhere."""
     names = cluster_variables()
     env = {k: v for k, v in os.environ.items() if k not in names}
     env.update(extra or {})
+    runtime = str(RUNTIME_ROOT)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if runtime not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([*paths, runtime])
     return env
 
 
@@ -630,10 +642,7 @@ def _scenario_environ(env: dict[str, str] | None, marker: str) -> dict[str, str]
     # The runtime and the package must import the same way in the new process, installed or
     # not.
     package = importlib.import_module(package_name())
-    parents = {
-        str(Path(__file__).resolve().parents[1]),
-        str(Path(str(package.__file__)).resolve().parents[1]),
-    }
+    parents = {str(RUNTIME_ROOT), str(Path(str(package.__file__)).resolve().parents[1])}
     environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [*sorted(parents), environ.get("PYTHONPATH")])
     )
@@ -1142,7 +1151,7 @@ def assert_api(
         "num_replicas": world_size,
         "rank": 0,
     }, f"distributed_sampler_kwargs: {props['distributed_sampler_kwargs']}"
-    for plugin in ("accelerator", "precision_plugin", "checkpoint_io", "launcher"):
+    for plugin in ("accelerator", "precision_plugin", "checkpoint_io", "launcher_instance"):
         assert isinstance(props[plugin], str) and props[plugin], f"{plugin}: {props[plugin]!r}"
     assert result["empty_before_setup"], "model or optimizers set before setup()"
     assert result["model_to_device"], "model_to_device did not move the module to root_device"

@@ -63,7 +63,7 @@ def where_am_i(strategy):
         "world_size": strategy.world_size,
         "local_rank": strategy.local_rank,
         "environment": type(strategy.cluster_environment).__name__,
-        "launcher": type(strategy.launcher).__name__,
+        "launcher": type(strategy.launcher_instance).__name__,
     }
 
 
@@ -164,7 +164,7 @@ def test_horovodrun_command_lines() -> None:
 
 
 def test_horovod_facts_without_horovod() -> None:
-    assert HorovodStrategy.launcher_name == "horovodrun"
+    assert HorovodStrategy.launcher.name == "horovodrun"
     assert HorovodStrategy.cluster_environments == ("horovod", "mpi")
     assert HorovodStrategy.backend is not None and HorovodStrategy.backend.name == "horovod"
     assert HorovodStrategy.backend.reduce_ops == frozenset(HOROVOD_OPS)

@@ -66,7 +66,7 @@ def train(strategy, steps, folder):
 def spawn_arguments(devices):
     strategy = stratlib.get_strategy("tpu_spawn", accelerator=CPUStandInTPU(), devices=devices, precision="32-true")
     try:
-        return strategy.launcher.spawn_arguments()
+        return strategy.launcher_instance.spawn_arguments()
     except MisconfigurationError as exc:
         return str(exc)
 
@@ -203,8 +203,8 @@ def test_xla_facts_without_torch_xla() -> None:
     assert TPUAccelerator.backend.name == "xla"
     assert "mean" not in TPUAccelerator.backend.reduce_ops
     assert TPUAccelerator.after_optimizer_step_hook == "torch_xla.core.xla_model:mark_step"
-    assert TPUSpawnStrategy.launcher_name == "xla"
-    assert SingleTPUStrategy.launcher_name == "none"
+    assert TPUSpawnStrategy.launcher.name == "xla"
+    assert SingleTPUStrategy.launcher.name == "none"
     assert XLAEnvironment.settable is True
     assert not TPUAccelerator.is_available()
     with pytest.raises(

@@ -84,10 +84,10 @@ def test_every_concrete_class_can_be_constructed_directly(cls: type) -> None:
     assert isinstance(strategy.checkpoint_io, stratlib.TorchCheckpointIO)
     assert strategy.model is None and strategy.optimizers == []
     expected = {"none": InlineLauncher, "popen": PopenLauncher, "spawn": SpawnLauncher}.get(
-        cls.launcher_name
+        cls.launcher.name
     )
     if expected is not None:
-        assert type(strategy.launcher) is expected
+        assert type(strategy.launcher_instance) is expected
 
 
 @pytest.mark.parametrize("cls", RUNNABLE, ids=lambda cls: cls.__name__)
@@ -108,7 +108,7 @@ def test_every_concrete_class_can_be_subclassed(cls: type) -> None:
         name
         for name, entry in registry.REGISTRY.strategies.items()
         if testing.unavailable_reason(entry.cls, "cpu") is None
-        and entry.cls.launcher_name in ("none", "popen")
+        and entry.cls.launcher.name in ("none", "popen")
         # DeepSpeed binds module-level state to the first process group it sees, so it runs
         # the whole API in fresh processes only (its generated api test).
         and entry.cls.wrapper != "deepspeed"
@@ -165,7 +165,7 @@ def test_options_override_a_preset() -> None:
         "ddp_fork", accelerator="cpu", devices=2, start_method="forkserver"
     )
     assert strategy.start_method == "forkserver"
-    assert strategy.launcher.start_method == "forkserver"
+    assert strategy.launcher_instance.start_method == "forkserver"
 
 
 def test_list_strategies_describes_the_registry() -> None:

@@ -13,6 +13,7 @@ from stratcore.checkpoint_io import CheckpointIO
 from stratcore.collectives import CollectiveBackend
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
+from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
 from stratcore.wrappers.bagua import BaguaMixin
 
@@ -50,8 +51,7 @@ class BaguaStrategy(BaguaMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "bagua"
-    wrapper: ClassVar[str] = "bagua"
-    launcher_name: ClassVar[str] = "popen"
+    launcher: ClassVar[type[Launcher]] = PopenLauncher
     backend: ClassVar[CollectiveBackend | None] = NCCL
     cluster_environments: ClassVar[tuple[str, ...]] = (
         "bagua",

@@ -10,6 +10,7 @@ import torch
 from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
+from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
 from stratcore.wrappers.ddp import DDPMixin
 
@@ -46,8 +47,7 @@ class DDPStrategy(DDPMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp"
-    wrapper: ClassVar[str] = "ddp"
-    launcher_name: ClassVar[str] = "popen"
+    launcher: ClassVar[type[Launcher]] = PopenLauncher
 
     def __init__(
         self,

@@ -34,4 +34,3 @@ class DDP2Strategy(DDP2Mixin, DDPStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp2"
-    wrapper: ClassVar[str] = "ddp2"

@@ -11,6 +11,7 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
+from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
 from stratcore.wrappers.fairscale_fsdp import FairscaleFSDPMixin
 
@@ -40,8 +41,7 @@ class DDPFullyShardedStrategy(FairscaleFSDPMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp_fully_sharded"
-    wrapper: ClassVar[str] = "fairscale_fsdp"
-    launcher_name: ClassVar[str] = "popen"
+    launcher: ClassVar[type[Launcher]] = PopenLauncher
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cuda",)
     requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement("fairscale", "pip install fairscale"),

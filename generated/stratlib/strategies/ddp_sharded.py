@@ -11,6 +11,7 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
+from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
 from stratcore.wrappers.sharded import ShardedMixin
 
@@ -39,8 +40,7 @@ class DDPShardedStrategy(ShardedMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp_sharded"
-    wrapper: ClassVar[str] = "fairscale_sharded"
-    launcher_name: ClassVar[str] = "popen"
+    launcher: ClassVar[type[Launcher]] = PopenLauncher
     requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement("fairscale", "pip install fairscale"),
     )

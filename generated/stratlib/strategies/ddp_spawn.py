@@ -10,6 +10,7 @@ import torch
 from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
+from stratcore.launchers import Launcher, SpawnLauncher
 from stratcore.precision import PrecisionBase
 
 from .ddp import DDPStrategy
@@ -51,7 +52,7 @@ class DDPSpawnStrategy(DDPStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp_spawn"
-    launcher_name: ClassVar[str] = "spawn"
+    launcher: ClassVar[type[Launcher]] = SpawnLauncher
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
+from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
 from stratcore.wrappers.deepspeed import DeepSpeedMixin
 
@@ -69,8 +70,7 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "deepspeed"
-    wrapper: ClassVar[str] = "deepspeed"
-    launcher_name: ClassVar[str] = "popen"
+    launcher: ClassVar[type[Launcher]] = PopenLauncher
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = (
         "32-true",

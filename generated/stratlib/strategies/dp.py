@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.wrappers.dp import DataParallelMixin
 
 from .parallel import ParallelStrategy
@@ -27,6 +28,5 @@ class DataParallelStrategy(DataParallelMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "dp"
-    wrapper: ClassVar[str] = "dp"
-    launcher_name: ClassVar[str] = "none"
+    launcher: ClassVar[type[Launcher]] = InlineLauncher
     cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)

@@ -11,6 +11,7 @@ import torch
 from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
+from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
 from stratcore.wrappers.fsdp import FSDPMixin
 
@@ -61,8 +62,7 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "fsdp"
-    wrapper: ClassVar[str] = "fsdp"
-    launcher_name: ClassVar[str] = "popen"
+    launcher: ClassVar[type[Launcher]] = PopenLauncher
 
     def __init__(
         self,

@@ -12,8 +12,9 @@ from stratcore.checkpoint_io import CheckpointIO
 from stratcore.collectives import CollectiveBackend
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
+from stratcore.launchers import Launcher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.horovod import HorovodMixin
+from stratcore.wrappers.horovod import HorovodMixin, HorovodRunLauncher
 
 from ..backends import HOROVOD
 from .parallel import ParallelStrategy
@@ -40,8 +41,7 @@ class HorovodStrategy(HorovodMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "horovod"
-    wrapper: ClassVar[str] = "horovod"
-    launcher_name: ClassVar[str] = "horovodrun"
+    launcher: ClassVar[type[Launcher]] = HorovodRunLauncher
     backend: ClassVar[CollectiveBackend | None] = HOROVOD
     cluster_environments: ClassVar[tuple[str, ...]] = ("horovod", "mpi")
     requirements: ClassVar[tuple[Requirement, ...]] = (

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
@@ -12,9 +13,11 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
+from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.precision import PrecisionBase
 from stratcore.wrappers.dp import DataParallelMixin
 
+from ..hooks import ipu
 from .parallel import ParallelStrategy
 
 __all__ = ["IPUStrategy"]
@@ -45,8 +48,7 @@ class IPUStrategy(DataParallelMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ipu"
-    wrapper: ClassVar[str] = "dp"
-    launcher_name: ClassVar[str] = "none"
+    launcher: ClassVar[type[Launcher]] = InlineLauncher
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
     cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
@@ -57,7 +59,7 @@ class IPUStrategy(DataParallelMixin, ParallelStrategy):
             "pip install the poptorch wheel of Graphcore's Poplar SDK (poplar_sdk/poptorch-*.whl)",
         ),
     )
-    hooks: ClassVar[str | None] = ".hooks.ipu"
+    hooks: ClassVar[ModuleType | None] = ipu
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ import torch
 from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
+from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
 from stratcore.wrappers.model_parallel import ModelParallelMixin
 
@@ -53,8 +54,7 @@ class ModelParallelStrategy(ModelParallelMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "model_parallel"
-    wrapper: ClassVar[str] = "model_parallel"
-    launcher_name: ClassVar[str] = "popen"
+    launcher: ClassVar[type[Launcher]] = PopenLauncher
 
     def __init__(
         self,

@@ -32,7 +32,6 @@ class SingleTPUStrategy(XLAMixin, SingleDeviceStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "single_tpu"
-    wrapper: ClassVar[str] = "xla"
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
     supported_accelerators: ClassVar[tuple[str, ...]] = ("tpu",)

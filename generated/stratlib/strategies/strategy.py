@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import ClassVar
 
 from stratcore.collectives import CollectiveBackend
 from stratcore.imports import Requirement
+from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.strategy import StrategyBase
 
 __all__ = ["Strategy"]
@@ -22,8 +24,7 @@ class Strategy(StrategyBase):
     """
 
     strategy_name: ClassVar[str | None] = None
-    wrapper: ClassVar[str] = "none"
-    launcher_name: ClassVar[str] = "none"
+    launcher: ClassVar[type[Launcher]] = InlineLauncher
     backend: ClassVar[CollectiveBackend | None] = None
     default_precision: ClassVar[str | None] = None
     supported_precisions: ClassVar[tuple[str, ...]] = (
@@ -39,4 +40,4 @@ class Strategy(StrategyBase):
     cluster_environments: ClassVar[tuple[str, ...]] = ()
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")
     requirements: ClassVar[tuple[Requirement, ...]] = ()
-    hooks: ClassVar[str | None] = None
+    hooks: ClassVar[ModuleType | None] = None

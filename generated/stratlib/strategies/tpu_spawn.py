@@ -12,8 +12,9 @@ from stratcore.checkpoint_io import CheckpointIO
 from stratcore.collectives import CollectiveBackend
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
+from stratcore.launchers import Launcher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.xla import XLAMixin
+from stratcore.wrappers.xla import XLALauncher, XLAMixin
 
 from ..backends import XLA
 from .parallel import ParallelStrategy
@@ -45,8 +46,7 @@ class TPUSpawnStrategy(XLAMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "tpu_spawn"
-    wrapper: ClassVar[str] = "xla"
-    launcher_name: ClassVar[str] = "xla"
+    launcher: ClassVar[type[Launcher]] = XLALauncher
     backend: ClassVar[CollectiveBackend | None] = XLA
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")

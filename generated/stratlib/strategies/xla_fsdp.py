@@ -33,4 +33,3 @@ class XLAFSDPStrategy(XLAFSDPMixin, TPUSpawnStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "xla_fsdp"
-    wrapper: ClassVar[str] = "xla_fsdp"

@@ -11,7 +11,7 @@ import importlib
 import os
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 from torch.optim import Optimizer
@@ -33,6 +33,8 @@ BAGUA_ALGORITHMS = (
 
 class BaguaMixin(ParallelMixin):
     """Wraps the model in Bagua's DistributedDataParallel with the chosen algorithm."""
+
+    wrapper: ClassVar[str] = "bagua"
 
     #: Name of the Bagua algorithm.
     algorithm: str = "gradient_allreduce"

@@ -4,7 +4,7 @@ averaged during the backward pass."""
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 from torch.nn.parallel import DataParallel, DistributedDataParallel
@@ -22,6 +22,8 @@ class DDPMixin(ParallelMixin):
     ``CustomDDPStrategy`` example, ``configure_ddp(self)`` assigning the wrapped
     ``self.model``.
     """
+
+    wrapper: ClassVar[str] = "ddp"
 
     find_unused_parameters: bool = False
     static_graph: bool = False
@@ -75,6 +77,8 @@ class DDP2Mixin(DDPMixin):
 
     With one device per node this is exactly DDP.
     """
+
+    wrapper: ClassVar[str] = "ddp2"
 
     @property
     def num_processes(self) -> int:

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Generator, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -227,6 +227,8 @@ class DeepSpeedMixin(ParallelMixin):
     same number of processes. ``python -m <package>.core.sharded_checkpoint`` turns it into
     one file (the module's float32 weights and the other entries).
     """
+
+    wrapper: ClassVar[str] = "deepspeed"
 
     zero_stage: int = 2
     offload_optimizer: bool = False

@@ -3,7 +3,7 @@ batch and gradients are summed on the first device."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -15,6 +15,8 @@ from ..parallel import ParallelMixin
 
 class DataParallelMixin(ParallelMixin):
     """Single-process data parallelism: no process group, no launcher."""
+
+    wrapper: ClassVar[str] = "dp"
 
     @property
     def num_processes(self) -> int:

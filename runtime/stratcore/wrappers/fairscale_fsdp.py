@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -52,6 +52,8 @@ class FairscaleFSDPMixin(ParallelMixin):
     gathers the full optimizer state on rank 0 (other ranks get an empty dict), and loading
     takes that full state on every rank and keeps each rank's shard.
     """
+
+    wrapper: ClassVar[str] = "fairscale_fsdp"
 
     auto_wrap_min_params: int | None = None
     group_default_modules = (*ParallelMixin.group_default_modules, "fairscale.optim")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -108,6 +108,8 @@ class FSDPMixin(ParallelMixin):
     ``MixedPrecisionPolicy``. Subclasses customise the sharding by overriding
     ``configure_fsdp``, ``fsdp_kwargs`` or ``auto_wrap_modules``.
     """
+
+    wrapper: ClassVar[str] = "fsdp"
 
     auto_wrap_min_params: int | None = None
     auto_wrap_layers: Sequence[Any] | None = None

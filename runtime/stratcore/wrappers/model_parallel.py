@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -81,6 +81,8 @@ class ModelParallelMixin(ParallelMixin):
     the mesh. Optimizers created before ``setup`` are rebound, in place, to the parameters that
     replaced theirs (matched by name), as for 'fsdp'.
     """
+
+    wrapper: ClassVar[str] = "model_parallel"
 
     parallelize_fn: Callable[[nn.Module, DeviceMesh], nn.Module] | None = None
     data_parallel_size: int | str = "auto"

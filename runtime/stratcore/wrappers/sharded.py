@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 from torch.optim import Optimizer
@@ -53,6 +53,8 @@ class ShardedMixin(ParallelMixin):
     same class; other ranks get an empty dict. Loading takes the full state on every rank, and
     each rank keeps the part it owns.
     """
+
+    wrapper: ClassVar[str] = "fairscale_sharded"
 
     reduce_buffer_size: int = 2**23
     broadcast_buffers: bool = True

@@ -24,7 +24,8 @@ from torch.optim import Optimizer
 from ..collectives import broadcast_object
 from ..exceptions import MisconfigurationError, ProcessFailedError
 from ..imports import Requirement, require
-from ..launchers import Launcher, register_launcher, run_reporting_errors
+from ..launchers import Launcher, run_reporting_errors
+from ..parallel import ParallelMixin
 from ..precision import PrecisionBase, apply_to_tensors, default_dtype
 from ..strategy import StrategyBase
 
@@ -40,6 +41,8 @@ def _import(requirements: tuple[Requirement, ...], user: str, module: str) -> Mo
 class XLAMixin(StrategyBase):
     """Runs on XLA devices; for parallel strategies, in processes started by torch_xla."""
 
+    wrapper: ClassVar[str] = "xla"
+
     #: Start every process from rank 0's parameters.
     sync_module_states: bool = True
     #: Print PyTorch/XLA debug information.
@@ -51,8 +54,6 @@ class XLAMixin(StrategyBase):
 
     @property
     def _is_parallel(self) -> bool:
-        from ..parallel import ParallelMixin
-
         return isinstance(self, ParallelMixin)
 
     def _xla_distributed(self) -> bool:
@@ -139,6 +140,8 @@ class XLAFSDPMixin(XLAMixin):
     rank 0 (the other ranks take part and get an empty dict). A wrapped module cannot load a
     full state dict: load the weights into the module before ``setup``.
     """
+
+    wrapper: ClassVar[str] = "xla_fsdp"
 
     #: ``setup`` takes the module alone; optimizers are made from the module it returns.
     optimizers_in_setup: ClassVar[bool] = False
@@ -265,6 +268,8 @@ class XLALauncher(Launcher):
     torch_xla starts either one process or one per device of the host, nothing in between.
     """
 
+    name = "xla"
+
     def __init__(self, strategy: StrategyBase) -> None:
         super().__init__(strategy)
         start_method = getattr(strategy, "start_method", None) or "fork"
@@ -312,6 +317,3 @@ class XLALauncher(Launcher):
             except Exception as exc:
                 raise ProcessFailedError(f"an XLA process failed: {exc}", error=str(exc)) from exc
             return pickle.loads(results.get()) if not results.empty() else None
-
-
-register_launcher("xla", XLALauncher)

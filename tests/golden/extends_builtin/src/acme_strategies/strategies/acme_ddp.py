@@ -10,6 +10,7 @@ import torch
 from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
+from stratcore.launchers import Launcher, SpawnLauncher
 from stratcore.precision import PrecisionBase
 
 from .ddp import DDPStrategy
@@ -39,7 +40,7 @@ class AcmeDDPStrategy(DDPStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "acme_ddp"
-    launcher_name: ClassVar[str] = "spawn"
+    launcher: ClassVar[type[Launcher]] = SpawnLauncher
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def __init__(

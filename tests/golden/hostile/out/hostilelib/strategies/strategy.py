@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import ClassVar
 
 from stratcore.collectives import CollectiveBackend
 from stratcore.imports import Requirement
+from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.strategy import StrategyBase
 
 __all__ = ["Strategy"]
@@ -17,12 +19,11 @@ class Strategy(StrategyBase):
     """Base class for all strategies."""
 
     strategy_name: ClassVar[str | None] = None
-    wrapper: ClassVar[str] = "none"
-    launcher_name: ClassVar[str] = "none"
+    launcher: ClassVar[type[Launcher]] = InlineLauncher
     backend: ClassVar[CollectiveBackend | None] = None
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true",)
     cluster_environments: ClassVar[tuple[str, ...]] = ()
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
     requirements: ClassVar[tuple[Requirement, ...]] = ()
-    hooks: ClassVar[str | None] = None
+    hooks: ClassVar[ModuleType | None] = None

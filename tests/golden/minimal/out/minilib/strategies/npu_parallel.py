@@ -13,6 +13,7 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.collectives import CollectiveBackend
 from stratcore.environment import ClusterEnvironmentBase
+from stratcore.launchers import Launcher, SpawnLauncher
 from stratcore.precision import PrecisionBase
 
 from ..backends import RING
@@ -44,7 +45,7 @@ class NPUParallelStrategy(ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "npu_parallel"
-    launcher_name: ClassVar[str] = "spawn"
+    launcher: ClassVar[type[Launcher]] = SpawnLauncher
     backend: ClassVar[CollectiveBackend | None] = RING
     cluster_environments: ClassVar[tuple[str, ...]] = ("npu_cluster", "lightning")
     supported_accelerators: ClassVar[tuple[str, ...]] = ("npu", "cpu")

@@ -10,6 +10,7 @@ import torch
 from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
+from stratcore.launchers import ExternalLauncher, Launcher
 from stratcore.parallel import ParallelMixin
 from stratcore.precision import PrecisionBase
 
@@ -25,7 +26,7 @@ class ParallelStrategy(ParallelMixin, Strategy):
         timeout: Seconds a collective may wait for its peers.
     """
 
-    launcher_name: ClassVar[str] = "external"
+    launcher: ClassVar[type[Launcher]] = ExternalLauncher
     cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
 
