@@ -41,22 +41,22 @@ RUNTIME_PACKAGE = "stratcore"
 # Runtime classes each spec value maps to: (module, class name).
 STRATEGY_ROOT = ("stratcore.strategy", "StrategyBase")
 TOPOLOGY_MIXINS = {
-    "single_device": ("stratcore.single_device", "SingleDeviceMixin"),
-    "parallel": ("stratcore.parallel", "ParallelMixin"),
+    "single_device": ("stratcore.single_device", "SingleDeviceStrategyBase"),
+    "parallel": ("stratcore.parallel", "ParallelStrategyBase"),
 }
 WRAPPER_MIXINS = {
-    "dp": ("stratcore.wrappers.dp", "DataParallelMixin"),
-    "ddp": ("stratcore.wrappers.ddp", "DDPMixin"),
-    "ddp2": ("stratcore.wrappers.ddp", "DDP2Mixin"),
-    "fsdp": ("stratcore.wrappers.fsdp", "FSDPMixin"),
-    "model_parallel": ("stratcore.wrappers.model_parallel", "ModelParallelMixin"),
-    "fairscale_sharded": ("stratcore.wrappers.sharded", "ShardedMixin"),
-    "fairscale_fsdp": ("stratcore.wrappers.fairscale_fsdp", "FairscaleFSDPMixin"),
-    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedMixin"),
-    "horovod": ("stratcore.wrappers.horovod", "HorovodMixin"),
-    "bagua": ("stratcore.wrappers.bagua", "BaguaMixin"),
-    "xla": ("stratcore.wrappers.xla", "XLAMixin"),
-    "xla_fsdp": ("stratcore.wrappers.xla", "XLAFSDPMixin"),
+    "dp": ("stratcore.wrappers.dp", "DataParallelStrategyBase"),
+    "ddp": ("stratcore.wrappers.ddp", "DDPStrategyBase"),
+    "ddp2": ("stratcore.wrappers.ddp", "DDP2StrategyBase"),
+    "fsdp": ("stratcore.wrappers.fsdp", "FSDPStrategyBase"),
+    "model_parallel": ("stratcore.wrappers.model_parallel", "ModelParallelStrategyBase"),
+    "fairscale_sharded": ("stratcore.wrappers.sharded", "ShardedStrategyBase"),
+    "fairscale_fsdp": ("stratcore.wrappers.fairscale_fsdp", "FairscaleFSDPStrategyBase"),
+    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedStrategyBase"),
+    "horovod": ("stratcore.wrappers.horovod", "HorovodStrategyBase"),
+    "bagua": ("stratcore.wrappers.bagua", "BaguaStrategyBase"),
+    "xla": ("stratcore.wrappers.xla", "XLAStrategyBase"),
+    "xla_fsdp": ("stratcore.wrappers.xla", "XLAFSDPStrategyBase"),
 }
 #: Launcher name (in specs) -> the runtime class that launches so.
 LAUNCHER_CLASSES = {
@@ -71,15 +71,15 @@ LAUNCHER_CLASSES = {
 }
 PRECISION_ROOT = ("stratcore.precision", "PrecisionBase")
 PRECISION_MIXINS = {
-    "double": ("stratcore.precision", "DoublePrecisionMixin"),
-    "mixed": ("stratcore.precision", "MixedPrecisionMixin"),
-    "half": ("stratcore.precision", "HalfPrecisionMixin"),
-    "apex": ("stratcore.precision", "ApexPrecisionMixin"),
-    "fsdp_mixed": ("stratcore.wrappers.fsdp", "FSDPPrecisionMixin"),
-    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedPrecisionMixin"),
-    "xla": ("stratcore.wrappers.xla", "XLAPrecisionMixin"),
-    "ipu": ("stratcore.ipu", "IPUPrecisionMixin"),
-    "transformer_engine": ("stratcore.transformer_engine", "TransformerEnginePrecisionMixin"),
+    "double": ("stratcore.precision", "DoublePrecisionBase"),
+    "mixed": ("stratcore.precision", "MixedPrecisionBase"),
+    "half": ("stratcore.precision", "HalfPrecisionBase"),
+    "apex": ("stratcore.precision", "ApexPrecisionBase"),
+    "fsdp_mixed": ("stratcore.wrappers.fsdp", "FSDPPrecisionBase"),
+    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedPrecisionBase"),
+    "xla": ("stratcore.wrappers.xla", "XLAPrecisionBase"),
+    "ipu": ("stratcore.ipu", "IPUPrecisionBase"),
+    "transformer_engine": ("stratcore.transformer_engine", "TransformerEnginePrecisionBase"),
 }
 ENVIRONMENT_ROOT = ("stratcore.environment", "ClusterEnvironmentBase")
 ACCELERATOR_ROOT = ("stratcore.accelerator", "Accelerator")

@@ -17,11 +17,11 @@ from torch import nn
 from torch.optim import Optimizer
 
 from .exceptions import MisconfigurationError
-from .parallel import ParallelMixin
+from .parallel import ParallelStrategyBase
 from .precision import PrecisionBase, apply_to_tensors, default_dtype
 
 
-class IPUMixin(ParallelMixin):
+class IPUStrategyBase(ParallelStrategyBase):
     """One process drives every IPU (PopTorch replicates the model): no process group, no
     launcher, and no wrapper; the hooks compile the model at ``setup``."""
 
@@ -58,7 +58,7 @@ class IPUMixin(ParallelMixin):
         return {"num_replicas": 1, "rank": 0}
 
 
-class IPUPrecisionMixin(PrecisionBase):
+class IPUPrecisionBase(PrecisionBase):
     """float32, or float16 parameters and floating-point inputs ('16-true'), on IPUs."""
 
     wraps_forward = True

@@ -49,7 +49,7 @@ def share_cpu_threads(processes_per_node: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
-class ParallelMixin(StrategyBase):
+class ParallelStrategyBase(StrategyBase):
     """Multi-process training; see the module documentation."""
 
     launcher: ClassVar[type[Launcher]] = ExternalLauncher

@@ -5,8 +5,9 @@ add a ClusterEnvironment). It launches the training processes, sets up communica
 model and its optimizers, and offers one collective interface: ``reduce``, ``all_gather``,
 ``broadcast``, ``barrier`` and ``reduce_boolean_decision``.
 
-Generated strategy classes derive from this class through mixins that choose the topology
-(single device or parallel) and the model wrapper (DDP, FSDP, DeepSpeed, ...). Their class
+Generated strategy classes derive from this class through the bases that choose the topology
+(``SingleDeviceStrategyBase``, ``ParallelStrategyBase``) and the model wrapper
+(``DDPStrategyBase``, ``FSDPStrategyBase``, ``DeepSpeedStrategyBase``, ...). Their class
 attributes carry the facts of their spec.
 """
 
@@ -272,7 +273,7 @@ class StrategyBase(ABC):
     def setup_module_and_optimizers(
         self, module: nn.Module, optimizers: list[Optimizer]
     ) -> tuple[nn.Module, list[Optimizer]]:
-        """Wrap the module for the backend; wrapper mixins override this."""
+        """Wrap the module for the backend; the wrapper bases override this."""
         return module, optimizers
 
     def model_to_device(self, module: nn.Module) -> nn.Module:

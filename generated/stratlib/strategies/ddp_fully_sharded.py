@@ -13,14 +13,14 @@ from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.fairscale_fsdp import FairscaleFSDPMixin
+from stratcore.wrappers.fairscale_fsdp import FairscaleFSDPStrategyBase
 
 from .parallel import ParallelStrategy
 
 __all__ = ["DDPFullyShardedStrategy"]
 
 
-class DDPFullyShardedStrategy(FairscaleFSDPMixin, ParallelStrategy):
+class DDPFullyShardedStrategy(FairscaleFSDPStrategyBase, ParallelStrategy):
     """Fully sharded data parallel training with fairscale's FullyShardedDataParallel.
 
     Each wrapped module's parameters are flattened and sharded across the processes.

@@ -15,7 +15,7 @@ from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.dp import DataParallelMixin
+from stratcore.wrappers.dp import DataParallelStrategyBase
 
 from ..hooks import ipu
 from .parallel import ParallelStrategy
@@ -23,7 +23,7 @@ from .parallel import ParallelStrategy
 __all__ = ["IPUStrategy"]
 
 
-class IPUStrategy(DataParallelMixin, ParallelStrategy):
+class IPUStrategy(DataParallelStrategyBase, ParallelStrategy):
     """Strategy for training on Graphcore IPUs with PopTorch.
 
     The module's forward must compute and return the loss: calling the set-up model runs

@@ -14,7 +14,7 @@ from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.xla import XLALauncher, XLAMixin
+from stratcore.wrappers.xla import XLALauncher, XLAStrategyBase
 
 from ..backends import XLA
 from .parallel import ParallelStrategy
@@ -22,7 +22,7 @@ from .parallel import ParallelStrategy
 __all__ = ["TPUSpawnStrategy"]
 
 
-class TPUSpawnStrategy(XLAMixin, ParallelStrategy):
+class TPUSpawnStrategy(XLAStrategyBase, ParallelStrategy):
     """Strategy for training on multiple TPU cores with torch_xla's multiprocessing spawn.
 
     torch_xla starts one process per TPU device (xmp.spawn); the model is not wrapped:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..exceptions import MisconfigurationError
 
 if TYPE_CHECKING:
-    from ..parallel import ParallelMixin
+    from ..parallel import ParallelStrategyBase
     from ..strategy import StrategyBase
 
 #: Set in processes started by PopenLauncher: where to write a traceback, where to count the
@@ -72,7 +72,7 @@ class ExternalLauncher(Launcher):
 
     name = "external"
 
-    strategy: ParallelMixin
+    strategy: ParallelStrategyBase
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         strategy = self.strategy

@@ -37,7 +37,7 @@ from .base import (
 from .reports import Report, _uneven_launches, failure_message, is_peer_failure, root_cause
 
 if TYPE_CHECKING:
-    from ..parallel import ParallelMixin
+    from ..parallel import ParallelStrategyBase
 
 
 def script_command() -> list[str]:
@@ -76,7 +76,9 @@ class _PopenJob:
     error. A failure between launches is raised by the next launch, or when the script ends.
     """
 
-    def __init__(self, strategy: ParallelMixin, command: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, strategy: ParallelStrategyBase, command: list[str], env: dict[str, str]
+    ) -> None:
         self.owner = os.getpid()
         self.num_processes: int = strategy.num_processes
         self.node_rank = strategy.node_rank
@@ -204,7 +206,7 @@ class _PopenJob:
 
     def run_rank_zero(
         self,
-        strategy: ParallelMixin,
+        strategy: ParallelStrategyBase,
         function: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
@@ -339,7 +341,7 @@ class PopenLauncher(Launcher):
 
     name = "popen"
 
-    strategy: ParallelMixin
+    strategy: ParallelStrategyBase
 
     @property
     def is_interactive_compatible(self) -> bool:

@@ -24,13 +24,13 @@ from .base import (
 from .reports import failure_message, is_peer_failure, root_cause
 
 if TYPE_CHECKING:
-    from ..parallel import ParallelMixin
+    from ..parallel import ParallelStrategyBase
     from ..strategy import StrategyBase
 
 
 def _spawned_worker(
     local_rank: int,
-    strategy: ParallelMixin,
+    strategy: ParallelStrategyBase,
     function: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
@@ -70,7 +70,7 @@ class SpawnLauncher(Launcher):
 
     name = "spawn"
     default_start_method: ClassVar[str] = "spawn"
-    strategy: ParallelMixin
+    strategy: ParallelStrategyBase
 
     def __init__(self, strategy: StrategyBase, start_method: str | None = None) -> None:
         super().__init__(strategy)

@@ -18,7 +18,7 @@ from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
 from ..imports import require
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 
 #: Algorithms Bagua registers under these names (``Algorithm.init(name, **kwargs)``).
 BAGUA_ALGORITHMS = (
@@ -31,7 +31,7 @@ BAGUA_ALGORITHMS = (
 )
 
 
-class BaguaMixin(ParallelMixin):
+class BaguaStrategyBase(ParallelStrategyBase):
     """Wraps the model in Bagua's DistributedDataParallel with the chosen algorithm."""
 
     wrapper: ClassVar[str] = "bagua"

@@ -11,10 +11,10 @@ from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 
 
-class DDPMixin(ParallelMixin):
+class DDPStrategyBase(ParallelStrategyBase):
     """Wraps the model in DistributedDataParallel.
 
     Subclasses customise the wrapping by overriding ``ddp_kwargs``, or ``configure_ddp``:
@@ -72,7 +72,7 @@ class DDPMixin(ParallelMixin):
         )
 
 
-class DDP2Mixin(DDPMixin):
+class DDP2StrategyBase(DDPStrategyBase):
     """One process per node: DataParallel over the node's devices, DDP across nodes.
 
     With one device per node this is exactly DDP.

@@ -21,7 +21,7 @@ from torch.optim import Optimizer
 from ..checkpoint_io import PathLike
 from ..checkpoint_state import check_entries, is_stateful, restore_entries
 from ..exceptions import MisconfigurationError
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 from ..precision import PrecisionBase, apply_to_tensors, default_dtype
 from .deepspeed_config import (
     CONFIG_DEFAULTS,
@@ -47,7 +47,7 @@ from .deepspeed_state import (
 #: Variable DeepSpeed reads, once, to choose its accelerator.
 
 
-class DeepSpeedPrecisionMixin(PrecisionBase):
+class DeepSpeedPrecisionBase(PrecisionBase):
     """Precision through the DeepSpeed config rather than autocast.
 
     The engine casts the module to float16 or bfloat16, keeps float32 master weights in its
@@ -98,7 +98,7 @@ class DeepSpeedPrecisionMixin(PrecisionBase):
         return contextlib.nullcontext()
 
 
-class DeepSpeedMixin(ParallelMixin):
+class DeepSpeedStrategyBase(ParallelStrategyBase):
     """Trains through a DeepSpeed engine (``deepspeed.initialize``).
 
     ``setup(model, optimizer)`` returns the engine, which is the module to call, and the
@@ -202,7 +202,7 @@ class DeepSpeedMixin(ParallelMixin):
         for key, value in CONFIG_DEFAULTS.items():
             config.setdefault(key, value)
         plugin = self.precision_plugin
-        sections = plugin.deepspeed_config() if isinstance(plugin, DeepSpeedPrecisionMixin) else {}
+        sections = plugin.deepspeed_config() if isinstance(plugin, DeepSpeedPrecisionBase) else {}
         merge_precision(config, sections, plugin.precision)
         return config
 

@@ -10,10 +10,10 @@ from torch import nn
 from torch.nn.parallel import DataParallel
 from torch.optim import Optimizer
 
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 
 
-class DataParallelMixin(ParallelMixin):
+class DataParallelStrategyBase(ParallelStrategyBase):
     """Single-process data parallelism: no process group, no launcher."""
 
     wrapper: ClassVar[str] = "dp"

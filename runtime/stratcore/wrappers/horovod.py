@@ -23,7 +23,7 @@ from ..collectives import normalize_reduce_op, reduce_each
 from ..exceptions import MisconfigurationError
 from ..imports import require
 from ..launchers import Launcher, run_reporting_errors, script_command
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 
 HOROVOD_MODULE = "horovod.torch"
 
@@ -31,7 +31,7 @@ HOROVOD_MODULE = "horovod.torch"
 HOROVOD_OPS = {"sum": "Sum", "mean": "Average", "min": "Min", "max": "Max", "product": "Product"}
 
 
-class HorovodMixin(ParallelMixin):
+class HorovodStrategyBase(ParallelStrategyBase):
     """Trains with Horovod: ``hvd.init()`` instead of a process group, rank 0's parameters and
     optimizer state broadcast at setup, and optimizers wrapped in ``hvd.DistributedOptimizer``.
 

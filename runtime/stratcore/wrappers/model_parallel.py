@@ -22,9 +22,9 @@ from torch import nn
 from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 from ..precision import PrecisionBase
-from .fsdp import FSDPPrecisionMixin, _check_rebindable, _fsdp2, _has_run, _parameter_names
+from .fsdp import FSDPPrecisionBase, _check_rebindable, _fsdp2, _has_run, _parameter_names
 from .mesh import apply_activation_checkpointing, build_mesh
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def _is_size(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-class ModelParallelMixin(ParallelMixin):
+class ModelParallelStrategyBase(ParallelStrategyBase):
     """Tensor parallelism and FSDP2 on a ``(data_parallel, tensor_parallel)`` device mesh.
 
     Options:
@@ -210,7 +210,7 @@ class ModelParallelMixin(ParallelMixin):
 
     def _fsdp_kwargs(self) -> dict[str, Any]:
         plugin: PrecisionBase = self.precision_plugin
-        if isinstance(plugin, FSDPPrecisionMixin):
+        if isinstance(plugin, FSDPPrecisionBase):
             return {"mp_policy": plugin.mixed_precision_policy(root=True)}
         return {}
 

@@ -25,7 +25,7 @@ from ..collectives import broadcast_object
 from ..exceptions import MisconfigurationError, ProcessFailedError
 from ..imports import Requirement, require
 from ..launchers import Launcher, run_reporting_errors
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 from ..precision import PrecisionBase, apply_to_tensors, default_dtype
 from ..strategy import StrategyBase
 
@@ -38,7 +38,7 @@ def _import(requirements: tuple[Requirement, ...], user: str, module: str) -> Mo
     return importlib.import_module(module)
 
 
-class XLAMixin(StrategyBase):
+class XLAStrategyBase(StrategyBase):
     """Runs on XLA devices; for parallel strategies, in processes started by torch_xla."""
 
     wrapper: ClassVar[str] = "xla"
@@ -54,7 +54,7 @@ class XLAMixin(StrategyBase):
 
     @property
     def _is_parallel(self) -> bool:
-        return isinstance(self, ParallelMixin)
+        return isinstance(self, ParallelStrategyBase)
 
     def _xla_distributed(self) -> bool:
         return self._is_parallel and dist.is_available() and dist.is_initialized()
@@ -128,7 +128,7 @@ class XLAMixin(StrategyBase):
         return apply_to_tensors(state, lambda tensor: tensor.detach().cpu())
 
 
-class XLAFSDPMixin(XLAMixin):
+class XLAFSDPStrategyBase(XLAStrategyBase):
     """Fully sharded data parallelism on XLA devices (torch_xla's XlaFullyShardedDataParallel).
 
     ``setup`` wraps the module; its parameters are flattened and sharded across the processes,
@@ -160,8 +160,8 @@ class XLAFSDPMixin(XLAMixin):
         return fsdp.XlaFullyShardedDataParallel(module), []
 
     def _optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
-        # Skip XLAMixin's gradient all-reduce: FSDP has reduce-scattered them already.
-        return super(XLAMixin, self)._optimizer_step(optimizer, **kwargs)
+        # Skip XLAStrategyBase's gradient all-reduce: FSDP has reduce-scattered them already.
+        return super(XLAStrategyBase, self)._optimizer_step(optimizer, **kwargs)
 
     def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         fsdp = self.xla_module("torch_xla.distributed.fsdp")
@@ -192,7 +192,7 @@ class XLAFSDPMixin(XLAMixin):
         super().load_module_state_dict(module, state_dict, strict=strict)
 
 
-class XLAPrecisionMixin(PrecisionBase):
+class XLAPrecisionBase(PrecisionBase):
     """Precision on XLA devices.
 
     '32-true' changes nothing. The '-true' half precisions cast the module and floating-point

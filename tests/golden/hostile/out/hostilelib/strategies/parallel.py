@@ -11,7 +11,7 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import ExternalLauncher, Launcher
-from stratcore.parallel import ParallelMixin
+from stratcore.parallel import ParallelStrategyBase
 from stratcore.precision import PrecisionBase
 
 from .strategy import Strategy
@@ -19,7 +19,7 @@ from .strategy import Strategy
 __all__ = ["ParallelStrategy"]
 
 
-class ParallelStrategy(ParallelMixin, Strategy):
+class ParallelStrategy(ParallelStrategyBase, Strategy):
     """Base for strategies with several processes.
 
     Args:
