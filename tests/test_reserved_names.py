@@ -58,7 +58,7 @@ def _instance_attributes(cls: type) -> set[str]:
 
 def test_every_public_core_attribute_is_a_reserved_option_name() -> None:
     classes = _core_strategy_classes()
-    names = {"StrategyBase", "ParallelMixin", "SingleDeviceMixin", "DDPMixin"}
+    names = {"StrategyBase", "ParallelStrategyBase", "SingleDeviceStrategyBase", "DDPStrategyBase"}
     assert names <= {c.__name__ for c in classes}
     unreserved = {}
     for cls in classes:
@@ -113,7 +113,7 @@ def test_a_reserved_option_name_is_refused(tmp_path: Path, name: str) -> None:
     assert not (root / "out").exists()
 
 
-@pytest.mark.parametrize("name", ["CheckpointIO", "Literal", "DDPMixin", "GLOO"])
+@pytest.mark.parametrize("name", ["CheckpointIO", "Literal", "DDPStrategyBase", "GLOO"])
 def test_a_reserved_class_name_is_refused(tmp_path: Path, name: str) -> None:
     spec = STRATEGY_SPEC.replace("MyStrategy", name)
     root = make_project(tmp_path, {"mine.yaml": spec})

@@ -115,10 +115,10 @@ def _changed(strategy: Strategy, key: str, value: Any) -> bool:
 def runtime_facts(root: tuple[str, str]) -> dict[str, object]:
     """The values a runtime root class gives its facts (requirements as (module, install))."""
     facts = dict(class_defaults(*root))
-    launcher = facts.get("launcher")
+    launcher = facts.pop("launcher_class", None)
     if isinstance(launcher, Reference):  # the launcher class, named by the contract
         by_class = {ref: name for name, ref in LAUNCHERS.items()}
-        facts["launcher"] = by_class.get((launcher.module, launcher.name))
+        facts["launcher_class"] = by_class.get((launcher.module, launcher.name))
     if "requirements" in facts:
         requirements: Any = facts["requirements"]
         facts["requirements"] = tuple((r.module, r.install) for r in requirements)
@@ -129,7 +129,7 @@ def _strategy_facts(strategy: Strategy) -> dict[str, Any]:
     return {
         "strategy_name": None if strategy.abstract else strategy.name,
         "wrapper": strategy.wrapper,
-        "launcher": strategy.launcher,
+        "launcher_class": strategy.launcher,
         "backend": strategy.backend.name if strategy.backend else None,
         "default_precision": strategy.default_precision,
         "supported_precisions": strategy.supported_precisions,
@@ -152,7 +152,7 @@ def _strategy_attributes(strategy: Strategy, imports: Imports) -> list[tuple[str
             source = backend_ref(strategy.backend, imports)
         elif key == "requirements":
             source = requirements_source(strategy.requires, imports)
-        elif key == "launcher":
+        elif key == "launcher_class":
             module, launcher_class = LAUNCHERS[value]
             imports.add_local(module, launcher_class)
             source = launcher_class
@@ -166,7 +166,7 @@ def _strategy_attributes(strategy: Strategy, imports: Imports) -> list[tuple[str
 
 #: Strategy attributes that hold references, with the annotation the runtime base declares.
 REFERENCE_ANNOTATIONS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
-    "launcher": ("ClassVar[type[Launcher]]", (("typing", "ClassVar"), LAUNCHER_ROOT)),
+    "launcher_class": ("ClassVar[type[Launcher]]", (("typing", "ClassVar"), LAUNCHER_ROOT)),
     "hooks": ("ClassVar[ModuleType | None]", (("typing", "ClassVar"), ("types", "ModuleType"))),
 }
 

@@ -7,7 +7,10 @@ size, and unsupported dtypes are reduced in a wider one and cast back.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,3 +169,31 @@ def is_timeout_error(error: BaseException) -> bool:
     if isinstance(error, TimeoutError):
         return True
     return isinstance(error, RuntimeError) and bool(_TIMEOUT_WORDING.search(str(error)))
+
+
+def release_process_group() -> None:
+    """Destroy the default process group of this process, if there is one."""
+    if dist.is_available() and dist.is_initialized():
+        # Wrappers left in reference cycles (DDP's reducer) hold pending work of the group:
+        # free them while the interpreter is whole, not during its shutdown, where gloo's
+        # threads can abort the process.
+        gc.collect()
+        _clear_dtensor_caches()
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def _clear_dtensor_caches() -> None:
+    """Empty DTensor's caches of sharding plans (FSDP2 fills them): their entries hold device
+    meshes, and the meshes the process group, which would then outlive
+    ``destroy_process_group`` like the defaults described in ``_import_group_defaults``."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return
+    with contextlib.suppress(Exception):
+        from torch.distributed.tensor import _collective_utils, _redistribute
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()
+        _redistribute.clear_redistribute_planner_cache()
+        _redistribute._gen_transform_infos.cache_clear()
+        _collective_utils.MeshTopoInfo.build_from_mesh.cache_clear()

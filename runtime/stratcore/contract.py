@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-#: A runtime class, named by its module and class name, e.g. ('stratcore.wrappers.ddp', 'DDPMixin').
+#: A runtime class, named by its module and class name, e.g. ('stratcore.wrappers.ddp', 'DDPStrategyBase').
 Ref = tuple[str, str]
 
 # --- constrained strings ---------------------------------------------------------------------
@@ -173,8 +173,8 @@ VALUE_TYPES: dict[str, Ref] = {
 #: Strategy base kind -> the runtime class a strategy of that kind derives from.
 BASES: dict[str, Ref] = {
     "strategy": STRATEGY_ROOT,
-    "single_device": ("stratcore.single_device", "SingleDeviceMixin"),
-    "parallel": ("stratcore.parallel", "ParallelMixin"),
+    "single_device": ("stratcore.single_device", "SingleDeviceStrategyBase"),
+    "parallel": ("stratcore.parallel", "ParallelStrategyBase"),
 }
 
 #: Options every parallel strategy's runtime base reads, with their types.
@@ -207,11 +207,11 @@ _PARALLEL = frozenset({"parallel"})
 
 WRAPPERS: dict[str, WrapperEntry] = {
     "none": WrapperEntry(None, frozenset(BASES)),
-    "dp": WrapperEntry(("stratcore.wrappers.dp", "DataParallelMixin"), _PARALLEL),
-    "ddp": WrapperEntry(("stratcore.wrappers.ddp", "DDPMixin"), _PARALLEL, _DDP_OPTIONS),
-    "ddp2": WrapperEntry(("stratcore.wrappers.ddp", "DDP2Mixin"), _PARALLEL, _DDP_OPTIONS),
+    "dp": WrapperEntry(("stratcore.wrappers.dp", "DataParallelStrategyBase"), _PARALLEL),
+    "ddp": WrapperEntry(("stratcore.wrappers.ddp", "DDPStrategyBase"), _PARALLEL, _DDP_OPTIONS),
+    "ddp2": WrapperEntry(("stratcore.wrappers.ddp", "DDP2StrategyBase"), _PARALLEL, _DDP_OPTIONS),
     "fsdp": WrapperEntry(
-        ("stratcore.wrappers.fsdp", "FSDPMixin"),
+        ("stratcore.wrappers.fsdp", "FSDPStrategyBase"),
         _PARALLEL,
         {
             "auto_wrap_min_params": ("int",),
@@ -225,7 +225,7 @@ WRAPPERS: dict[str, WrapperEntry] = {
         },
     ),
     "model_parallel": WrapperEntry(
-        ("stratcore.wrappers.model_parallel", "ModelParallelMixin"),
+        ("stratcore.wrappers.model_parallel", "ModelParallelStrategyBase"),
         _PARALLEL,
         {
             "parallelize_fn": ("any",),
@@ -236,12 +236,12 @@ WRAPPERS: dict[str, WrapperEntry] = {
         },
     ),
     "fairscale_sharded": WrapperEntry(
-        ("stratcore.wrappers.sharded", "ShardedMixin"),
+        ("stratcore.wrappers.sharded", "ShardedStrategyBase"),
         _PARALLEL,
         {"reduce_buffer_size": ("int",), "broadcast_buffers": ("bool",)},
     ),
     "fairscale_fsdp": WrapperEntry(
-        ("stratcore.wrappers.fairscale_fsdp", "FairscaleFSDPMixin"),
+        ("stratcore.wrappers.fairscale_fsdp", "FairscaleFSDPStrategyBase"),
         _PARALLEL,
         {
             "auto_wrap_min_params": ("int",),
@@ -250,7 +250,7 @@ WRAPPERS: dict[str, WrapperEntry] = {
         },
     ),
     "deepspeed": WrapperEntry(
-        ("stratcore.wrappers.deepspeed", "DeepSpeedMixin"),
+        ("stratcore.wrappers.deepspeed", "DeepSpeedStrategyBase"),
         _PARALLEL,
         {
             "zero_stage": ("int",),
@@ -265,25 +265,27 @@ WRAPPERS: dict[str, WrapperEntry] = {
         },
     ),
     "horovod": WrapperEntry(
-        ("stratcore.wrappers.horovod", "HorovodMixin"),
+        ("stratcore.wrappers.horovod", "HorovodStrategyBase"),
         _PARALLEL,
         {"backward_passes_per_step": ("int",), "gradient_compression": ("str",)},
     ),
     "bagua": WrapperEntry(
-        ("stratcore.wrappers.bagua", "BaguaMixin"),
+        ("stratcore.wrappers.bagua", "BaguaStrategyBase"),
         _PARALLEL,
         {"algorithm": ("str",), "flatten": ("bool",), "algorithm_kwargs": ("mapping",)},
     ),
     "xla": WrapperEntry(
-        ("stratcore.wrappers.xla", "XLAMixin"),
+        ("stratcore.wrappers.xla", "XLAStrategyBase"),
         frozenset({"single_device", "parallel"}),
         _XLA_OPTIONS,
     ),
     "xla_fsdp": WrapperEntry(
-        ("stratcore.wrappers.xla", "XLAFSDPMixin"),
+        ("stratcore.wrappers.xla", "XLAFSDPStrategyBase"),
         frozenset({"single_device", "parallel"}),
         _XLA_OPTIONS,
     ),
+    # One host process drives every IPU; PopTorch replicates the model inside its graph.
+    "ipu": WrapperEntry(("stratcore.ipu", "IPUStrategyBase"), _PARALLEL),
 }
 
 #: How processes are started: launcher name -> runtime Launcher class.
@@ -341,15 +343,15 @@ PLUMBING_NAMES: frozenset[str] = frozenset(PLUMBING_PARAMS)
 #: Precision kind -> the runtime class that implements it.
 PRECISION_KINDS: dict[str, Ref] = {
     "precision": PRECISION_ROOT,
-    "double": ("stratcore.precision", "DoublePrecisionMixin"),
-    "mixed": ("stratcore.precision", "MixedPrecisionMixin"),
-    "half": ("stratcore.precision", "HalfPrecisionMixin"),
-    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedPrecisionMixin"),
-    "fsdp_mixed": ("stratcore.wrappers.fsdp", "FSDPPrecisionMixin"),
-    "xla": ("stratcore.wrappers.xla", "XLAPrecisionMixin"),
-    "ipu": ("stratcore.ipu", "IPUPrecisionMixin"),
-    "apex": ("stratcore.precision", "ApexPrecisionMixin"),
-    "transformer_engine": ("stratcore.transformer_engine", "TransformerEnginePrecisionMixin"),
+    "double": ("stratcore.precision", "DoublePrecisionBase"),
+    "mixed": ("stratcore.precision", "MixedPrecisionBase"),
+    "half": ("stratcore.precision", "HalfPrecisionBase"),
+    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedPrecisionBase"),
+    "fsdp_mixed": ("stratcore.wrappers.fsdp", "FSDPPrecisionBase"),
+    "xla": ("stratcore.wrappers.xla", "XLAPrecisionBase"),
+    "ipu": ("stratcore.ipu", "IPUPrecisionBase"),
+    "apex": ("stratcore.precision", "ApexPrecisionBase"),
+    "transformer_engine": ("stratcore.transformer_engine", "TransformerEnginePrecisionBase"),
 }
 
 

@@ -114,9 +114,12 @@ def _processes_started_per_node(
 ) -> int | None:
     """Under a scheduler that started the processes (torchrun, srun, ...), how many it started
     per node; devices that are processes (CPU) then default to that number."""
-    from .parallel import ParallelMixin
+    from .parallel import ParallelStrategyBase
 
-    if not issubclass(cls, ParallelMixin) or cls.num_processes is not ParallelMixin.num_processes:
+    if (
+        not issubclass(cls, ParallelStrategyBase)
+        or cls.num_processes is not ParallelStrategyBase.num_processes
+    ):
         return None  # strategies with their own notion of processes per node (DP, DDP2)
     environment = environment or registry.detect_environment(cls)
     if environment.settable or not environment.creates_processes_externally:
@@ -160,12 +163,12 @@ def auto_strategy(registry: Registry, accelerator: Accelerator, processes: int) 
 
 
 def _kind(cls: type[StrategyBase]) -> str:
-    from .parallel import ParallelMixin
-    from .single_device import SingleDeviceMixin
+    from .parallel import ParallelStrategyBase
+    from .single_device import SingleDeviceStrategyBase
 
-    if issubclass(cls, ParallelMixin):
+    if issubclass(cls, ParallelStrategyBase):
         return "parallel"
-    if issubclass(cls, SingleDeviceMixin):
+    if issubclass(cls, SingleDeviceStrategyBase):
         return "single_device"
     return "strategy"
 
@@ -406,7 +409,7 @@ class StrategyFactory:
                     preset=dict(entry.preset),
                     description=doc[0] if doc else "",
                     accelerators=cls.supported_accelerators,
-                    launcher=cls.launcher_name,
+                    launcher=cls.launcher_class.name,
                     backend=cls.backend.name if cls.backend else "auto",
                     available=available,
                 )

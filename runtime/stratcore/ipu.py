@@ -1,23 +1,64 @@
-"""Precision on Graphcore IPUs.
+"""Graphcore IPUs: the strategy base and precision.
 
-PopTorch runs the backward pass and the optimizer step inside the compiled graph, so the
-host-side steps of a precision plugin do not apply there: the plugin only converts the module
-and its inputs, and refuses what only the graph can do.
+PopTorch replicates the model over the IPUs from one process and runs the forward pass, the
+backward pass and the optimizer step inside one compiled graph. So the strategy base starts no
+process, creates no process group and wraps nothing: the strategy's hooks (a hooks module of
+the generated package) compile the model at ``setup``. The host-side steps of a precision
+plugin do not apply either: the plugin only converts the module and its inputs, and refuses
+what only the graph can do.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
 from .exceptions import MisconfigurationError
+from .parallel import ParallelStrategyBase
 from .precision import PrecisionBase, apply_to_tensors, default_dtype
 
 
-class IPUPrecisionMixin(PrecisionBase):
+class IPUStrategyBase(ParallelStrategyBase):
+    """One process drives every IPU (PopTorch replicates the model): no process group, no
+    launcher, and no wrapper; the hooks compile the model at ``setup``."""
+
+    wrapper: ClassVar[str] = "ipu"
+
+    @property
+    def num_processes(self) -> int:
+        return 1
+
+    @property
+    def root_device(self) -> torch.device:
+        return self.parallel_devices[0]
+
+    @property
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    def configure_ranks(self) -> None:
+        """Nothing to tell the environment: there is one process."""
+
+    def setup_distributed(self) -> None:
+        """PopTorch needs no process group."""
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        return {"num_replicas": 1, "rank": 0}
+
+
+class IPUPrecisionBase(PrecisionBase):
     """float32, or float16 parameters and floating-point inputs ('16-true'), on IPUs."""
 
     wraps_forward = True

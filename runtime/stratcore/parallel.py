@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import os
-import sys
 from collections.abc import Callable, Generator, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -27,10 +25,11 @@ import torch.distributed as dist
 from . import collectives
 from .accelerator import Accelerator
 from .checkpoint_io import CheckpointIO
-from .collectives import CollectiveBackend
+from .collectives import CollectiveBackend, release_process_group
 from .environment import ClusterEnvironmentBase
 from .exceptions import CollectiveTimeoutError, MisconfigurationError
 from .imports import import_object, require
+from .launchers import ExternalLauncher, Launcher
 from .precision import PrecisionBase
 from .registry import registry_of
 from .strategy import StrategyBase
@@ -50,8 +49,10 @@ def share_cpu_threads(processes_per_node: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
-class ParallelMixin(StrategyBase):
+class ParallelStrategyBase(StrategyBase):
     """Multi-process training; see the module documentation."""
+
+    launcher_class: ClassVar[type[Launcher]] = ExternalLauncher
 
     #: Seconds a collective may wait for its peers.
     timeout: float = 1800.0
@@ -352,31 +353,3 @@ def _created_process_group() -> None:
     if not _release_registered:
         atexit.register(release_process_group)
         _release_registered = True
-
-
-def release_process_group() -> None:
-    """Destroy the default process group of this process, if there is one."""
-    if dist.is_available() and dist.is_initialized():
-        # Wrappers left in reference cycles (DDP's reducer) hold pending work of the group:
-        # free them while the interpreter is whole, not during its shutdown, where gloo's
-        # threads can abort the process.
-        gc.collect()
-        _clear_dtensor_caches()
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-
-
-def _clear_dtensor_caches() -> None:
-    """Empty DTensor's caches of sharding plans (FSDP2 fills them): their entries hold device
-    meshes, and the meshes the process group, which would then outlive
-    ``destroy_process_group`` like the defaults described in ``_import_group_defaults``."""
-    if "torch.distributed.tensor" not in sys.modules:
-        return
-    with contextlib.suppress(Exception):
-        from torch.distributed.tensor import _collective_utils, _redistribute
-        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
-
-        _clear_sharding_prop_cache()
-        _redistribute.clear_redistribute_planner_cache()
-        _redistribute._gen_transform_infos.cache_clear()
-        _collective_utils.MeshTopoInfo.build_from_mesh.cache_clear()

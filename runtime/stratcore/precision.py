@@ -1,7 +1,7 @@
 """Precision plugins: how the module, its inputs, the forward pass, backward and optimizer steps
 are carried out at a given numerical precision.
 
-``PrecisionBase`` is full float32 precision; the mixins change what differs for float64,
+``PrecisionBase`` is full float32 precision; its subclasses here change what differs for float64,
 autocast mixed precision and true half precision. Generated plugin classes set which
 precisions they serve (``modes``) and where they apply.
 """
@@ -171,7 +171,7 @@ class PrecisionBase:
         return f"{type(self).__name__}(precision={self.precision!r})"
 
 
-class DoublePrecisionMixin(PrecisionBase):
+class DoublePrecisionBase(PrecisionBase):
     """float64 parameters, inputs and computations."""
 
     wraps_forward = True
@@ -186,7 +186,7 @@ class DoublePrecisionMixin(PrecisionBase):
         return default_dtype(torch.float64)
 
 
-class HalfPrecisionMixin(PrecisionBase):
+class HalfPrecisionBase(PrecisionBase):
     """float16 or bfloat16 parameters and inputs, without autocast."""
 
     wraps_forward = True
@@ -205,7 +205,7 @@ class HalfPrecisionMixin(PrecisionBase):
         return default_dtype(self.dtype)
 
 
-class MixedPrecisionMixin(PrecisionBase):
+class MixedPrecisionBase(PrecisionBase):
     """torch.autocast, with a gradient scaler for '16-mixed' on devices that need one."""
 
     wraps_forward = True
@@ -258,7 +258,7 @@ class MixedPrecisionMixin(PrecisionBase):
             self.scaler.load_state_dict(state_dict["scaler"])
 
 
-class ApexPrecisionMixin(PrecisionBase):
+class ApexPrecisionBase(PrecisionBase):
     """NVIDIA Apex's amp, which is retired upstream."""
 
     def __init__(self, precision: str | None = None, **kwargs: Any) -> None:

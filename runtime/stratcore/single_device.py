@@ -12,7 +12,7 @@ from .precision import PrecisionBase
 from .strategy import StrategyBase
 
 
-class SingleDeviceMixin(StrategyBase):
+class SingleDeviceStrategyBase(StrategyBase):
     """One device, one process: collectives are identities and the launcher runs in place."""
 
     def __init__(

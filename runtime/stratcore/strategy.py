@@ -5,38 +5,43 @@ add a ClusterEnvironment). It launches the training processes, sets up communica
 model and its optimizers, and offers one collective interface: ``reduce``, ``all_gather``,
 ``broadcast``, ``barrier`` and ``reduce_boolean_decision``.
 
-Generated strategy classes derive from this class through mixins that choose the topology
-(single device or parallel) and the model wrapper (DDP, FSDP, DeepSpeed, ...). Their class
+Generated strategy classes derive from this class through the bases that choose the topology
+(``SingleDeviceStrategyBase``, ``ParallelStrategyBase``) and the model wrapper
+(``DDPStrategyBase``, ``FSDPStrategyBase``, ``DeepSpeedStrategyBase``, ...). Their class
 attributes carry the facts of their spec.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import os
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, MutableMapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
 from .accelerator import PRECISIONS, Accelerator
-from .checkpoint_io import AsyncCheckpointIO, CheckpointIO, PathLike, TorchCheckpointIO
+from .checkpoint_io import CheckpointIO, PathLike, TorchCheckpointIO
+from .checkpoint_state import (
+    keyed_by_name,
+    load_sharded_state,
+    module_of,
+    restore_state,
+    save_sharded,
+    state_to_save,
+)
 from .collectives import CollectiveBackend
 from .exceptions import MisconfigurationError
 from .imports import Requirement, require
+from .launchers import InlineLauncher, Launcher
 from .layer_sync import LayerSync
 from .precision import PrecisionBase
 from .registry import registry_of
 from .sharded_checkpoint import ShardedSaver, is_sharded_checkpoint, resolve_checkpoint
-
-if TYPE_CHECKING:
-    from .launchers import Launcher
 
 
 class StrategyBase(ABC):
@@ -44,10 +49,11 @@ class StrategyBase(ABC):
 
     #: Registry name of the strategy (None for abstract bases).
     strategy_name: ClassVar[str | None] = None
-    #: How the model is wrapped: 'none', 'ddp', 'fsdp', 'deepspeed', ...
+    #: How the model is wrapped: 'none', 'ddp', 'fsdp', 'deepspeed', ...; each wrapper base
+    #: declares its own.
     wrapper: ClassVar[str] = "none"
-    #: How processes start: 'none', 'popen', 'spawn', 'fork', 'forkserver', 'external', ...
-    launcher_name: ClassVar[str] = "none"
+    #: How processes start: the launcher class, made with the strategy into ``launcher``.
+    launcher_class: ClassVar[type[Launcher]] = InlineLauncher
     #: Collective backend; None to use the accelerator's.
     backend: ClassVar[CollectiveBackend | None] = None
     default_precision: ClassVar[str | None] = None
@@ -57,8 +63,9 @@ class StrategyBase(ABC):
     #: Accelerators the strategy runs on, in order of preference.
     supported_accelerators: ClassVar[tuple[str, ...]] = ()
     requirements: ClassVar[tuple[Requirement, ...]] = ()
-    #: Module of hand-written hooks called at named points (see ``call_hook``).
-    hooks: ClassVar[str | None] = None
+    #: Module of hand-written hooks called at named points (see ``call_hook``): the module
+    #: object itself.
+    hooks: ClassVar[ModuleType | None] = None
 
     def __init__(
         self,
@@ -76,7 +83,6 @@ class StrategyBase(ABC):
         self._layer_sync: LayerSync | None = None
         self._environment_ready = False
         self._forward_hooks: list[Any] = []
-        self._hooks_module: ModuleType | None = None
         self._saver: ShardedSaver | None = None
 
     # -- composition ---------------------------------------------------------------------
@@ -132,14 +138,11 @@ class StrategyBase(ABC):
 
     @property
     def launcher(self) -> Launcher:
+        """The strategy's launcher (Lightning's name), made from ``launcher_class`` on first
+        use."""
         if self._launcher is None:
-            self._launcher = self._configure_launcher()
+            self._launcher = self.launcher_class(self)
         return self._launcher
-
-    def _configure_launcher(self) -> Launcher:
-        from .launchers import create_launcher
-
-        return create_launcher(self)
 
     @property
     def model(self) -> nn.Module | None:
@@ -271,7 +274,7 @@ class StrategyBase(ABC):
     def setup_module_and_optimizers(
         self, module: nn.Module, optimizers: list[Optimizer]
     ) -> tuple[nn.Module, list[Optimizer]]:
-        """Wrap the module for the backend; wrapper mixins override this."""
+        """Wrap the module for the backend; the wrapper bases override this."""
         return module, optimizers
 
     def model_to_device(self, module: nn.Module) -> nn.Module:
@@ -405,7 +408,7 @@ class StrategyBase(ABC):
     def load_optimizer_state_dict(
         self, optimizer: Optimizer, state_dict: Mapping[str, Any]
     ) -> None:
-        if _keyed_by_name(state_dict) and self._model is not None:
+        if keyed_by_name(state_dict) and self._model is not None:
             # Written by a sharded strategy (or converted from a sharded checkpoint): its
             # state is keyed by parameter name rather than position.
             from torch.distributed.checkpoint.state_dict import (
@@ -431,17 +434,7 @@ class StrategyBase(ABC):
         """``checkpoint`` with modules, optimizers and every other stateful object (anything
         with ``state_dict`` and ``load_state_dict``: schedulers, gradient scalers, samplers,
         precision plugins, user objects) replaced by its state dict."""
-        converted: dict[str, Any] = {}
-        for key, value in checkpoint.items():
-            if isinstance(value, nn.Module):
-                converted[key] = self.get_module_state_dict(value)
-            elif self._is_optimizer(value):
-                converted[key] = self.get_optimizer_state(value)
-            elif is_stateful(value):
-                converted[key] = value.state_dict()
-            else:
-                converted[key] = value
-        return converted
+        return state_to_save(self, checkpoint)
 
     def save_checkpoint(
         self, checkpoint: Mapping[str, Any], filepath: PathLike, storage_options: Any = None
@@ -480,20 +473,7 @@ class StrategyBase(ABC):
         return self._saver
 
     def _save_sharded(self, checkpoint: Mapping[str, Any], filepath: PathLike) -> None:
-        tensors: dict[str, Any] = {}
-        meta: dict[str, Any] = {}
-        modules = [value for value in checkpoint.values() if isinstance(value, nn.Module)]
-        for key, value in checkpoint.items():
-            if isinstance(value, nn.Module):
-                tensors[key] = self._sharded_module_state(value)
-            elif self._is_optimizer(value):
-                tensors[key] = self._sharded_optimizer_state(value, modules)
-            elif is_stateful(value):
-                meta[key] = value.state_dict()
-            else:
-                meta[key] = value
-        asynchronous = isinstance(self.checkpoint_io, AsyncCheckpointIO)
-        self._sharded_saver.save(tensors, meta, filepath, asynchronous=asynchronous)
+        save_sharded(self, checkpoint, filepath)
 
     def _sharded_module_state(self, module: nn.Module) -> dict[str, Any]:
         """``module``'s state dict as this process holds it (shards where it is sharded)."""
@@ -509,17 +489,7 @@ class StrategyBase(ABC):
     def _module_of(self, optimizer: Any, modules: list[nn.Module]) -> nn.Module:
         """The module whose parameters ``optimizer`` updates (state dicts key it by their
         names)."""
-        candidates = [self.unwrap(m) for m in modules]
-        if self._model is not None:
-            candidates.append(self.unwrap(self._model))
-        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        for module in candidates:
-            if own & {id(p) for p in module.parameters()}:
-                return module
-        raise MisconfigurationError(
-            f"cannot tell which module {type(optimizer).__name__} belongs to: put the module in "
-            "the same checkpoint, or set it up with the strategy first"
-        )
+        return module_of(self, optimizer, modules)
 
     def _load_sharded(
         self,
@@ -527,40 +497,7 @@ class StrategyBase(ABC):
         state: nn.Module | Optimizer | MutableMapping[str, Any] | None,
         strict: bool,
     ) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        from .sharded_checkpoint import consolidated, load_sharded, read_meta
-
-        record = read_meta(filepath)
-        if state is None or isinstance(state, nn.Module) or self._is_optimizer(state):
-            return self._restore(consolidated(filepath), state, strict, filepath)
-        if not isinstance(state, MutableMapping):
-            return self._restore({}, state, strict, filepath)  # raises the TypeError
-        entries: dict[str, Any] = dict(record["entries"])
-        check_entries(filepath, record, state, strict)
-        modules = [value for value in state.values() if isinstance(value, nn.Module)]
-        tensors: dict[str, Any] = {}
-        for key in record["sharded"]:
-            target = state.get(key)
-            if isinstance(target, nn.Module):
-                tensors[key] = self._sharded_module_state(target)
-            elif target is not None and self._is_optimizer(target):
-                tensors[key] = self._sharded_optimizer_state(target, modules)
-        if tensors:
-            load_sharded(filepath, tensors)
-        for key, value in tensors.items():
-            target = state[key]
-            if isinstance(target, nn.Module):
-                set_model_state_dict(
-                    self.unwrap(target), value, options=StateDictOptions(strict=strict)
-                )
-            else:
-                set_optimizer_state_dict(self._module_of(target, modules), target, value)
-        return restore_entries(entries, state)
+        return load_sharded_state(self, filepath, state, strict)
 
     def load_checkpoint(
         self,
@@ -600,48 +537,13 @@ class StrategyBase(ABC):
         filepath: PathLike,
     ) -> dict[str, Any]:
         """Restore ``state`` from a loaded checkpoint (see ``load_checkpoint``)."""
-        if state is None:
-            return checkpoint
-        if isinstance(state, nn.Module):
-            self.load_module_state_dict(state, checkpoint, strict=strict)
-            return {}
-        if self._is_optimizer(state):
-            self.load_optimizer_state_dict(state, checkpoint)  # type: ignore[arg-type]
-            return {}
-        if not isinstance(state, MutableMapping):
-            raise TypeError(
-                f"load_checkpoint(state=...) takes a dict of objects to restore, a module or an "
-                f"optimizer, not {type(state).__name__}"
-            )
-        missing = [key for key in state if key not in checkpoint]
-        if strict and missing:
-            raise KeyError(_missing_message(filepath, missing, list(checkpoint)))
-        remaining = dict(checkpoint)
-        for key, target in list(state.items()):
-            if key not in remaining:
-                continue
-            value = remaining.pop(key)
-            if isinstance(target, nn.Module):
-                self.load_module_state_dict(target, value, strict=strict)
-            elif self._is_optimizer(target):
-                self.load_optimizer_state_dict(target, value)
-            elif is_stateful(target):
-                target.load_state_dict(value)
-            else:
-                state[key] = value
-        return remaining
+        return restore_state(self, checkpoint, state, strict, filepath)
 
     # -- hooks ---------------------------------------------------------------------------
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The function ``name`` of the strategy's hooks module, if it defines one."""
-        if self.hooks is None:
-            return None
-        if self._hooks_module is None:
-            self._hooks_module = importlib.import_module(
-                self.hooks, package=registry_of(type(self)).package
-            )
-        return getattr(self._hooks_module, name, None)
+        return getattr(self.hooks, name, None)
 
     def call_hook(self, name: str, *args: Any) -> Any:
         hook = self.hook(name)
@@ -673,29 +575,6 @@ class StrategyBase(ABC):
         return f"<{type(self).__name__}{name} on {self.accelerator.accelerator_name or 'cpu'}>"
 
 
-def is_stateful(value: Any) -> bool:
-    """Whether ``value`` saves and restores itself through ``state_dict`` and
-    ``load_state_dict`` (classes themselves do not count)."""
-    return (
-        not isinstance(value, type)
-        and callable(getattr(value, "state_dict", None))
-        and callable(getattr(value, "load_state_dict", None))
-    )
-
-
-def _missing_message(filepath: PathLike, missing: list[str], present: list[str]) -> str:
-    return (
-        f"the checkpoint {os.fspath(filepath)} has no entr{'y' if len(missing) == 1 else 'ies'} "
-        f"{', '.join(map(repr, missing))} (it has {', '.join(map(repr, present)) or 'none'}); "
-        "pass strict=False to restore only what it holds"
-    )
-
-
-def _keyed_by_name(state_dict: Mapping[str, Any]) -> bool:
-    groups = state_dict.get("param_groups") or []
-    return any(isinstance(p, str) for group in groups for p in group.get("params", []))
-
-
 def _uncompiled(module: nn.Module) -> tuple[nn.Module, bool]:
     """The module inside a ``torch.compile`` wrapper, and whether there was one."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
@@ -703,28 +582,3 @@ def _uncompiled(module: nn.Module) -> tuple[nn.Module, bool]:
         inner: nn.Module = module._orig_mod
         return inner, True
     return module, False  # nothing was compiled in this process: torch.compile imports dynamo
-
-
-def check_entries(
-    filepath: PathLike, record: Mapping[str, Any], state: Mapping[str, Any], strict: bool
-) -> None:
-    """With ``strict``, fail unless the sharded checkpoint ``record`` describes holds every
-    entry ``state`` names."""
-    names = set(record["sharded"]) | set(record["entries"])
-    missing = [key for key in state if key not in names]
-    if strict and missing:
-        raise KeyError(_missing_message(filepath, missing, sorted(names)))
-
-
-def restore_entries(entries: Mapping[str, Any], state: MutableMapping[str, Any]) -> dict[str, Any]:
-    """Restore the stateful entries of ``state`` in place and replace its plain ones from
-    ``entries``; return the entries ``state`` does not name."""
-    remaining = {}
-    for key, value in entries.items():
-        if key not in state:
-            remaining[key] = value
-        elif is_stateful(state[key]):
-            state[key].load_state_dict(value)
-        else:
-            state[key] = value
-    return remaining

@@ -25,7 +25,7 @@ def _te() -> Any:
     return importlib.import_module("transformer_engine.pytorch")
 
 
-class TransformerEnginePrecisionMixin(PrecisionBase):
+class TransformerEnginePrecisionBase(PrecisionBase):
     """FP8 matrix multiplications through Transformer Engine.
 
     ``convert_module`` replaces every ``nn.Linear`` whose sizes FP8 supports and every

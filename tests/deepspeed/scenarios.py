@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from stratcore import testing
 from stratcore.exceptions import MisconfigurationError
+from stratcore.launchers import SpawnLauncher
 from torch import nn
 
 import stratlib
@@ -177,7 +178,7 @@ def config_opt(strategy: Any) -> dict[str, Any]:
 class SpawnDeepSpeedStrategy(stratlib.DeepSpeedStrategy):
     """DeepSpeed with processes started by torch.multiprocessing."""
 
-    launcher_name = "spawn"
+    launcher = SpawnLauncher
 
 
 def main() -> int:

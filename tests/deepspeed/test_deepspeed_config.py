@@ -18,6 +18,7 @@ import torch
 from stratcore import testing
 from stratcore.exceptions import MisconfigurationError
 from stratcore.wrappers.deepspeed import CONFIG_DEFAULTS, extension_build_lock
+from stratcore.wrappers.deepspeed_config import ops_to_build
 from torch import nn
 
 import stratlib
@@ -199,7 +200,7 @@ def test_a_users_ds_accelerator_is_kept(monkeypatch: pytest.MonkeyPatch) -> None
 def test_ops_compiled_for_config_optimizers_are_built_in_turn() -> None:
     def ops(optimizer: dict[str, Any], **kwargs: Any) -> list[str]:
         strategy = _strategy(config={"optimizer": optimizer}, **kwargs)
-        return strategy._ops_to_build(strategy.deepspeed_config())
+        return ops_to_build(strategy.deepspeed_config())
 
     assert ops({"type": "SGD", "params": {"lr": 0.1}}) == ["ShareMemCommBuilder"]
     assert ops({"type": "Adam"}) == ["ShareMemCommBuilder", "FusedAdamBuilder"]

@@ -71,8 +71,9 @@ def run_script(
     script = folder / "script.py"
     script.write_text(textwrap.dedent(source), encoding="utf-8")
     events = folder / "events.jsonl"
-    environ = clean_environ(env)
-    environ["PYTHONPATH"] = os.pathsep.join([str(site), str(GENERATED)])
+    environ = clean_environ(
+        {**(env or {}), "PYTHONPATH": os.pathsep.join([str(site), str(GENERATED)])}
+    )
     environ["STANDIN_EVENTS"] = str(events)
     process = subprocess.run(
         [sys.executable, str(script), *args],

@@ -1,6 +1,6 @@
 """Bagua support, defined by specs/bagua.yaml and core/wrappers/bagua.py.
 
-Bagua needs CUDA. BaguaMixin's control flow runs here on CPU processes against a stand-in
+Bagua needs CUDA. BaguaStrategyBase's control flow runs here on CPU processes against a stand-in
 ``bagua`` (tests/hardware/standins) that creates a gloo process group, averages gradients
 with torch's DDP whatever the algorithm, and records each call. It is not Bagua, and the
 strategy is built directly with the CPU accelerator (its spec allows CUDA only).

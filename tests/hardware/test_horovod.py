@@ -1,6 +1,6 @@
 """Horovod support, defined by specs/horovod.yaml and core/wrappers/horovod.py.
 
-Horovod does not build against this torch. HorovodMixin's control flow and the horovodrun
+Horovod does not build against this torch. HorovodStrategyBase's control flow and the horovodrun
 launcher run here against a one-process stand-in of ``horovod.torch`` (tests/hardware/standins)
 that records each call; it is not Horovod and communicates with nobody.
 """
@@ -89,7 +89,7 @@ if __name__ == "__main__":
 
 
 def test_horovod_control_flow_on_a_stand_in(tmp_path: Path) -> None:
-    """One process through HorovodMixin: hvd.init before anything else, rank 0's parameters
+    """One process through HorovodStrategyBase: hvd.init before anything else, rank 0's parameters
     and optimizer state broadcast, the optimizer wrapped in DistributedOptimizer with the
     spec's options, gradients averaged exactly once per step (clipping included), and
     collectives through Horovod's operations."""
@@ -164,7 +164,7 @@ def test_horovodrun_command_lines() -> None:
 
 
 def test_horovod_facts_without_horovod() -> None:
-    assert HorovodStrategy.launcher_name == "horovodrun"
+    assert HorovodStrategy.launcher_class.name == "horovodrun"
     assert HorovodStrategy.cluster_environments == ("horovod", "mpi")
     assert HorovodStrategy.backend is not None and HorovodStrategy.backend.name == "horovod"
     assert HorovodStrategy.backend.reduce_ops == frozenset(HOROVOD_OPS)

@@ -135,7 +135,7 @@ def test_new_accelerator_and_strategies_from_a_spec_alone(tmp_path: Path) -> Non
     result = json.loads(line[len("RESULT ") :])
     assert result["package"] == "acmelib"
     assert result["classes"] == ["AcmeAccelerator", "SingleAcmeStrategy", "AcmeParallelStrategy"]
-    assert result["bases"] == ["DDPStrategy", "DDPMixin"]
+    assert result["bases"] == ["DDPStrategy", "DDPStrategyBase"]
     assert result["registry"] == ["acme_ddp", "acme_parallel", "acme_single"]
     assert result["returncode"] == 0, result["stderr"]
     assert result["world_size"] == 2

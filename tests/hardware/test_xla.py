@@ -203,8 +203,8 @@ def test_xla_facts_without_torch_xla() -> None:
     assert TPUAccelerator.backend.name == "xla"
     assert "mean" not in TPUAccelerator.backend.reduce_ops
     assert TPUAccelerator.after_optimizer_step_hook == "torch_xla.core.xla_model:mark_step"
-    assert TPUSpawnStrategy.launcher_name == "xla"
-    assert SingleTPUStrategy.launcher_name == "none"
+    assert TPUSpawnStrategy.launcher_class.name == "xla"
+    assert SingleTPUStrategy.launcher_class.name == "none"
     assert XLAEnvironment.settable is True
     assert not TPUAccelerator.is_available()
     with pytest.raises(

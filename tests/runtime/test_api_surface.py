@@ -84,7 +84,7 @@ def test_every_concrete_class_can_be_constructed_directly(cls: type) -> None:
     assert isinstance(strategy.checkpoint_io, stratlib.TorchCheckpointIO)
     assert strategy.model is None and strategy.optimizers == []
     expected = {"none": InlineLauncher, "popen": PopenLauncher, "spawn": SpawnLauncher}.get(
-        cls.launcher_name
+        cls.launcher_class.name
     )
     if expected is not None:
         assert type(strategy.launcher) is expected
@@ -108,7 +108,7 @@ def test_every_concrete_class_can_be_subclassed(cls: type) -> None:
         name
         for name, entry in registry.REGISTRY.strategies.items()
         if testing.unavailable_reason(entry.cls, "cpu") is None
-        and entry.cls.launcher_name in ("none", "popen")
+        and entry.cls.launcher_class.name in ("none", "popen")
         # DeepSpeed binds module-level state to the first process group it sees, so it runs
         # the whole API in fresh processes only (its generated api test).
         and entry.cls.wrapper != "deepspeed"
@@ -118,7 +118,7 @@ def test_runnable_in_process_strategies_run_the_whole_api(
     name: str, tmp_path: Path, own_process_group: None
 ) -> None:
     strategy = stratlib.get_strategy(name, accelerator="cpu", devices=1)
-    report = strategy.launch(testing._api, str(tmp_path))
+    report = strategy.launch(testing.scenarios._api, str(tmp_path))
     testing.assert_api(report, world_size=1)
     # teardown ran: the user's module is back on the CPU and the hooks are gone (sharding
     # wrappers let go of the module, whose shards live on the process group)

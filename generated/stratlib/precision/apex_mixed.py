@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.precision import ApexPrecisionMixin
+from stratcore.precision import ApexPrecisionBase
 
 from .mixed import MixedPrecisionPlugin
 
 __all__ = ["ApexMixedPrecisionPlugin"]
 
 
-class ApexMixedPrecisionPlugin(ApexPrecisionMixin, MixedPrecisionPlugin):
+class ApexMixedPrecisionPlugin(ApexPrecisionBase, MixedPrecisionPlugin):
     """NVIDIA Apex mixed precision. Apex's amp is retired upstream; constructing this plugin
     raises an error that points to precision='16-mixed', which torch.autocast implements.
     """

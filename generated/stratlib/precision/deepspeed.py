@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.wrappers.deepspeed import DeepSpeedPrecisionMixin
+from stratcore.wrappers.deepspeed import DeepSpeedPrecisionBase
 
 from .precision import PrecisionPlugin
 
 __all__ = ["DeepSpeedPrecisionPlugin"]
 
 
-class DeepSpeedPrecisionPlugin(DeepSpeedPrecisionMixin, PrecisionPlugin):
+class DeepSpeedPrecisionPlugin(DeepSpeedPrecisionBase, PrecisionPlugin):
     """Precision for the DeepSpeed engine.
 
     Instead of autocast, the precision becomes the fp16 or bf16 section of the DeepSpeed

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.precision import DoublePrecisionMixin
+from stratcore.precision import DoublePrecisionBase
 
 from .precision import PrecisionPlugin
 
 __all__ = ["DoublePrecisionPlugin"]
 
 
-class DoublePrecisionPlugin(DoublePrecisionMixin, PrecisionPlugin):
+class DoublePrecisionPlugin(DoublePrecisionBase, PrecisionPlugin):
     """Double precision (float64) for the module, its inputs and its gradients.
 
     Serves precision ``"64-true"``.

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.wrappers.fsdp import FSDPPrecisionMixin
+from stratcore.wrappers.fsdp import FSDPPrecisionBase
 
 from .mixed import MixedPrecisionPlugin
 
 __all__ = ["FullyShardedNativeMixedPrecisionPlugin"]
 
 
-class FullyShardedNativeMixedPrecisionPlugin(FSDPPrecisionMixin, MixedPrecisionPlugin):
+class FullyShardedNativeMixedPrecisionPlugin(FSDPPrecisionBase, MixedPrecisionPlugin):
     """Mixed precision for fully sharded strategies.
 
     The sharded parameters stay in float32; the gathered copies used in forward and

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.precision import HalfPrecisionMixin
+from stratcore.precision import HalfPrecisionBase
 
 from .precision import PrecisionPlugin
 
 __all__ = ["HalfPrecisionPlugin"]
 
 
-class HalfPrecisionPlugin(HalfPrecisionMixin, PrecisionPlugin):
+class HalfPrecisionPlugin(HalfPrecisionBase, PrecisionPlugin):
     """True half precision: parameters, buffers and floating-point inputs are cast to
     float16 ('16-true') or bfloat16 ('bf16-true').
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 from stratcore.imports import Requirement
-from stratcore.ipu import IPUPrecisionMixin
+from stratcore.ipu import IPUPrecisionBase
 
 from .precision import PrecisionPlugin
 
 __all__ = ["IPUPrecisionPlugin"]
 
 
-class IPUPrecisionPlugin(IPUPrecisionMixin, PrecisionPlugin):
+class IPUPrecisionPlugin(IPUPrecisionBase, PrecisionPlugin):
     """Precision on IPUs: float32, or float16 for the module and its floating-point inputs.
     Gradients live on the IPUs inside the compiled graph, so the host cannot clip them.
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.precision import MixedPrecisionMixin
+from stratcore.precision import MixedPrecisionBase
 
 from .precision import PrecisionPlugin
 
 __all__ = ["MixedPrecisionPlugin"]
 
 
-class MixedPrecisionPlugin(MixedPrecisionMixin, PrecisionPlugin):
+class MixedPrecisionPlugin(MixedPrecisionBase, PrecisionPlugin):
     """Base class of mixed-precision plugins (autocast, with a gradient scaler for float16)."""
 
     plugin_name: ClassVar[str | None] = "mixed"

@@ -7,14 +7,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 from stratcore.imports import Requirement
-from stratcore.wrappers.xla import XLAPrecisionMixin
+from stratcore.wrappers.xla import XLAPrecisionBase
 
 from .precision import PrecisionPlugin
 
 __all__ = ["TPUPrecisionPlugin"]
 
 
-class TPUPrecisionPlugin(XLAPrecisionMixin, PrecisionPlugin):
+class TPUPrecisionPlugin(XLAPrecisionBase, PrecisionPlugin):
     """Full float32 precision on TPUs.
 
     Serves precision ``"32-true"``.

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 from stratcore.imports import Requirement
-from stratcore.transformer_engine import TransformerEnginePrecisionMixin
+from stratcore.transformer_engine import TransformerEnginePrecisionBase
 
 from .precision import PrecisionPlugin
 
 __all__ = ["TransformerEnginePrecisionPlugin"]
 
 
-class TransformerEnginePrecisionPlugin(TransformerEnginePrecisionMixin, PrecisionPlugin):
+class TransformerEnginePrecisionPlugin(TransformerEnginePrecisionBase, PrecisionPlugin):
     """FP8 training with NVIDIA's Transformer Engine.
 
     Linear and LayerNorm layers are replaced by Transformer Engine's layers, which run their

@@ -16,7 +16,7 @@ from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.bagua import BaguaMixin
+from stratcore.wrappers.bagua import BaguaStrategyBase
 
 from ..backends import NCCL
 from .parallel import ParallelStrategy
@@ -24,7 +24,7 @@ from .parallel import ParallelStrategy
 __all__ = ["BaguaStrategy"]
 
 
-class BaguaStrategy(BaguaMixin, ParallelStrategy):
+class BaguaStrategy(BaguaStrategyBase, ParallelStrategy):
     """Strategy for training with the Bagua library and its distributed algorithms.
 
     The model is wrapped in Bagua's DistributedDataParallel with one of its algorithms:
@@ -52,7 +52,7 @@ class BaguaStrategy(BaguaMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "bagua"
-    launcher: ClassVar[type[Launcher]] = PopenLauncher
+    launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     backend: ClassVar[CollectiveBackend | None] = NCCL
     cluster_environments: ClassVar[tuple[str, ...]] = (
         "bagua",

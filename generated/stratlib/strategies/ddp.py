@@ -13,14 +13,14 @@ from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.ddp import DDPMixin
+from stratcore.wrappers.ddp import DDPStrategyBase
 
 from .parallel import ParallelStrategy
 
 __all__ = ["DDPStrategy"]
 
 
-class DDPStrategy(DDPMixin, ParallelStrategy):
+class DDPStrategy(DDPStrategyBase, ParallelStrategy):
     """Strategy for multi-process single-device training on one or multiple nodes.
 
     Each process holds a replica of the model wrapped in DistributedDataParallel, which
@@ -48,7 +48,7 @@ class DDPStrategy(DDPMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp"
-    launcher: ClassVar[type[Launcher]] = PopenLauncher
+    launcher_class: ClassVar[type[Launcher]] = PopenLauncher
 
     def __init__(
         self,

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.wrappers.ddp import DDP2Mixin
+from stratcore.wrappers.ddp import DDP2StrategyBase
 
 from .ddp import DDPStrategy
 
 __all__ = ["DDP2Strategy"]
 
 
-class DDP2Strategy(DDP2Mixin, DDPStrategy):
+class DDP2Strategy(DDP2StrategyBase, DDPStrategy):
     """DDP2 behaves like DP inside a node and like DDP across nodes: one process per node
     drives every device of the node, and gradients are averaged across nodes. With one
     device per node it is DDP.

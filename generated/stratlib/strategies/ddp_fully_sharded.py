@@ -14,14 +14,14 @@ from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.fairscale_fsdp import FairscaleFSDPMixin
+from stratcore.wrappers.fairscale_fsdp import FairscaleFSDPStrategyBase
 
 from .parallel import ParallelStrategy
 
 __all__ = ["DDPFullyShardedStrategy"]
 
 
-class DDPFullyShardedStrategy(FairscaleFSDPMixin, ParallelStrategy):
+class DDPFullyShardedStrategy(FairscaleFSDPStrategyBase, ParallelStrategy):
     """Fully sharded data parallel training with fairscale's FullyShardedDataParallel.
 
     Each wrapped module's parameters are flattened and sharded across the processes.
@@ -42,7 +42,7 @@ class DDPFullyShardedStrategy(FairscaleFSDPMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp_fully_sharded"
-    launcher: ClassVar[type[Launcher]] = PopenLauncher
+    launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cuda",)
     requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement("fairscale", "pip install fairscale"),

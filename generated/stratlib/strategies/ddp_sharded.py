@@ -14,14 +14,14 @@ from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.sharded import ShardedMixin
+from stratcore.wrappers.sharded import ShardedStrategyBase
 
 from .parallel import ParallelStrategy
 
 __all__ = ["DDPShardedStrategy"]
 
 
-class DDPShardedStrategy(ShardedMixin, ParallelStrategy):
+class DDPShardedStrategy(ShardedStrategyBase, ParallelStrategy):
     """Optimizer state and gradient sharding with fairscale (OSS and ShardedDataParallel).
 
     Every process keeps a replica of the model; each optimizer state and each gradient
@@ -41,7 +41,7 @@ class DDPShardedStrategy(ShardedMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp_sharded"
-    launcher: ClassVar[type[Launcher]] = PopenLauncher
+    launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     requirements: ClassVar[tuple[Requirement, ...]] = (
         Requirement("fairscale", "pip install fairscale"),
     )

@@ -40,7 +40,7 @@ class DDPSpawnShardedStrategy(DDPShardedStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp_sharded_spawn"
-    launcher: ClassVar[type[Launcher]] = SpawnLauncher
+    launcher_class: ClassVar[type[Launcher]] = SpawnLauncher
 
     def __init__(
         self,

@@ -56,7 +56,7 @@ class DDPSpawnStrategy(DDPStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ddp_spawn"
-    launcher: ClassVar[type[Launcher]] = SpawnLauncher
+    launcher_class: ClassVar[type[Launcher]] = SpawnLauncher
 
     def __init__(
         self,

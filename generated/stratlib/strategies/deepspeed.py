@@ -19,14 +19,14 @@ from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.deepspeed import DeepSpeedMixin
+from stratcore.wrappers.deepspeed import DeepSpeedStrategyBase
 
 from .parallel import ParallelStrategy
 
 __all__ = ["DeepSpeedStrategy"]
 
 
-class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
+class DeepSpeedStrategy(DeepSpeedStrategyBase, ParallelStrategy):
     """DeepSpeed's ZeRO engine: optimizer states (stage 1), gradients (stage 2) and parameters
     (stage 3) are partitioned across the processes, optionally offloaded to CPU memory.
 
@@ -74,7 +74,7 @@ class DeepSpeedStrategy(DeepSpeedMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "deepspeed"
-    launcher: ClassVar[type[Launcher]] = PopenLauncher
+    launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = (
         "32-true",

@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 from stratcore.launchers import InlineLauncher, Launcher
-from stratcore.wrappers.dp import DataParallelMixin
+from stratcore.wrappers.dp import DataParallelStrategyBase
 
 from .parallel import ParallelStrategy
 
 __all__ = ["DataParallelStrategy"]
 
 
-class DataParallelStrategy(DataParallelMixin, ParallelStrategy):
+class DataParallelStrategy(DataParallelStrategyBase, ParallelStrategy):
     """Implements data-parallel training in a single process: the model is replicated to
     each device and each replica gets a slice of the batch (torch.nn.DataParallel). On a
     CPU it runs as a single device.
@@ -30,5 +30,5 @@ class DataParallelStrategy(DataParallelMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "dp"
-    launcher: ClassVar[type[Launcher]] = InlineLauncher
+    launcher_class: ClassVar[type[Launcher]] = InlineLauncher
     cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)

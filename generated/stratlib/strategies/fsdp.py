@@ -14,14 +14,14 @@ from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.fsdp import FSDPMixin
+from stratcore.wrappers.fsdp import FSDPStrategyBase
 
 from .parallel import ParallelStrategy
 
 __all__ = ["FSDPStrategy"]
 
 
-class FSDPStrategy(FSDPMixin, ParallelStrategy):
+class FSDPStrategy(FSDPStrategyBase, ParallelStrategy):
     """Fully sharded data parallel training with torch's FSDP2 (`fully_shard`).
 
     Parameters, gradients and optimizer states are split across the processes, and each
@@ -63,7 +63,7 @@ class FSDPStrategy(FSDPMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "fsdp"
-    launcher: ClassVar[type[Launcher]] = PopenLauncher
+    launcher_class: ClassVar[type[Launcher]] = PopenLauncher
 
     def __init__(
         self,

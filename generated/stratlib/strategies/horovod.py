@@ -14,7 +14,7 @@ from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.horovod import HorovodMixin, HorovodRunLauncher
+from stratcore.wrappers.horovod import HorovodRunLauncher, HorovodStrategyBase
 
 from ..backends import HOROVOD
 from .parallel import ParallelStrategy
@@ -22,7 +22,7 @@ from .parallel import ParallelStrategy
 __all__ = ["HorovodStrategy"]
 
 
-class HorovodStrategy(HorovodMixin, ParallelStrategy):
+class HorovodStrategy(HorovodStrategyBase, ParallelStrategy):
     """Strategy for distributed training with Horovod.
 
     Run the script with `horovodrun -np N python script.py`: every process trains on its
@@ -41,7 +41,7 @@ class HorovodStrategy(HorovodMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "horovod"
-    launcher: ClassVar[type[Launcher]] = HorovodRunLauncher
+    launcher_class: ClassVar[type[Launcher]] = HorovodRunLauncher
     backend: ClassVar[CollectiveBackend | None] = HOROVOD
     cluster_environments: ClassVar[tuple[str, ...]] = ("horovod", "mpi")
     requirements: ClassVar[tuple[Requirement, ...]] = (

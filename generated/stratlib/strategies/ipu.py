@@ -13,9 +13,9 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
+from stratcore.ipu import IPUStrategyBase
 from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.dp import DataParallelMixin
 
 from ..hooks import ipu
 from .parallel import ParallelStrategy
@@ -23,7 +23,7 @@ from .parallel import ParallelStrategy
 __all__ = ["IPUStrategy"]
 
 
-class IPUStrategy(DataParallelMixin, ParallelStrategy):
+class IPUStrategy(IPUStrategyBase, ParallelStrategy):
     """Strategy for training on Graphcore IPUs with PopTorch.
 
     The module's forward must compute and return the loss: calling the set-up model runs
@@ -48,7 +48,7 @@ class IPUStrategy(DataParallelMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "ipu"
-    launcher: ClassVar[type[Launcher]] = InlineLauncher
+    launcher_class: ClassVar[type[Launcher]] = InlineLauncher
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
     cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)

@@ -15,14 +15,14 @@ from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.model_parallel import ModelParallelMixin
+from stratcore.wrappers.model_parallel import ModelParallelStrategyBase
 
 from .parallel import ParallelStrategy
 
 __all__ = ["ModelParallelStrategy"]
 
 
-class ModelParallelStrategy(ModelParallelMixin, ParallelStrategy):
+class ModelParallelStrategy(ModelParallelStrategyBase, ParallelStrategy):
     """Two-dimensional parallelism: tensor parallelism within groups of processes and fully
     sharded data parallelism (FSDP2) across them, on a DeviceMesh of data_parallel_size x
     tensor_parallel_size processes.
@@ -56,7 +56,7 @@ class ModelParallelStrategy(ModelParallelMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "model_parallel"
-    launcher: ClassVar[type[Launcher]] = PopenLauncher
+    launcher_class: ClassVar[type[Launcher]] = PopenLauncher
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import ExternalLauncher, Launcher
-from stratcore.parallel import ParallelMixin
+from stratcore.parallel import ParallelStrategyBase
 from stratcore.precision import PrecisionBase
 
 from .strategy import Strategy
@@ -20,7 +20,7 @@ from .strategy import Strategy
 __all__ = ["ParallelStrategy"]
 
 
-class ParallelStrategy(ParallelMixin, Strategy):
+class ParallelStrategy(ParallelStrategyBase, Strategy):
     """Base for strategies that train with several processes in parallel.
 
     Ranks and world size come from the cluster environment; collectives run on a
@@ -32,7 +32,7 @@ class ParallelStrategy(ParallelMixin, Strategy):
             (e.g. 'gloo').
     """
 
-    launcher: ClassVar[type[Launcher]] = ExternalLauncher
+    launcher_class: ClassVar[type[Launcher]] = ExternalLauncher
     cluster_environments: ClassVar[tuple[str, ...]] = (
         "torchelastic",
         "slurm",

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.single_device import SingleDeviceMixin
+from stratcore.single_device import SingleDeviceStrategyBase
 
 from .strategy import Strategy
 
 __all__ = ["SingleDeviceStrategy"]
 
 
-class SingleDeviceStrategy(SingleDeviceMixin, Strategy):
+class SingleDeviceStrategy(SingleDeviceStrategyBase, Strategy):
     """Strategy that trains on one device in the calling process, without communication.
 
     Registry name: ``"single_device"``.

@@ -12,14 +12,14 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.imports import Requirement
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.xla import XLAMixin
+from stratcore.wrappers.xla import XLAStrategyBase
 
 from .single_device import SingleDeviceStrategy
 
 __all__ = ["SingleTPUStrategy"]
 
 
-class SingleTPUStrategy(XLAMixin, SingleDeviceStrategy):
+class SingleTPUStrategy(XLAStrategyBase, SingleDeviceStrategy):
     """Strategy for training on a single TPU core.
 
     Registry names:

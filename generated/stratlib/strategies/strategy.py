@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.strategy import StrategyBase
 
 __all__ = ["Strategy"]
@@ -20,5 +19,4 @@ class Strategy(StrategyBase):
     started and how they communicate.
     """
 
-    launcher: ClassVar[type[Launcher]] = InlineLauncher
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")

@@ -15,7 +15,7 @@ from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher
 from stratcore.precision import PrecisionBase
-from stratcore.wrappers.xla import XLALauncher, XLAMixin
+from stratcore.wrappers.xla import XLALauncher, XLAStrategyBase
 
 from ..backends import XLA
 from .parallel import ParallelStrategy
@@ -23,7 +23,7 @@ from .parallel import ParallelStrategy
 __all__ = ["TPUSpawnStrategy"]
 
 
-class TPUSpawnStrategy(XLAMixin, ParallelStrategy):
+class TPUSpawnStrategy(XLAStrategyBase, ParallelStrategy):
     """Strategy for training on multiple TPU cores with torch_xla's multiprocessing spawn.
 
     torch_xla starts one process per TPU device (xmp.spawn); the model is not wrapped:
@@ -47,7 +47,7 @@ class TPUSpawnStrategy(XLAMixin, ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "tpu_spawn"
-    launcher: ClassVar[type[Launcher]] = XLALauncher
+    launcher_class: ClassVar[type[Launcher]] = XLALauncher
     backend: ClassVar[CollectiveBackend | None] = XLA
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.wrappers.xla import XLAFSDPMixin
+from stratcore.wrappers.xla import XLAFSDPStrategyBase
 
 from .tpu_spawn import TPUSpawnStrategy
 
 __all__ = ["XLAFSDPStrategy"]
 
 
-class XLAFSDPStrategy(XLAFSDPMixin, TPUSpawnStrategy):
+class XLAFSDPStrategy(XLAFSDPStrategyBase, TPUSpawnStrategy):
     """Fully sharded data parallel training on TPUs (torch_xla's XlaFullyShardedDataParallel).
 
     Processes start as for 'xla'. `setup` flattens and shards the module's parameters across

@@ -11,14 +11,14 @@ import importlib
 import os
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
 from ..imports import require
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 
 #: Algorithms Bagua registers under these names (``Algorithm.init(name, **kwargs)``).
 BAGUA_ALGORITHMS = (
@@ -31,8 +31,10 @@ BAGUA_ALGORITHMS = (
 )
 
 
-class BaguaMixin(ParallelMixin):
+class BaguaStrategyBase(ParallelStrategyBase):
     """Wraps the model in Bagua's DistributedDataParallel with the chosen algorithm."""
+
+    wrapper: ClassVar[str] = "bagua"
 
     #: Name of the Bagua algorithm.
     algorithm: str = "gradient_allreduce"

@@ -4,17 +4,17 @@ averaged during the backward pass."""
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 
 
-class DDPMixin(ParallelMixin):
+class DDPStrategyBase(ParallelStrategyBase):
     """Wraps the model in DistributedDataParallel.
 
     Subclasses customise the wrapping by overriding ``ddp_kwargs``, or ``configure_ddp``:
@@ -22,6 +22,8 @@ class DDPMixin(ParallelMixin):
     ``CustomDDPStrategy`` example, ``configure_ddp(self)`` assigning the wrapped
     ``self.model``.
     """
+
+    wrapper: ClassVar[str] = "ddp"
 
     find_unused_parameters: bool = False
     static_graph: bool = False
@@ -70,11 +72,13 @@ class DDPMixin(ParallelMixin):
         )
 
 
-class DDP2Mixin(DDPMixin):
+class DDP2StrategyBase(DDPStrategyBase):
     """One process per node: DataParallel over the node's devices, DDP across nodes.
 
     With one device per node this is exactly DDP.
     """
+
+    wrapper: ClassVar[str] = "ddp2"
 
     @property
     def num_processes(self) -> int:

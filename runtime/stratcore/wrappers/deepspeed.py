@@ -10,129 +10,44 @@ before it launches processes, so every process it starts inherits it.
 from __future__ import annotations
 
 import contextlib
-import copy
-import json
 import os
-from collections.abc import Callable, Generator, Iterator, Mapping, MutableMapping
-from pathlib import Path
-from types import ModuleType
-from typing import Any
+from collections.abc import Callable, Generator, Mapping, MutableMapping
+from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
 from ..checkpoint_io import PathLike
+from ..checkpoint_state import check_entries, is_stateful, restore_entries
 from ..exceptions import MisconfigurationError
-from ..imports import import_optional
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 from ..precision import PrecisionBase, apply_to_tensors, default_dtype
-from ..strategy import check_entries, is_stateful, restore_entries
+from .deepspeed_config import (
+    CONFIG_DEFAULTS,
+    DS_ACCELERATOR_ENV,
+    ZERO_STAGES,
+    import_deepspeed,
+    load_ops_in_turn,
+    merge_precision,
+    offload_section,
+    offloads,
+    offloads_to_nvme,
+    ops_to_build,
+    read_config,
+)
+from .deepspeed_config import extension_build_lock as extension_build_lock
+from .deepspeed_state import (
+    gather_optimizer_state,
+    has_master,
+    restore_optimizer_state,
+    set_full_master,
+)
 
 #: Variable DeepSpeed reads, once, to choose its accelerator.
-DS_ACCELERATOR_ENV = "DS_ACCELERATOR"
-ZERO_STAGES = (0, 1, 2, 3)
-#: Settings the strategy adds to every config that does not set them itself.
-CONFIG_DEFAULTS: dict[str, Any] = {
-    # DeepSpeed clips the gradient norm to 1.0 unless told otherwise; training should only
-    # differ from plain PyTorch where the user asks for it.
-    "gradient_clipping": 0.0,
-    # Optimizers passed to ``setup`` are ordinary torch optimizers.
-    "zero_allow_untested_optimizer": True,
-    "zero_force_ds_cpu_optimizer": False,
-    # ``optimizer_step`` is the accumulation boundary: every backward before it accumulates.
-    "managed_gradient_accumulation": False,
-}
-#: Ops DeepSpeed compiles on first use for a config's optimizer: (type, offloaded) -> builder.
-_OPTIMIZER_OPS: dict[tuple[str, bool], str] = {
-    ("adam", False): "FusedAdamBuilder",
-    ("adamw", False): "FusedAdamBuilder",
-    ("adam", True): "CPUAdamBuilder",
-    ("adamw", True): "CPUAdamBuilder",
-    ("adagrad", True): "CPUAdagradBuilder",
-    ("lion", False): "FusedLionBuilder",
-    ("lion", True): "CPULionBuilder",
-}
 
 
-def import_deepspeed(user: str = "DeepSpeedStrategy") -> ModuleType:
-    """Import deepspeed, or raise MissingDependencyError saying how to install it."""
-    return import_optional("deepspeed", user, "pip install deepspeed")
-
-
-def read_config(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> dict[str, Any]:
-    """A private copy of a DeepSpeed config given as a mapping or as the path of a JSON file."""
-    if config is None:
-        return {}
-    if isinstance(config, Mapping):
-        return copy.deepcopy(dict(config))
-    if not isinstance(config, str | os.PathLike):
-        raise MisconfigurationError(
-            f"config={config!r} is not allowed; give a mapping or the path of a JSON file"
-        )
-    path = Path(config)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MisconfigurationError(
-            f"config={os.fspath(config)!r}: there is no such file"
-        ) from None
-    except OSError as exc:
-        raise MisconfigurationError(
-            f"config={os.fspath(config)!r} cannot be read: {exc.strerror}"
-        ) from None
-    try:
-        loaded = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MisconfigurationError(
-            f"config={os.fspath(config)!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-        ) from None
-    if not isinstance(loaded, dict):
-        raise MisconfigurationError(
-            f"config={os.fspath(config)!r} must hold a JSON object, found {type(loaded).__name__}"
-        )
-    return loaded
-
-
-@contextlib.contextmanager
-def extension_build_lock(name: str) -> Iterator[None]:
-    """Hold a machine-wide lock while the torch extension ``name`` is built or loaded.
-
-    DeepSpeed compiles some ops the first time a process needs them. When every rank of a job
-    starts at once, they would all compile into the same folder; under this lock the first
-    one compiles and the others load the finished library.
-    """
-    from torch.utils.cpp_extension import get_default_build_root
-
-    try:
-        import fcntl
-    except ImportError:  # no advisory locks here; torch's own build lock remains
-        yield
-        return
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{name}.build.lock", "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def load_ops_in_turn(builder_names: list[str]) -> None:
-    """Build (the first time) and load DeepSpeed's JIT-compiled ops one process at a time."""
-    from deepspeed.accelerator import get_accelerator
-
-    for name in builder_names:
-        builder = get_accelerator().create_op_builder(name)
-        if builder is None or not builder.is_compatible(verbose=False):
-            continue  # DeepSpeed falls back to plain PyTorch where an op cannot be built
-        with extension_build_lock(builder.NAME):
-            builder.load(verbose=False)
-
-
-class DeepSpeedPrecisionMixin(PrecisionBase):
+class DeepSpeedPrecisionBase(PrecisionBase):
     """Precision through the DeepSpeed config rather than autocast.
 
     The engine casts the module to float16 or bfloat16, keeps float32 master weights in its
@@ -183,7 +98,7 @@ class DeepSpeedPrecisionMixin(PrecisionBase):
         return contextlib.nullcontext()
 
 
-class DeepSpeedMixin(ParallelMixin):
+class DeepSpeedStrategyBase(ParallelStrategyBase):
     """Trains through a DeepSpeed engine (``deepspeed.initialize``).
 
     ``setup(model, optimizer)`` returns the engine, which is the module to call, and the
@@ -228,6 +143,8 @@ class DeepSpeedMixin(ParallelMixin):
     one file (the module's float32 weights and the other entries).
     """
 
+    wrapper: ClassVar[str] = "deepspeed"
+
     zero_stage: int = 2
     offload_optimizer: bool = False
     offload_parameters: bool = False
@@ -259,21 +176,23 @@ class DeepSpeedMixin(ParallelMixin):
             )
         if self.offload_optimizer:
             zero.setdefault(
-                "offload_optimizer", self._offload_section(self.offload_optimizer_device)
+                "offload_optimizer", offload_section(self.offload_optimizer_device, self.nvme_path)
             )
         if self.offload_parameters:
-            zero.setdefault("offload_param", self._offload_section(self.offload_params_device))
-        if _offloads_to_nvme(zero, "offload_optimizer") and stage != 3:
+            zero.setdefault(
+                "offload_param", offload_section(self.offload_params_device, self.nvme_path)
+            )
+        if offloads_to_nvme(zero, "offload_optimizer") and stage != 3:
             raise MisconfigurationError(
                 f"offloading the optimizer to NVMe needs ZeRO stage 3; stage {stage} was chosen "
                 "(use 'deepspeed_stage_3_offload_nvme' or zero_stage=3)"
             )
-        if _offloads(zero, "offload_optimizer") and stage == 0:
+        if offloads(zero, "offload_optimizer") and stage == 0:
             raise MisconfigurationError(
                 "offload_optimizer needs ZeRO stage 1, 2 or 3, which partition the optimizer; "
                 "stage 0 was chosen"
             )
-        if _offloads(zero, "offload_param") and stage != 3:
+        if offloads(zero, "offload_param") and stage != 3:
             raise MisconfigurationError(
                 f"offload_parameters needs ZeRO stage 3, which partitions the parameters; stage {stage} "
                 "was chosen (use 'deepspeed_stage_3_offload' or zero_stage=3)"
@@ -282,42 +201,10 @@ class DeepSpeedMixin(ParallelMixin):
             config["train_micro_batch_size_per_gpu"] = self.logging_batch_size_per_gpu or 1
         for key, value in CONFIG_DEFAULTS.items():
             config.setdefault(key, value)
-        self._merge_precision(config)
-        return config
-
-    def _offload_section(self, device: str) -> dict[str, Any]:
-        """A ``zero_optimization`` offload section for ``device`` ('cpu' or 'nvme')."""
-        if device != "nvme":
-            return {"device": device}
-        return {"device": "nvme", "nvme_path": os.fspath(self._checked_nvme_path())}
-
-    def _checked_nvme_path(self) -> str | os.PathLike[str]:
-        path = self.nvme_path
-        if path is None:
-            raise MisconfigurationError(
-                "offloading to NVMe needs nvme_path, a folder on a local NVMe drive "
-                "(e.g. nvme_path='/local_nvme'); give it, or offload to 'cpu'"
-            )
-        if not os.path.isdir(path):
-            raise MisconfigurationError(
-                f"nvme_path={os.fspath(path)!r} is not an existing folder; give a folder on a "
-                "local NVMe drive"
-            )
-        return path
-
-    def _merge_precision(self, config: dict[str, Any]) -> None:
         plugin = self.precision_plugin
-        sections = plugin.deepspeed_config() if isinstance(plugin, DeepSpeedPrecisionMixin) else {}
-        enabled = {key for key in ("fp16", "bf16") if _enabled(config.get(key))}
-        if enabled and enabled != set(sections):
-            raise MisconfigurationError(
-                f"the DeepSpeed config enables {' and '.join(sorted(enabled))} but precision="
-                f"{plugin.precision!r}; choose the precision with the precision argument "
-                "('16-mixed', 'bf16-mixed', ...) or make the config agree with it"
-            )
-        for key, section in sections.items():
-            own = config.get(key)
-            config[key] = {**section, **own} if isinstance(own, dict) else section
+        sections = plugin.deepspeed_config() if isinstance(plugin, DeepSpeedPrecisionBase) else {}
+        merge_precision(config, sections, plugin.precision)
+        return config
 
     # -- environment -----------------------------------------------------------------------
 
@@ -348,7 +235,7 @@ class DeepSpeedMixin(ParallelMixin):
         # a rank.
         self._saved_local_rank = (os.environ.get("LOCAL_RANK"),)
         os.environ["LOCAL_RANK"] = str(self.local_rank)
-        load_ops_in_turn(self._ops_to_build(self.deepspeed_config()))
+        load_ops_in_turn(ops_to_build(self.deepspeed_config()))
         deepspeed.init_distributed(
             dist_backend=self.collective_backend.name, auto_mpi_discovery=False
         )
@@ -368,18 +255,6 @@ class DeepSpeedMixin(ParallelMixin):
                 f"precision={self.precision_plugin.precision!r}: DeepSpeed's {wanted} accelerator "
                 "cannot train in float16 on this machine; use precision='bf16-mixed' or '32-true'"
             )
-
-    def _ops_to_build(self, config: dict[str, Any]) -> list[str]:
-        names = ["ShareMemCommBuilder"]  # deepspeed.comm loads it on the CPU accelerator
-        optimizer = config.get("optimizer")
-        if isinstance(optimizer, dict) and isinstance(optimizer.get("type"), str):
-            params = optimizer.get("params") or {}
-            if not params.get("torch_adam", False):
-                offloaded = _offloads(config["zero_optimization"], "offload_optimizer")
-                op = _OPTIMIZER_OPS.get((optimizer["type"].lower(), offloaded))
-                if op is not None:
-                    names.append(op)
-        return names
 
     # -- model and optimizers --------------------------------------------------------------
 
@@ -502,7 +377,7 @@ class DeepSpeedMixin(ParallelMixin):
         with self._gathered(inner, modifier_rank=None):
             state = {name: value.detach().clone() for name, value in inner.state_dict().items()}
         for names, param in _parameters_by_identity(inner):
-            if not _has_master(param):
+            if not has_master(param):
                 continue
             master = safe_get_full_fp32_param(param)
             if master is None:
@@ -523,8 +398,8 @@ class DeepSpeedMixin(ParallelMixin):
             inner.load_state_dict(state_dict, strict=strict)
         for names, param in _parameters_by_identity(inner):
             value = next((state_dict[name] for name in names if name in state_dict), None)
-            if value is not None and _has_master(param):
-                _set_full_master(param, value)
+            if value is not None and has_master(param):
+                set_full_master(param, value)
 
     def _gathered(
         self, module: nn.Module, modifier_rank: int | None
@@ -545,29 +420,7 @@ class DeepSpeedMixin(ParallelMixin):
         groups = self._groups_of(optimizer)
         if groups is None:
             return super().get_optimizer_state(optimizer)
-        from deepspeed.utils import safe_get_full_optimizer_state
-
-        tensor_keys, scalars = self._state_layout(optimizer)
-        state: dict[int, dict[str, Any]] = {}
-        param_groups = []
-        index = 0
-        for group, params in zip(optimizer.param_groups, groups, strict=True):
-            indices = []
-            for param in params:
-                entry: dict[str, Any] = {}
-                if _has_master(param):
-                    shape = getattr(param, "ds_shape", param.shape)
-                    for key in tensor_keys:
-                        value = safe_get_full_optimizer_state(param, key)
-                        entry[key] = value.detach().reshape(shape).clone()
-                    entry.update({key: _copy(value) for key, value in scalars.items()})
-                if entry:
-                    state[index] = entry
-                indices.append(index)
-                index += 1
-            hyper = {key: copy.deepcopy(value) for key, value in group.items() if key != "params"}
-            param_groups.append({**hyper, "params": indices})
-        return {"state": state, "param_groups": param_groups}
+        return gather_optimizer_state(optimizer, groups)
 
     def load_optimizer_state_dict(
         self, optimizer: Optimizer, state_dict: Mapping[str, Any]
@@ -576,34 +429,7 @@ class DeepSpeedMixin(ParallelMixin):
         if groups is None:
             super().load_optimizer_state_dict(optimizer, state_dict)
             return
-        saved_groups = state_dict["param_groups"]
-        ours = [len(params) for params in groups]
-        theirs = [len(group["params"]) for group in saved_groups]
-        if ours != theirs:
-            raise MisconfigurationError(
-                f"the checkpoint's optimizer has parameter groups of sizes {theirs}, this optimizer {ours}"
-            )
-        for group, saved in zip(optimizer.param_groups, saved_groups, strict=True):
-            group.update(
-                {key: copy.deepcopy(value) for key, value in saved.items() if key != "params"}
-            )
-        saved_state = {int(k): v for k, v in state_dict["state"].items()}
-        tensor_keys: list[str] = []
-        scalars: dict[str, Any] = {}
-        for entry in saved_state.values():
-            for key, value in entry.items():
-                if isinstance(value, torch.Tensor) and value.dim() > 0:
-                    if key not in tensor_keys:
-                        tensor_keys.append(key)
-                else:
-                    scalars.setdefault(key, value)
-        self._create_missing_state(optimizer, tensor_keys, scalars)
-        every_param = [param for params in groups for param in params]
-        for index, param in enumerate(every_param):
-            entry = saved_state.get(index, {})
-            for key in tensor_keys:
-                if key in entry and _has_master(param):
-                    _set_full_master(param, entry[key], key)
+        restore_optimizer_state(optimizer, groups, state_dict)
 
     def _groups_of(self, optimizer: Optimizer) -> list[list[nn.Parameter]] | None:
         """The model parameters of each group of the engine's optimizer when their state lives
@@ -612,7 +438,7 @@ class DeepSpeedMixin(ParallelMixin):
         if engine is None or optimizer is not engine.optimizer or self._optimizer_groups is None:
             return None
         trainable = [p for group in self._optimizer_groups for p in group if p.requires_grad]
-        if all(_has_master(p) for p in trainable):
+        if all(has_master(p) for p in trainable):
             return self._optimizer_groups
         own = {id(p) for group in optimizer.param_groups for p in group["params"]}
         if all(id(p) in own for p in trainable):
@@ -621,66 +447,6 @@ class DeepSpeedMixin(ParallelMixin):
             f"the state of DeepSpeed's {type(optimizer).__name__} (ZeRO stage 0 with 16-bit precision) "
             "cannot be gathered into a checkpoint; use ZeRO stage 1, 2 or 3"
         )
-
-    @staticmethod
-    def _flat_partitions(optimizer: Optimizer) -> list[torch.Tensor]:
-        """The float32 partitions the wrapped torch optimizer steps, which key its state."""
-        # ZeRO-3 hands its partitions to the wrapped optimizer only for the duration of a step.
-        stage_3_partitions = getattr(optimizer, "fp32_partitioned_groups_flat", None)
-        if stage_3_partitions is not None:
-            return list(stage_3_partitions)
-        inner = getattr(optimizer, "optimizer", optimizer)
-        return [p for group in inner.param_groups for p in group["params"]]
-
-    def _state_layout(self, optimizer: Optimizer) -> tuple[list[str], dict[str, Any]]:
-        """State keys shaped like the partitions (gathered per parameter) and scalar entries
-        (the same for every parameter, such as Adam's step), agreed on by every rank."""
-        inner = getattr(optimizer, "optimizer", optimizer)
-        tensor_keys: list[str] = []
-        scalars: dict[str, Any] = {}
-        for flat in self._flat_partitions(optimizer):
-            for key, value in inner.state.get(flat, {}).items():
-                if (
-                    isinstance(value, torch.Tensor)
-                    and value.dim() > 0
-                    and value.shape == flat.shape
-                ):
-                    if key not in tensor_keys:
-                        tensor_keys.append(key)
-                else:
-                    scalars.setdefault(key, _copy(value))
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            views: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(views, (tensor_keys, scalars))
-            tensor_keys = []
-            scalars = {}
-            for keys, values in views:
-                tensor_keys += [key for key in keys if key not in tensor_keys]
-                for key, value in values.items():
-                    scalars.setdefault(key, value)
-        return tensor_keys, scalars
-
-    def _create_missing_state(
-        self, optimizer: Optimizer, tensor_keys: list[str], scalars: dict[str, Any]
-    ) -> None:
-        """Give the wrapped optimizer the state entries a checkpoint restores, so that an
-        optimizer that has not stepped yet can take them, and scalars from the checkpoint."""
-        inner = getattr(optimizer, "optimizer", optimizer)
-        created = False
-        for flat in self._flat_partitions(optimizer):
-            state = inner.state[flat]
-            for key in tensor_keys:
-                if key not in state:
-                    state[key] = torch.zeros_like(flat, dtype=torch.float32)
-                    created = True
-            for key, value in scalars.items():
-                state[key] = _copy(value)
-        relink = getattr(optimizer, "_lazy_init_hp_params_optimizer_state", None)
-        if created and callable(relink):
-            # Stages 1 and 2 map each parameter to its slice of the state when the state
-            # first appears; redo that for the entries made here.
-            optimizer._hp_optimizer_states_linked = False  # type: ignore[attr-defined]
-            relink()
 
     # -- sharded checkpoints ---------------------------------------------------------------
 
@@ -770,59 +536,9 @@ class DeepSpeedMixin(ParallelMixin):
             self._saved_local_rank = None
 
 
-def _offloads(zero: Mapping[str, Any], key: str) -> bool:
-    section = zero.get(key)
-    return isinstance(section, Mapping) and section.get("device", "none") not in (None, "none")
-
-
-def _offloads_to_nvme(zero: Mapping[str, Any], key: str) -> bool:
-    section = zero.get(key)
-    return isinstance(section, Mapping) and section.get("device") == "nvme"
-
-
-def _enabled(section: Any) -> bool:
-    return isinstance(section, Mapping) and bool(section.get("enabled", False))
-
-
-def _has_master(param: nn.Parameter) -> bool:
-    """Whether DeepSpeed's optimizer keeps a float32 master of ``param`` (stages 1-3, bf16)."""
-    return hasattr(param, "_hp_mapping") or hasattr(param, "_z3_optimizer")
-
-
-def _set_full_master(param: nn.Parameter, value: torch.Tensor, key: str | None = None) -> None:
-    """Write this rank's slice of the full float32 master of ``param`` (or of its optimizer
-    state ``key``)."""
-    if not hasattr(param, "ds_id"):
-        from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
-
-        value = value.detach().to(torch.float32)
-        if key is None:
-            safe_set_full_fp32_param(param, value)
-        else:
-            safe_set_full_optimizer_state(param, value, key)
-        return
-    # ZeRO-3: DeepSpeed's own setter cannot fill the last rank's partition of a parameter
-    # whose size does not divide by the number of ranks (it is padded), so slice it here.
-    optimizer = param._z3_optimizer  # type: ignore[attr-defined]
-    partition, _ = optimizer._get_fp32_opt_state_partition(
-        param, release_swap_buffers=False, optim_state_key=key
-    )
-    size = partition.numel()
-    start = size * optimizer._get_param_partition_rank(param)
-    flat = value.detach().flatten()
-    count = max(0, min(size, flat.numel() - start))
-    if count:
-        with torch.no_grad():
-            partition.narrow(0, 0, count).copy_(flat.narrow(0, start, count))
-
-
 def _parameters_by_identity(module: nn.Module) -> list[tuple[list[str], nn.Parameter]]:
     """Each distinct parameter with every state-dict name it appears under, in module order."""
     found: dict[int, tuple[list[str], nn.Parameter]] = {}
     for name, param in module.named_parameters(remove_duplicate=False):
         found.setdefault(id(param), ([], param))[0].append(name)
     return list(found.values())
-
-
-def _copy(value: Any) -> Any:
-    return value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)

@@ -3,18 +3,20 @@ batch and gradients are summed on the first device."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.nn.parallel import DataParallel
 from torch.optim import Optimizer
 
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 
 
-class DataParallelMixin(ParallelMixin):
+class DataParallelStrategyBase(ParallelStrategyBase):
     """Single-process data parallelism: no process group, no launcher."""
+
+    wrapper: ClassVar[str] = "dp"
 
     @property
     def num_processes(self) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -20,13 +20,13 @@ from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
 from ..imports import import_optional
-from ..parallel import ParallelMixin
-from .fsdp import FSDPPrecisionMixin
+from ..parallel import ParallelStrategyBase
+from .fsdp import FSDPPrecisionBase
 
 FAIRSCALE_INSTALL = "pip install fairscale"
 
 
-class FairscaleFSDPMixin(ParallelMixin):
+class FairscaleFSDPStrategyBase(ParallelStrategyBase):
     """Wraps the model in fairscale's ``FullyShardedDataParallel``.
 
     Options:
@@ -39,7 +39,7 @@ class FairscaleFSDPMixin(ParallelMixin):
       memory; the optimizer step runs on the CPU.
     - ``reshard_after_forward``: free gathered parameters after the forward pass.
 
-    Mixed precision comes from the precision plugin (``FSDPPrecisionMixin``): computation in
+    Mixed precision comes from the precision plugin (``FSDPPrecisionBase``): computation in
     its dtype, gradients reduced in float32.
 
     fairscale flattens every wrapped module's parameters into one tensor, so an optimizer
@@ -53,8 +53,10 @@ class FairscaleFSDPMixin(ParallelMixin):
     takes that full state on every rank and keeps each rank's shard.
     """
 
+    wrapper: ClassVar[str] = "fairscale_fsdp"
+
     auto_wrap_min_params: int | None = None
-    group_default_modules = (*ParallelMixin.group_default_modules, "fairscale.optim")
+    group_default_modules = (*ParallelStrategyBase.group_default_modules, "fairscale.optim")
     cpu_offload: bool = False
     reshard_after_forward: bool = True
 
@@ -96,7 +98,7 @@ class FairscaleFSDPMixin(ParallelMixin):
             "compute_device": self.root_device,
         }
         plugin = self.precision_plugin
-        if isinstance(plugin, FSDPPrecisionMixin):
+        if isinstance(plugin, FSDPPrecisionBase):
             kwargs.update(
                 mixed_precision=True, compute_dtype=plugin.dtype, fp32_reduce_scatter=True
             )

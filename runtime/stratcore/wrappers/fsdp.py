@@ -13,15 +13,15 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
-from ..parallel import ParallelMixin
-from ..precision import MixedPrecisionMixin
+from ..parallel import ParallelStrategyBase
+from ..precision import MixedPrecisionBase
 from .mesh import (
     HYBRID_DIMS,
     ShardingLayout,
@@ -60,7 +60,7 @@ def _state_dict_options(**options: Any) -> Any:
     return StateDictOptions(**options)
 
 
-class FSDPMixin(ParallelMixin):
+class FSDPStrategyBase(ParallelStrategyBase):
     """Shards the model with FSDP2's ``fully_shard``.
 
     Options:
@@ -104,10 +104,12 @@ class FSDPMixin(ParallelMixin):
     state is keyed by parameter name. Loading expects the full dicts on every rank (as
     ``load_checkpoint`` provides); each rank keeps its own shard.
 
-    Mixed precision comes from the precision plugin (``FSDPPrecisionMixin``) as FSDP2's
+    Mixed precision comes from the precision plugin (``FSDPPrecisionBase``) as FSDP2's
     ``MixedPrecisionPolicy``. Subclasses customise the sharding by overriding
     ``configure_fsdp``, ``fsdp_kwargs`` or ``auto_wrap_modules``.
     """
+
+    wrapper: ClassVar[str] = "fsdp"
 
     auto_wrap_min_params: int | None = None
     auto_wrap_layers: Sequence[Any] | None = None
@@ -214,7 +216,7 @@ class FSDPMixin(ParallelMixin):
     def mixed_precision_policy(self, root: bool = True) -> MixedPrecisionPolicy | None:
         plugin = self.precision_plugin
         return (
-            plugin.mixed_precision_policy(root) if isinstance(plugin, FSDPPrecisionMixin) else None
+            plugin.mixed_precision_policy(root) if isinstance(plugin, FSDPPrecisionBase) else None
         )
 
     def offload_policy(self) -> OffloadPolicy | None:
@@ -362,7 +364,7 @@ class FSDPMixin(ParallelMixin):
         gc.collect()
 
 
-class FSDPPrecisionMixin(MixedPrecisionMixin):
+class FSDPPrecisionBase(MixedPrecisionBase):
     """Mixed precision for fully sharded strategies.
 
     The sharded parameters stay in float32 (the optimizer updates float32 values); each

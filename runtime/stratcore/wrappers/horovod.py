@@ -3,7 +3,7 @@ by ``horovodrun`` (or ``mpirun``).
 
 Horovod brings its own communication layer, so no torch.distributed process group is created:
 every collective goes through ``horovod.torch``. Nothing of Horovod is imported until a
-strategy uses it, and the ``horovodrun`` launcher registers itself when this module loads.
+strategy uses it. The ``horovodrun`` launcher (``HorovodRunLauncher``) lives here too.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import importlib
 import shlex
 from collections.abc import Callable, Generator
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -22,8 +22,8 @@ from torch.optim import Optimizer
 from ..collectives import normalize_reduce_op, reduce_each
 from ..exceptions import MisconfigurationError
 from ..imports import require
-from ..launchers import Launcher, register_launcher, run_reporting_errors, script_command
-from ..parallel import ParallelMixin
+from ..launchers import Launcher, run_reporting_errors, script_command
+from ..parallel import ParallelStrategyBase
 
 HOROVOD_MODULE = "horovod.torch"
 
@@ -31,13 +31,15 @@ HOROVOD_MODULE = "horovod.torch"
 HOROVOD_OPS = {"sum": "Sum", "mean": "Average", "min": "Min", "max": "Max", "product": "Product"}
 
 
-class HorovodMixin(ParallelMixin):
+class HorovodStrategyBase(ParallelStrategyBase):
     """Trains with Horovod: ``hvd.init()`` instead of a process group, rank 0's parameters and
     optimizer state broadcast at setup, and optimizers wrapped in ``hvd.DistributedOptimizer``.
 
     The learning rate is not scaled with the number of processes: averaged gradients of
     equal shares of a batch equal the gradient of the whole batch, as with DDP.
     """
+
+    wrapper: ClassVar[str] = "horovod"
 
     #: Backward passes accumulated locally before gradients are averaged.
     backward_passes_per_step: int = 1
@@ -195,6 +197,8 @@ def horovodrun_command(num_processes: int, num_nodes: int, processes_per_node: i
 class HorovodRunLauncher(Launcher):
     """Runs in the processes horovodrun (or mpirun) started; alone it only runs one process."""
 
+    name = "horovodrun"
+
     @property
     def is_interactive_compatible(self) -> bool:
         return False
@@ -211,6 +215,3 @@ class HorovodRunLauncher(Launcher):
                 f"Run: {command}"
             )
         return run_reporting_errors(strategy, function, args, kwargs)
-
-
-register_launcher("horovodrun", HorovodRunLauncher)

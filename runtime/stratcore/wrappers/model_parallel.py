@@ -15,16 +15,16 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 from ..precision import PrecisionBase
-from .fsdp import FSDPPrecisionMixin, _check_rebindable, _fsdp2, _has_run, _parameter_names
+from .fsdp import FSDPPrecisionBase, _check_rebindable, _fsdp2, _has_run, _parameter_names
 from .mesh import apply_activation_checkpointing, build_mesh
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def _is_size(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-class ModelParallelMixin(ParallelMixin):
+class ModelParallelStrategyBase(ParallelStrategyBase):
     """Tensor parallelism and FSDP2 on a ``(data_parallel, tensor_parallel)`` device mesh.
 
     Options:
@@ -81,6 +81,8 @@ class ModelParallelMixin(ParallelMixin):
     the mesh. Optimizers created before ``setup`` are rebound, in place, to the parameters that
     replaced theirs (matched by name), as for 'fsdp'.
     """
+
+    wrapper: ClassVar[str] = "model_parallel"
 
     parallelize_fn: Callable[[nn.Module, DeviceMesh], nn.Module] | None = None
     data_parallel_size: int | str = "auto"
@@ -208,7 +210,7 @@ class ModelParallelMixin(ParallelMixin):
 
     def _fsdp_kwargs(self) -> dict[str, Any]:
         plugin: PrecisionBase = self.precision_plugin
-        if isinstance(plugin, FSDPPrecisionMixin):
+        if isinstance(plugin, FSDPPrecisionBase):
             return {"mp_policy": plugin.mixed_precision_policy(root=True)}
         return {}
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 import gc
 import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
 from ..imports import import_optional
-from ..parallel import ParallelMixin
+from ..parallel import ParallelStrategyBase
 
 FAIRSCALE_INSTALL = "pip install fairscale"
 
@@ -29,7 +29,7 @@ def _fairscale(module: str, user: str) -> Any:
     return import_optional(module, user, FAIRSCALE_INSTALL)
 
 
-class ShardedMixin(ParallelMixin):
+class ShardedStrategyBase(ParallelStrategyBase):
     """Wraps each optimizer in fairscale's ``OSS`` and the model in ``ShardedDataParallel``.
 
     ``setup`` replaces every optimizer that is not an ``OSS`` yet by an ``OSS`` of the same
@@ -54,9 +54,11 @@ class ShardedMixin(ParallelMixin):
     each rank keeps the part it owns.
     """
 
+    wrapper: ClassVar[str] = "fairscale_sharded"
+
     reduce_buffer_size: int = 2**23
     broadcast_buffers: bool = True
-    group_default_modules = (*ParallelMixin.group_default_modules, "fairscale.optim")
+    group_default_modules = (*ParallelStrategyBase.group_default_modules, "fairscale.optim")
 
     def setup_module_and_optimizers(
         self, module: nn.Module, optimizers: list[Optimizer]

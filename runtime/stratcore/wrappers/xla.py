@@ -24,7 +24,8 @@ from torch.optim import Optimizer
 from ..collectives import broadcast_object
 from ..exceptions import MisconfigurationError, ProcessFailedError
 from ..imports import Requirement, require
-from ..launchers import Launcher, register_launcher, run_reporting_errors
+from ..launchers import Launcher, run_reporting_errors
+from ..parallel import ParallelStrategyBase
 from ..precision import PrecisionBase, apply_to_tensors, default_dtype
 from ..strategy import StrategyBase
 
@@ -37,8 +38,10 @@ def _import(requirements: tuple[Requirement, ...], user: str, module: str) -> Mo
     return importlib.import_module(module)
 
 
-class XLAMixin(StrategyBase):
+class XLAStrategyBase(StrategyBase):
     """Runs on XLA devices; for parallel strategies, in processes started by torch_xla."""
+
+    wrapper: ClassVar[str] = "xla"
 
     #: Start every process from rank 0's parameters.
     sync_module_states: bool = True
@@ -51,9 +54,7 @@ class XLAMixin(StrategyBase):
 
     @property
     def _is_parallel(self) -> bool:
-        from ..parallel import ParallelMixin
-
-        return isinstance(self, ParallelMixin)
+        return isinstance(self, ParallelStrategyBase)
 
     def _xla_distributed(self) -> bool:
         return self._is_parallel and dist.is_available() and dist.is_initialized()
@@ -127,7 +128,7 @@ class XLAMixin(StrategyBase):
         return apply_to_tensors(state, lambda tensor: tensor.detach().cpu())
 
 
-class XLAFSDPMixin(XLAMixin):
+class XLAFSDPStrategyBase(XLAStrategyBase):
     """Fully sharded data parallelism on XLA devices (torch_xla's XlaFullyShardedDataParallel).
 
     ``setup`` wraps the module; its parameters are flattened and sharded across the processes,
@@ -139,6 +140,8 @@ class XLAFSDPMixin(XLAMixin):
     rank 0 (the other ranks take part and get an empty dict). A wrapped module cannot load a
     full state dict: load the weights into the module before ``setup``.
     """
+
+    wrapper: ClassVar[str] = "xla_fsdp"
 
     #: ``setup`` takes the module alone; optimizers are made from the module it returns.
     optimizers_in_setup: ClassVar[bool] = False
@@ -157,8 +160,8 @@ class XLAFSDPMixin(XLAMixin):
         return fsdp.XlaFullyShardedDataParallel(module), []
 
     def _optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
-        # Skip XLAMixin's gradient all-reduce: FSDP has reduce-scattered them already.
-        return super(XLAMixin, self)._optimizer_step(optimizer, **kwargs)
+        # Skip XLAStrategyBase's gradient all-reduce: FSDP has reduce-scattered them already.
+        return super(XLAStrategyBase, self)._optimizer_step(optimizer, **kwargs)
 
     def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         fsdp = self.xla_module("torch_xla.distributed.fsdp")
@@ -189,7 +192,7 @@ class XLAFSDPMixin(XLAMixin):
         super().load_module_state_dict(module, state_dict, strict=strict)
 
 
-class XLAPrecisionMixin(PrecisionBase):
+class XLAPrecisionBase(PrecisionBase):
     """Precision on XLA devices.
 
     '32-true' changes nothing. The '-true' half precisions cast the module and floating-point
@@ -265,6 +268,8 @@ class XLALauncher(Launcher):
     torch_xla starts either one process or one per device of the host, nothing in between.
     """
 
+    name = "xla"
+
     def __init__(self, strategy: StrategyBase) -> None:
         super().__init__(strategy)
         start_method = getattr(strategy, "start_method", None) or "fork"
@@ -312,6 +317,3 @@ class XLALauncher(Launcher):
             except Exception as exc:
                 raise ProcessFailedError(f"an XLA process failed: {exc}", error=str(exc)) from exc
             return pickle.loads(results.get()) if not results.empty() else None
-
-
-register_launcher("xla", XLALauncher)

@@ -41,7 +41,7 @@ class AcmeDDPStrategy(DDPStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "acme_ddp"
-    launcher: ClassVar[type[Launcher]] = SpawnLauncher
+    launcher_class: ClassVar[type[Launcher]] = SpawnLauncher
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def __init__(

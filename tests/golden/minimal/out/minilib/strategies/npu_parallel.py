@@ -46,7 +46,7 @@ class NPUParallelStrategy(ParallelStrategy):
     """
 
     strategy_name: ClassVar[str | None] = "npu_parallel"
-    launcher: ClassVar[type[Launcher]] = SpawnLauncher
+    launcher_class: ClassVar[type[Launcher]] = SpawnLauncher
     backend: ClassVar[CollectiveBackend | None] = RING
     cluster_environments: ClassVar[tuple[str, ...]] = ("npu_cluster", "lightning")
     supported_accelerators: ClassVar[tuple[str, ...]] = ("npu", "cpu")

@@ -12,7 +12,7 @@ from stratcore.accelerator import Accelerator
 from stratcore.checkpoint_io import CheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import ExternalLauncher, Launcher
-from stratcore.parallel import ParallelMixin
+from stratcore.parallel import ParallelStrategyBase
 from stratcore.precision import PrecisionBase
 
 from .strategy import Strategy
@@ -20,14 +20,14 @@ from .strategy import Strategy
 __all__ = ["ParallelStrategy"]
 
 
-class ParallelStrategy(ParallelMixin, Strategy):
+class ParallelStrategy(ParallelStrategyBase, Strategy):
     """Base for strategies with several processes.
 
     Args:
         timeout: Seconds a collective may wait for its peers.
     """
 
-    launcher: ClassVar[type[Launcher]] = ExternalLauncher
+    launcher_class: ClassVar[type[Launcher]] = ExternalLauncher
     cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
 

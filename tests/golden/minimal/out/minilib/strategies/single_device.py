@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.single_device import SingleDeviceMixin
+from stratcore.single_device import SingleDeviceStrategyBase
 
 from .strategy import Strategy
 
 __all__ = ["SingleDeviceStrategy"]
 
 
-class SingleDeviceStrategy(SingleDeviceMixin, Strategy):
+class SingleDeviceStrategy(SingleDeviceStrategyBase, Strategy):
     """One device in the calling process.
 
     Registry name: ``"single_device"``.

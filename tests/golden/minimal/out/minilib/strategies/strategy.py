@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.strategy import StrategyBase
 
 __all__ = ["Strategy"]
@@ -15,7 +14,6 @@ __all__ = ["Strategy"]
 class Strategy(StrategyBase):
     """Base class for all strategies."""
 
-    launcher: ClassVar[type[Launcher]] = InlineLauncher
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true",)
     supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu", "npu")

@@ -1,0 +1,74 @@
+"""Launchers start the training processes of a strategy and stop them all if one fails.
+
+- ``InlineLauncher`` runs in the calling process (single device, DataParallel).
+- ``ExternalLauncher`` expects the processes to exist already (torchrun, srun, mpirun).
+- ``PopenLauncher`` starts the script again for every other local rank, like torchrun would;
+  the calling process is local rank 0. The started processes run the whole script, so they
+  take part in every later ``launch`` of it too; the script waits for them when it ends.
+- ``SpawnLauncher``, ``ForkLauncher`` and ``ForkServerLauncher`` start every rank with
+  torch.multiprocessing (spawn, fork or forkserver) and return rank 0's result to the caller.
+
+A strategy names its launcher by class (``StrategyBase.launcher_class``); each launcher class has a
+``name`` ('none', 'external', 'popen', 'spawn', 'fork', 'forkserver'; the XLA and horovodrun
+launchers live next to their wrappers, in ``stratcore.wrappers.xla`` and ``.horovod``).
+
+When any rank fails, the launchers stop every other rank and raise ``ProcessFailedError`` with
+the failing rank's traceback within seconds; no process is left behind. A process whose
+launcher dies ends itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import (
+    ERROR_FILE_ENV,
+    INTERRUPT_GRACE,
+    LAUNCH_FILE_ENV,
+    PARENT_PID_ENV,
+    PEER_GRACE,
+    POLL_INTERVAL,
+    TERMINATE_GRACE,
+    ExternalLauncher,
+    InlineLauncher,
+    Launcher,
+    run_reporting_errors,
+    watch_parent,
+)
+from .popen import PopenLauncher, script_command
+from .reports import PEER_FAILURE_PATTERNS, Report, failure_message, is_peer_failure, root_cause
+from .spawn import ForkLauncher, ForkServerLauncher, SpawnLauncher
+
+if TYPE_CHECKING:
+    from ..strategy import StrategyBase
+
+__all__ = [
+    "ERROR_FILE_ENV",
+    "INTERRUPT_GRACE",
+    "LAUNCH_FILE_ENV",
+    "PARENT_PID_ENV",
+    "PEER_FAILURE_PATTERNS",
+    "PEER_GRACE",
+    "POLL_INTERVAL",
+    "TERMINATE_GRACE",
+    "ExternalLauncher",
+    "ForkLauncher",
+    "ForkServerLauncher",
+    "InlineLauncher",
+    "Launcher",
+    "PopenLauncher",
+    "Report",
+    "SpawnLauncher",
+    "create_launcher",
+    "failure_message",
+    "is_peer_failure",
+    "root_cause",
+    "run_reporting_errors",
+    "script_command",
+    "watch_parent",
+]
+
+
+def create_launcher(strategy: StrategyBase) -> Launcher:
+    """The launcher of ``strategy``: its class's ``launcher``, made with it."""
+    return type(strategy).launcher_class(strategy)

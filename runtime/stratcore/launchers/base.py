@@ -1,0 +1,160 @@
+"""The launcher interface, the launchers that start no process, and what every started rank
+does: report its error where its launcher finds it, and end when its launcher is gone."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import time
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..exceptions import MisconfigurationError
+
+if TYPE_CHECKING:
+    from ..parallel import ParallelStrategyBase
+    from ..strategy import StrategyBase
+
+#: Set in processes started by PopenLauncher: where to write a traceback, where to count the
+#: launches the process entered, and whom to watch.
+ERROR_FILE_ENV = "STRATLIB_ERROR_FILE"
+LAUNCH_FILE_ENV = "STRATLIB_LAUNCH_FILE"
+PARENT_PID_ENV = "STRATLIB_PARENT_PID"
+#: How long to wait for a stopped process before killing it.
+TERMINATE_GRACE = 3.0
+#: How long a failed rank's peers get to fail too, so that the report can tell cause from
+#: consequence.
+PEER_GRACE = 2.0
+#: How long rank 0 may stay stuck (e.g. in a collective) after another rank failed before its
+#: process is ended with the other rank's error.
+INTERRUPT_GRACE = 5.0
+POLL_INTERVAL = 0.1
+
+#: A failed process: (local rank, exit code or None while running, traceback or "").
+Report = tuple[int, int | None, str]
+
+
+class Launcher(ABC):
+    """Starts the processes of a strategy and runs a function in each."""
+
+    #: The launcher's name in specs and listings ('none', 'popen', ...).
+    name: ClassVar[str]
+
+    def __init__(self, strategy: StrategyBase) -> None:
+        self.strategy = strategy
+
+    @property
+    def is_interactive_compatible(self) -> bool:
+        """Whether it works from a notebook or ``python -c``."""
+        return True
+
+    @abstractmethod
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``function(strategy, *args, **kwargs)`` in every process; return rank 0's result."""
+
+
+class InlineLauncher(Launcher):
+    """Runs the function in the calling process."""
+
+    name = "none"
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.strategy.run_worker(function, args, kwargs)
+
+
+class ExternalLauncher(Launcher):
+    """For processes started by something else: each runs its own share."""
+
+    name = "external"
+
+    strategy: ParallelStrategyBase
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        strategy = self.strategy
+        environment = strategy.cluster_environment
+        expected = strategy.num_nodes * strategy.num_processes
+        if not environment.creates_processes_externally and expected > 1:
+            raise MisconfigurationError(
+                f"{type(strategy).__name__} does not start processes itself; run the script with a "
+                f"launcher (torchrun, srun, mpirun) that starts {expected} processes"
+            )
+        return run_reporting_errors(strategy, function, args, kwargs)
+
+
+_launches_entered = 0
+
+
+def run_reporting_errors(
+    strategy: StrategyBase,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> Any:
+    """Run a worker; on failure, leave the traceback where the launching process finds it
+    (PopenLauncher's error file, or torchrun's TORCHELASTIC_ERROR_FILE)."""
+    global _launches_entered
+    _launches_entered += 1
+    launch_file = os.environ.get(LAUNCH_FILE_ENV)
+    if launch_file:
+        with contextlib.suppress(OSError):
+            Path(launch_file).write_text(str(_launches_entered), encoding="utf-8")
+    try:
+        return strategy.run_worker(function, args, kwargs)
+    except BaseException as exc:
+        error_file = os.environ.get(ERROR_FILE_ENV)
+        if error_file:
+            with contextlib.suppress(OSError):
+                Path(error_file).write_text(traceback.format_exc(), encoding="utf-8")
+        if os.environ.get("TORCHELASTIC_ERROR_FILE") and isinstance(exc, Exception):
+            with contextlib.suppress(Exception):
+                from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+                ErrorHandler().record_exception(exc)
+        raise
+
+
+_watched_parent: int | None = None
+
+
+def watch_parent(parent_pid: int) -> None:
+    """End this process if ``parent_pid`` stops being its parent: a rank must not outlive the
+    process that launched it (which may have been killed without a chance to stop it)."""
+    global _watched_parent
+    if _watched_parent == parent_pid:
+        return
+    _watched_parent = parent_pid
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        with contextlib.suppress(OSError):
+            os.write(
+                2,
+                f"launching process {parent_pid} ended; stopping process {os.getpid()}\n".encode(),
+            )
+        _remove_job_files()
+        os._exit(1)
+
+    def remove_files_if_orphaned() -> None:
+        if os.getppid() != parent_pid:
+            _remove_job_files()
+
+    atexit.register(remove_files_if_orphaned)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _remove_job_files() -> None:
+    """In a rank whose launcher died: remove the files it would have removed (the last rank
+    to go removes their folder)."""
+    for variable in (ERROR_FILE_ENV, LAUNCH_FILE_ENV):
+        path = os.environ.get(variable)
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(path))

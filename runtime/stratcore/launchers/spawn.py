@@ -1,0 +1,198 @@
+"""SpawnLauncher: every local rank starts with torch.multiprocessing (spawn, fork or
+forkserver), and rank 0's result comes back to the caller."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..collectives import release_process_group
+from ..exceptions import MisconfigurationError, ProcessFailedError
+from ..precision import apply_to_tensors
+from .base import (
+    PEER_GRACE,
+    POLL_INTERVAL,
+    TERMINATE_GRACE,
+    Launcher,
+    run_reporting_errors,
+    watch_parent,
+)
+from .reports import failure_message, is_peer_failure, root_cause
+
+if TYPE_CHECKING:
+    from ..parallel import ParallelStrategyBase
+    from ..strategy import StrategyBase
+
+
+def _spawned_worker(
+    local_rank: int,
+    strategy: ParallelStrategyBase,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    result_file: str,
+    master: tuple[str, str],
+) -> None:
+    # The parent is the launching process, or the forkserver, which ends with it.
+    watch_parent(os.getppid())
+    os.environ["LOCAL_RANK"] = str(local_rank)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master
+    try:
+        result = strategy.run_worker(function, args, kwargs)
+        if strategy.is_global_zero:
+            # A file, not a pipe: a pipe holds about 64 KiB, and the launching process reads
+            # only once every process has ended, so a larger result would block its writer
+            # forever. Plain pickle, not torch's sharing of tensors through file descriptors,
+            # which vanish with the process that shares them.
+            partial = f"{result_file}.partial"
+            with open(partial, "wb") as handle:
+                pickle.dump(_to_cpu(result), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(partial, result_file)
+    finally:
+        # multiprocessing ends its processes without running atexit handlers.
+        release_process_group()
+
+
+def _to_cpu(value: Any) -> Any:
+    return apply_to_tensors(value, lambda t: t.detach().cpu())
+
+
+class SpawnLauncher(Launcher):
+    """Starts every local rank with torch.multiprocessing; the caller only waits.
+
+    The start method is the class's ``default_start_method`` unless ``start_method`` (or the
+    strategy's ``start_method`` option) names another.
+    """
+
+    name = "spawn"
+    default_start_method: ClassVar[str] = "spawn"
+    strategy: ParallelStrategyBase
+
+    def __init__(self, strategy: StrategyBase, start_method: str | None = None) -> None:
+        super().__init__(strategy)
+        start_method = (
+            start_method or getattr(strategy, "start_method", None) or self.default_start_method
+        )
+        if start_method not in ("spawn", "fork", "forkserver"):
+            raise MisconfigurationError(
+                f"start_method={start_method!r} is not allowed; use 'spawn', 'fork' or 'forkserver'"
+            )
+        self.start_method: str = start_method
+
+    @property
+    def is_interactive_compatible(self) -> bool:
+        return self.start_method == "fork"
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        import torch.multiprocessing as mp
+
+        strategy = self.strategy
+        environment = strategy.cluster_environment
+        if environment.creates_processes_externally:
+            return run_reporting_errors(strategy, function, args, kwargs)
+        # The caller stands for its node's first rank: on other nodes than the first its
+        # strategy must not report rank 0.
+        configure_ranks = getattr(strategy, "configure_ranks", None)
+        if callable(configure_ranks):
+            configure_ranks()
+        master = (environment.main_address, str(environment.main_port))
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master
+        with tempfile.TemporaryDirectory(prefix="stratlib-spawn-") as folder:
+            result_file = os.path.join(folder, "result.pickle")
+            process_context = mp.start_processes(
+                _spawned_worker,
+                args=(strategy, function, args, kwargs, result_file, master),
+                nprocs=strategy.num_processes,
+                join=False,
+                start_method=self.start_method,
+            )
+            processes = process_context.processes
+            try:
+                failed = _wait_for_processes(processes, process_context.error_files)
+            finally:
+                _stop_processes(processes)
+            if failed:
+                raise self._failure(process_context, failed)
+            if not os.path.exists(result_file):
+                return None  # rank 0 runs on another node
+            with open(result_file, "rb") as handle:
+                return pickle.load(handle)
+
+    def _failure(self, process_context: Any, failed: list[int]) -> ProcessFailedError:
+        reports = []
+        for local_rank in failed:
+            code = process_context.processes[local_rank].exitcode
+            reports.append(
+                (local_rank, code, _read_spawn_error(process_context.error_files[local_rank]))
+            )
+        local_rank, code, error = root_cause(reports)
+        rank = self._rank(local_rank)
+        return ProcessFailedError(
+            failure_message(rank, local_rank, code, error), rank=rank, exit_code=code, error=error
+        )
+
+    def _rank(self, local_rank: int) -> int:
+        strategy = self.strategy
+        return strategy.node_rank * strategy.num_processes + local_rank
+
+
+class ForkLauncher(SpawnLauncher):
+    """SpawnLauncher with 'fork': the processes inherit the caller's memory (notebooks)."""
+
+    name = "fork"
+    default_start_method = "fork"
+
+
+class ForkServerLauncher(SpawnLauncher):
+    """SpawnLauncher with 'forkserver'."""
+
+    name = "forkserver"
+    default_start_method = "forkserver"
+
+
+def _wait_for_processes(processes: list[Any], error_files: list[str]) -> list[int]:
+    """Wait until every process ended, or one failed; return the local ranks that failed."""
+    from multiprocessing.connection import wait
+
+    pending = {p.sentinel: index for index, p in enumerate(processes)}
+    while pending:
+        for sentinel in wait(list(pending), timeout=POLL_INTERVAL):
+            index = pending.pop(sentinel)
+            processes[index].join()
+            if processes[index].exitcode != 0:
+                # Peers of a failed rank usually fail a moment later with a connection error;
+                # unless this one reported an error of its own, let them, so that the report
+                # can tell cause from consequence.
+                error = _read_spawn_error(error_files[index])
+                grace = 0.0 if error and not is_peer_failure(error) else PEER_GRACE
+                deadline = time.monotonic() + grace
+                for p in processes:
+                    p.join(max(0.0, deadline - time.monotonic()))
+                return [i for i, p in enumerate(processes) if p.exitcode not in (None, 0)]
+    return []
+
+
+def _stop_processes(processes: list[Any]) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + TERMINATE_GRACE
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _read_spawn_error(path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as handle:
+            return str(pickle.load(handle))
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return ""

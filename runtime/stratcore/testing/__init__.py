@@ -1,0 +1,141 @@
+"""Test support: real multi-process scenarios for any strategy of the package.
+
+The generated tests (and yours) run scenarios as ``python -m stratcore.testing --package PACKAGE
+SCENARIO STRATEGY ...`` in a fresh process, so that every launcher, the script-relaunching one
+included, works as it does for users. Each scenario prints one JSON line that the test reads.
+
+Scenarios:
+    train        train the reference model for a few SGD steps; print rank 0's final parameters
+                 and the losses, reduced over ranks
+    collectives  every collective of the strategy; print each rank's view
+    api          every method and property of the strategy API, the collectives included
+    checkpoint   save, change, load, and print whether the state came back
+    fail         make one rank raise, exit, kill itself or hang; the launch must fail, say which
+                 rank, and leave no process behind
+
+Modules: ``environ`` (the package under test, clean environments), ``reference`` (the reference
+problem), ``scenarios`` (what runs in the launched processes), ``cli`` (``python -m``),
+``processes`` (running scenarios, finding leftover processes), ``expectations`` (what a class
+can run), ``assertions`` and ``devices`` (what generated tests assert). Every public name is
+here too.
+"""
+
+from __future__ import annotations
+
+from ..exceptions import MisconfigurationError, MissingDependencyError
+from .assertions import (
+    assert_api,
+    assert_collectives,
+    assert_hooks_called,
+    assert_options,
+    assert_parameters_close,
+    assert_precision_plugin_trains,
+    assert_precisions,
+    assert_training_converges,
+    assert_trains_like_one_process,
+)
+from .cli import main
+from .devices import (
+    assert_detection_priority,
+    assert_device_parsing,
+    assert_devices_addressed,
+    assert_visible_devices_named,
+    environment_values,
+    expected_values,
+    set_environment,
+)
+from .environ import (
+    CLUSTER_VARIABLES,
+    RUNTIME_ROOT,
+    RUN_MARKER_ENV,
+    clean_environ,
+    cluster_variables,
+    isolated_environment,
+    package_name,
+    package_registry_in_use,
+    use_package,
+)
+from .expectations import (
+    PRECISION_TOLERANCE,
+    Expectation,
+    available_or_skip,
+    expectation_for,
+    precision_tolerance,
+    precision_variant,
+    runnable_accelerator,
+    runnable_or_skip,
+    unavailable_plugin_reason,
+    unavailable_reason,
+)
+from .processes import (
+    FailureRun,
+    assert_job_stopped,
+    leftover_processes,
+    run_failure_scenario,
+    run_scenario,
+)
+from .reference import (
+    BATCH,
+    FEATURES,
+    LARGE_INT,
+    reference_batch,
+    reference_model,
+    reference_parameters,
+    shard,
+)
+from .scenarios import API_METHODS, API_PROPERTIES
+
+__all__ = [
+    "API_METHODS",
+    "API_PROPERTIES",
+    "assert_api",
+    "assert_collectives",
+    "assert_detection_priority",
+    "assert_device_parsing",
+    "assert_devices_addressed",
+    "assert_hooks_called",
+    "assert_job_stopped",
+    "assert_options",
+    "assert_parameters_close",
+    "assert_precision_plugin_trains",
+    "assert_precisions",
+    "assert_training_converges",
+    "assert_trains_like_one_process",
+    "assert_visible_devices_named",
+    "available_or_skip",
+    "BATCH",
+    "clean_environ",
+    "CLUSTER_VARIABLES",
+    "cluster_variables",
+    "environment_values",
+    "Expectation",
+    "expectation_for",
+    "expected_values",
+    "FailureRun",
+    "FEATURES",
+    "isolated_environment",
+    "LARGE_INT",
+    "leftover_processes",
+    "main",
+    "MisconfigurationError",
+    "MissingDependencyError",
+    "package_name",
+    "package_registry_in_use",
+    "PRECISION_TOLERANCE",
+    "precision_tolerance",
+    "precision_variant",
+    "reference_batch",
+    "reference_model",
+    "reference_parameters",
+    "run_failure_scenario",
+    "RUN_MARKER_ENV",
+    "run_scenario",
+    "runnable_accelerator",
+    "runnable_or_skip",
+    "RUNTIME_ROOT",
+    "set_environment",
+    "shard",
+    "unavailable_plugin_reason",
+    "unavailable_reason",
+    "use_package",
+]

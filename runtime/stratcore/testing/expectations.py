@@ -1,0 +1,149 @@
+"""What a generated test expects of its strategy class: where it can run, in which precisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..collectives import REDUCE_OPS
+from ..exceptions import MisconfigurationError
+from ..registry import registry_of
+
+if TYPE_CHECKING:
+    from ..accelerator import Accelerator
+    from ..precision import PrecisionBase
+    from ..strategy import StrategyBase
+
+# --- assertions for generated tests ------------------------------------------------------------
+
+
+def runnable_accelerator(cls: type[StrategyBase]) -> str:
+    """The first accelerator ``cls`` supports that is present here ('cpu' if none is)."""
+    accelerators = registry_of(cls).accelerators
+    for name in cls.supported_accelerators or tuple(accelerators):
+        if name in accelerators and accelerators[name].is_available():
+            return str(name)
+    return "cpu"
+
+
+def unavailable_reason(cls: type[StrategyBase], accelerator: str | None = None) -> str | None:
+    """Why ``cls`` cannot run (on ``accelerator``, by default its first available one) here,
+    or None if it can."""
+    accelerator = accelerator or runnable_accelerator(cls)
+
+    missing = [r for r in cls.requirements if not r.available]
+    if missing:
+        return missing[0].message(cls.__name__)
+    backend = cls.backend
+    if backend is not None:
+        absent = [r for r in backend.requirements if not r.available]
+        if absent:
+            return absent[0].message(f"backend {backend.name!r}")
+    supported = cls.supported_accelerators
+    if supported and accelerator not in supported:
+        return f"{cls.__name__} does not run on {accelerator!r} (it runs on {', '.join(supported)})"
+    accelerator_cls = registry_of(cls).accelerators.get(accelerator)
+    if accelerator_cls is None or not accelerator_cls.is_available():
+        return f"no {accelerator} device on this machine"
+    return None
+
+
+def unavailable_plugin_reason(cls: type[PrecisionBase]) -> str | None:
+    missing = [r for r in cls.requirements if not r.available]
+    return missing[0].message(cls.__name__) if missing else None
+
+
+def precision_variant(cls: type[StrategyBase], accelerator: str) -> str | None:
+    """A precision other than the default that ``cls`` runs with on ``accelerator``, to train
+    with in a test: '64-true' where possible (it can be compared exactly), else a mixed one."""
+    registry = registry_of(cls)
+    accelerator_cls = registry.accelerators.get(accelerator)
+    if accelerator_cls is None:
+        return None
+    default = cls.default_precision or accelerator_cls.default_precision
+    for mode in ("64-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true"):
+        if mode == default or mode not in cls.supported_precisions:
+            continue
+        if mode not in accelerator_cls.supported_precisions:
+            continue
+        try:
+            registry.precision_plugin_class(cls, accelerator_cls, mode)
+        except MisconfigurationError:
+            continue
+        return mode
+    return None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a strategy's spec says it does on one accelerator, for its generated tests.
+
+    Attributes:
+        devices: Processes (devices) its real-run tests start.
+        default_precision: The precision it runs in when none is asked for.
+        precisions: Every precision it accepts on this accelerator.
+        backend: The collective backend of its process group (None for one process).
+        reduce_ops: Reductions the backend performs natively ('mean' is emulated otherwise).
+        casts: Tensor dtypes the backend reduces in another dtype, and that dtype.
+        step_hooks: Functions (import paths) called after backward / optimizer step.
+    """
+
+    devices: int
+    default_precision: str
+    precisions: tuple[str, ...]
+    backend: str | None = None
+    reduce_ops: tuple[str, ...] = REDUCE_OPS
+    casts: dict[str, str] = field(default_factory=dict)
+    step_hooks: dict[str, str] = field(default_factory=dict)
+
+
+def runnable_or_skip(cls: type[StrategyBase]) -> str:
+    """The accelerator ``cls`` runs on here; skips the calling pytest test where it cannot run.
+
+    Called inside tests, so that nothing is probed while pytest collects them.
+    """
+    import pytest
+
+    accelerator = runnable_accelerator(cls)
+    reason = unavailable_reason(cls, accelerator)
+    if reason is not None:
+        pytest.skip(reason)
+    return accelerator
+
+
+def available_or_skip(accelerator: type[Accelerator]) -> None:
+    """Skip the calling pytest test unless the accelerator is present here."""
+    import pytest
+
+    if not accelerator.is_available():
+        pytest.skip(f"no {accelerator.accelerator_name} device on this machine")
+
+
+def expectation_for(expected: dict[str, Expectation], accelerator: str) -> Expectation:
+    assert (
+        accelerator in expected
+    ), f"the spec says nothing of {accelerator!r}; it declares {', '.join(expected)}"
+    return expected[accelerator]
+
+
+#: How far training in each precision may drift from the reference at that precision after a
+#: few steps: data-parallel training sums its gradients in another order than one process.
+PRECISION_TOLERANCE = {
+    "64-true": 1e-10,
+    "32-true": 1e-5,
+    "16-mixed": 5e-3,
+    "bf16-mixed": 1e-2,
+    "16-true": 1e-2,
+    "bf16-true": 5e-2,
+}
+_TRUE_DTYPES = {
+    "64-true": torch.float64,
+    "16-true": torch.float16,
+    "bf16-true": torch.bfloat16,
+}
+
+
+def precision_tolerance(precision: str) -> float:
+    return PRECISION_TOLERANCE[precision]

@@ -1,0 +1,326 @@
+"""Scenarios: functions that run inside the launched processes and report what they saw."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..collectives import REDUCE_OPS
+from ..exceptions import MisconfigurationError
+from .reference import LARGE_INT, _mse, reference_batch, reference_model, shard
+
+#: The strategy API every strategy offers (Lightning's names).
+API_METHODS = (
+    "launch",
+    "setup_environment",
+    "setup",
+    "model_to_device",
+    "backward",
+    "optimizer_step",
+    "reduce",
+    "all_gather",
+    "broadcast",
+    "barrier",
+    "reduce_boolean_decision",
+    "block_backward_sync",
+    "save_checkpoint",
+    "load_checkpoint",
+    "get_module_state_dict",
+    "teardown",
+)
+API_PROPERTIES = (
+    "root_device",
+    "global_rank",
+    "local_rank",
+    "node_rank",
+    "world_size",
+    "is_global_zero",
+    "parallel_devices",
+    "distributed_sampler_kwargs",
+    "accelerator",
+    "precision_plugin",
+    "checkpoint_io",
+    "cluster_environment",
+    # Lightning's name for the launcher object; its class is ``launcher_class``.
+    "launcher",
+    "model",
+    "optimizers",
+)
+
+
+# --- scenarios (each runs inside the launched processes) -----------------------------------------
+
+
+def _count_calls(paths: Sequence[str]) -> dict[str, int]:
+    """Replace each function named by an import path with one that counts its calls (the
+    runtime resolves hooks by path at every call, so it finds the counting one)."""
+
+    counts: dict[str, int] = {}
+    for path in dict.fromkeys(paths):
+        module_name, _, attribute = path.partition(":")
+        module = importlib.import_module(module_name)
+        function = getattr(module, attribute)
+        counts[path] = 0
+
+        def counting(*args: Any, _path: str = path, _function: Any = function) -> Any:
+            counts[_path] += 1
+            return _function(*args)
+
+        setattr(module, attribute, counting)
+    return counts
+
+
+def _step_hooks(accelerator: Any) -> dict[str, str]:
+    hooks = {
+        "after_backward": accelerator.after_backward_hook,
+        "after_optimizer_step": accelerator.after_optimizer_step_hook,
+    }
+    return {point: path for point, path in hooks.items() if path is not None}
+
+
+def _train(strategy: Any, steps: int, lr: float) -> dict[str, Any]:
+    hook_calls = _count_calls(list(_step_hooks(strategy.accelerator).values()))
+    model = reference_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    model, optimizer = strategy.setup(model, optimizer)
+    x, y = reference_batch()
+    rank, world = strategy.global_rank, strategy.world_size
+    xs = shard(x, rank, world).to(strategy.root_device)
+    ys = shard(y, rank, world).to(strategy.root_device)
+    losses = []
+    for _ in range(steps):
+        loss = _mse(model(xs), ys)
+        strategy.backward(loss)
+        strategy.optimizer_step(optimizer)
+        losses.append(float(strategy.reduce(loss.detach(), reduce_op="mean")))
+    state = strategy.get_module_state_dict(model)
+    return {
+        # float64 keeps every digit of float64 parameters and is exact for narrower ones.
+        "params": [t.detach().cpu().double().tolist() for t in state.values()],
+        "param_dtypes": sorted({str(t.dtype).removeprefix("torch.") for t in state.values()}),
+        "losses": losses,
+        "world_size": world,
+        "precision": strategy.precision_plugin.precision,
+        "model_type": type(model).__name__,
+        "hook_calls": hook_calls,
+    }
+
+
+def _collectives(strategy: Any) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    rank, world = strategy.global_rank, strategy.world_size
+    device = strategy.root_device
+    value = torch.tensor([float(rank + 1)], device=device)
+    reductions: dict[str, Any] = {}
+    for op in REDUCE_OPS:
+        try:
+            reductions[op] = strategy.reduce(value, reduce_op=op).item()
+        except MisconfigurationError as exc:
+            reductions[op] = f"refused: {exc}"
+    large = strategy.reduce(torch.tensor(LARGE_INT + rank, device=device), reduce_op="sum")
+    views = {
+        "rank": rank,
+        "world_size": world,
+        "reductions": reductions,
+        "large_int_sum": [large.item(), str(large.dtype).removeprefix("torch.")],
+        "gather": strategy.all_gather(torch.tensor([rank, 10 * rank], device=device))
+        .cpu()
+        .tolist(),
+        "broadcast": strategy.broadcast({"sender": rank, "items": [1, 2]}, src=0),
+        "all_true": strategy.reduce_boolean_decision(True, all=True),
+        "all_rank0": strategy.reduce_boolean_decision(rank == 0, all=True),
+        "any_rank0": strategy.reduce_boolean_decision(rank == 0, all=False),
+        "sampler": strategy.distributed_sampler_kwargs,
+        "process_group_backend": dist.get_backend() if dist.is_initialized() else None,
+    }
+    strategy.barrier("collectives")
+    gathered = strategy.all_gather(torch.tensor([float(rank)], device=device))
+    views["every_rank"] = sorted(int(v) for v in gathered.flatten().tolist())
+    return views
+
+
+def _describe(value: Any) -> Any:
+    if isinstance(value, torch.device):
+        return str(value)
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _describe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_describe(v) for v in value]
+    return type(value).__name__
+
+
+def _flat_grads(module: nn.Module) -> torch.Tensor | None:
+    """Every gradient of ``module`` in one tensor; sharded gradients (DTensors) are gathered
+    whole, which every rank must do together."""
+    grads = []
+    for parameter in module.parameters():
+        grad = parameter.grad
+        if grad is None:
+            continue
+        full = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+        grads.append(full.detach().flatten().float())
+    return torch.cat(grads) if grads else None
+
+
+#: Wrappers that reduce each gradient to the one rank that owns its optimizer shard: the
+#: other ranks' copies are not meant to agree.
+OWNER_REDUCED_GRADIENTS = ("fairscale_sharded",)
+#: Wrappers that average gradients inside ``optimizer_step`` (torch_xla's reduce_gradients),
+#: not during backward: until the step each rank holds its own.
+STEP_REDUCED_GRADIENTS = ("xla",)
+
+
+def _grads_agree(strategy: Any, module: nn.Module) -> bool | None:
+    """Whether every rank holds the same gradients (None where the wrapper keeps none, or keeps
+    them only on the rank that owns them)."""
+    if strategy.wrapper in OWNER_REDUCED_GRADIENTS + STEP_REDUCED_GRADIENTS:
+        return None
+    grads = _flat_grads(module)
+    if strategy.reduce_boolean_decision(grads is None, all=False) or grads is None:
+        return None
+    gathered = strategy.all_gather(grads.to(strategy.root_device))
+    return bool(all(torch.allclose(gathered[0], g, atol=1e-6) for g in gathered))
+
+
+def _on_device(actual: torch.device, device: torch.device) -> bool:
+    """Whether a tensor on ``actual`` lives on ``device`` (CPU tensors carry no index, even when
+    placed on 'cpu:0')."""
+    if actual.type != device.type:
+        return False
+    return device.index is None or actual.index in (None, device.index)
+
+
+def _api(strategy: Any, folder: str) -> dict[str, Any]:
+    cls = type(strategy)
+    report: dict[str, Any] = {
+        "missing_methods": [n for n in API_METHODS if not callable(getattr(strategy, n, None))],
+        "missing_properties": [n for n in API_PROPERTIES if not hasattr(cls, n)],
+        "empty_before_setup": strategy.model is None and list(strategy.optimizers) == [],
+    }
+    report["properties"] = {
+        name: _describe(getattr(strategy, name))
+        for name in API_PROPERTIES
+        if name not in ("model", "optimizers")
+    }
+    root = strategy.root_device
+    report["model_to_device"] = _on_device(
+        next(strategy.model_to_device(nn.Linear(2, 2)).parameters()).device, root
+    )
+
+    model = reference_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    wrapped, optimizer = strategy.setup(model, optimizer)
+    report["owns_model"] = strategy.model is wrapped and len(strategy.optimizers) == 1
+    report["owns_optimizer"] = bool(strategy.optimizers) and strategy.optimizers[0] is optimizer
+    inner = strategy.lightning_module if hasattr(strategy, "lightning_module") else wrapped
+
+    rank, world = strategy.global_rank, strategy.world_size
+    x, y = reference_batch()
+    xs, ys = shard(x, rank, world).to(root), shard(y, rank, world).to(root)
+    before = {
+        k: v.detach().float().cpu().clone()
+        for k, v in strategy.get_module_state_dict(wrapped).items()
+    }
+    loss = _mse(wrapped(xs), ys)
+    strategy.backward(loss)
+    report["grads_synced"] = _grads_agree(strategy, inner)
+    strategy.optimizer_step(optimizer)
+    report["grads_cleared"] = _flat_grads(inner) is None
+    after = strategy.get_module_state_dict(wrapped)
+    report["step_changed_parameters"] = any(
+        not torch.equal(before[k], v.detach().float().cpu()) for k, v in after.items()
+    )
+
+    # Gradient accumulation: inside the block each rank keeps its own gradients; the first
+    # backward after it synchronises again.
+    with strategy.block_backward_sync():
+        strategy.backward(_mse(wrapped(xs), ys))
+    report["grads_agree_inside_block"] = _grads_agree(strategy, inner)
+    strategy.backward(_mse(wrapped(xs), ys))
+    report["grads_agree_after_block"] = _grads_agree(strategy, inner)
+    optimizer.zero_grad(set_to_none=True)
+
+    report["collectives"] = _collectives(strategy)
+
+    state = strategy.get_module_state_dict(wrapped)
+    reference = reference_model().state_dict()
+    report["full_state_dict"] = list(state) == list(reference) and all(
+        tuple(state[k].shape) == tuple(v.shape) for k, v in reference.items()
+    )
+    path = Path(folder) / "api.ckpt"
+    strategy.save_checkpoint({"model": wrapped, "optimizer": optimizer, "step": 5}, path)
+    saved = {k: v.detach().float().cpu().clone() for k, v in state.items()}
+    with torch.no_grad():
+        for parameter in inner.parameters():
+            parameter.add_(1.0)
+    loaded = strategy.load_checkpoint(path)
+    report["checkpoint_loaded_on_every_rank"] = strategy.reduce_boolean_decision(
+        loaded.get("step") == 5 and "model" in loaded, all=True
+    )
+    remaining = strategy.load_checkpoint(path, state={"model": wrapped, "optimizer": optimizer})
+    restored = strategy.get_module_state_dict(wrapped)
+    report["checkpoint_restored"] = remaining == {"step": 5} and all(
+        torch.allclose(saved[k], v.detach().float().cpu()) for k, v in restored.items()
+    )
+    return report
+
+
+def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
+    model = reference_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model, optimizer = strategy.setup(model, optimizer)
+    x, y = reference_batch()
+    xs = shard(x, strategy.global_rank, strategy.world_size).to(strategy.root_device)
+    ys = shard(y, strategy.global_rank, strategy.world_size).to(strategy.root_device)
+    loss = _mse(model(xs), ys)
+    strategy.backward(loss)
+    strategy.optimizer_step(optimizer)
+    path = Path(folder) / "checkpoint.pt"
+    strategy.save_checkpoint({"model": model, "optimizer": optimizer, "step": 1}, path)
+    saved = {
+        k: v.detach().float().cpu().clone()
+        for k, v in strategy.get_module_state_dict(model).items()
+    }
+    # Change the model, then restore it from the file.
+    loss = _mse(model(xs), ys)
+    strategy.backward(loss)
+    strategy.optimizer_step(optimizer)
+    remaining = strategy.load_checkpoint(path, state={"model": model, "optimizer": optimizer})
+    restored = {
+        k: v.detach().float().cpu() for k, v in strategy.get_module_state_dict(model).items()
+    }
+    same = all(torch.allclose(saved[k], restored[k]) for k in saved)
+    return {
+        "restored": same,
+        "remaining": remaining,
+        "exists": path.exists(),  # a file, or the folder of a sharded checkpoint
+        "rank": strategy.global_rank,
+    }
+
+
+def _fail(strategy: Any, failing_rank: int, how: str, folder: str) -> None:
+    strategy.barrier("start")
+    if strategy.global_rank == failing_rank:
+        # When the failure happened, for the test to measure how long stopping the job took.
+        (Path(folder) / "failed_at").write_text(repr(time.time()), encoding="utf-8")
+        if how == "raise":
+            raise RuntimeError(f"deliberate failure on rank {failing_rank}")
+        if how == "exit":
+            os._exit(3)
+        if how == "kill":
+            os.kill(os.getpid(), 9)
+        if how == "hang":
+            time.sleep(3600)
+    # Every other rank waits in a collective, as training would.
+    strategy.reduce(torch.tensor(1.0, device=strategy.root_device), reduce_op="sum")
+    strategy.barrier("end")
