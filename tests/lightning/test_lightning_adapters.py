@@ -10,7 +10,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import acme
+import acme.lightning_fabric as acme_fabric
+import acme.lightning_pytorch as acme_pytorch
 import pytest
 import torch
 from lightning.fabric import Fabric
@@ -20,10 +24,6 @@ from lightning.fabric.strategies import STRATEGY_REGISTRY
 from lightning.pytorch import Trainer
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
-
-import acme
-import acme.lightning_fabric as acme_fabric
-import acme.lightning_pytorch as acme_pytorch
 from stratcore.exceptions import MisconfigurationError, MissingDependencyError
 from stratcore.lightning import check_lightning_version
 from stratcore.lightning.precision import build_precision, lightning_precision_class
@@ -56,7 +56,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def trainer(**kwargs: object) -> Trainer:
+def trainer(**kwargs: object) -> Any:
     options: dict[str, object] = {
         "strategy": "acme_parallel",
         "accelerator": "acme",
@@ -99,7 +99,7 @@ def test_registering_again_is_harmless_and_clashes_are_refused() -> None:
     importlib.reload(acme_pytorch)  # a re-import registers twin classes under the same names
     assert StrategyRegistry["acme_parallel"]["strategy"] is acme_pytorch.AcmeParallelStrategy
     assert StrategyRegistry["acme_parallel"]["init_params"] == before["init_params"]
-    with pytest.raises(ValueError, match="'ddp' is already registered to .*DDPStrategy"):
+    with pytest.raises(ValueError, match=r"'ddp' is already registered to .*DDPStrategy"):
         register(
             AcceleratorRegistry,
             StrategyRegistry,
@@ -124,7 +124,9 @@ def test_devices_and_backend_come_from_the_spec() -> None:
 
 
 def test_unsupported_precision_is_refused_with_what_is_supported() -> None:
-    message = r"'acme_parallel' does not support precision='64-true'; it supports '32-true', 'bf16-mixed'"
+    message = (
+        r"'acme_parallel' does not support precision='64-true'; it supports '32-true', 'bf16-mixed'"
+    )
     with pytest.raises(MisconfigurationError, match=message):
         trainer(precision="64-true")  # the accelerator's, not the strategy's
     with pytest.raises(MisconfigurationError, match="does not support precision='16-true'"):
@@ -137,7 +139,9 @@ def test_mixed_precision_autocasts_on_the_accelerators_device() -> None:
     # Lightning's connector would pick 'cuda' for an accelerator it does not know
     plugin = trainer(precision="bf16-mixed").precision_plugin
     assert type(plugin).__name__ == "MixedPrecision" and plugin.device == "cpu"
-    fabric = Fabric(strategy="acme_parallel", accelerator="acme", devices=2, precision="bf16-mixed")
+    fabric: Any = Fabric(
+        strategy="acme_parallel", accelerator="acme", devices=2, precision="bf16-mixed"
+    )
     assert fabric.strategy.precision.device == "cpu"
 
 
@@ -160,7 +164,7 @@ def test_the_spec_environment_is_used_when_lightning_detects_none(
     assert environment.creates_processes_externally  # the launcher starts no process
     assert (built.global_rank, built.local_rank, built.world_size) == (1, 1, 2)
     assert (environment.main_address, environment.main_port) == ("127.0.0.1", 29577)
-    fabric = Fabric(strategy="acme_parallel", accelerator="acme", devices=2)
+    fabric: Any = Fabric(strategy="acme_parallel", accelerator="acme", devices=2)
     assert isinstance(fabric.strategy.cluster_environment, acme_fabric.AcmeEnvironment)
     assert fabric.global_rank == 1
 
@@ -211,7 +215,7 @@ def test_wrapper_kinds_and_apex() -> None:
     assert lightning_precision_class("xla", "fabric").__name__ == "XLAPrecision"
     with pytest.warns(UserWarning, match="bf16-mixed"):
         assert build_precision("16-mixed", device_type="cpu").precision == "bf16-mixed"
-    with pytest.raises(MisconfigurationError, match="apex.*use precision='16-mixed'"):
+    with pytest.raises(MisconfigurationError, match=r"apex.*use precision='16-mixed'"):
         build_precision("apex")
 
 

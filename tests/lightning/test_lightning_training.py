@@ -27,7 +27,14 @@ def run_two_ranks(script: str, out: Path) -> list[dict]:
     env["PYTHONPATH"] = os.pathsep.join(
         [str(SUPPORT), str(ROOT / "runtime"), str(ROOT / "generator"), str(ROOT / "generated")]
     )
-    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE", "ACME_JOB_ID"):
+    for name in (
+        "LOCAL_RANK",
+        "RANK",
+        "WORLD_SIZE",
+        "GROUP_RANK",
+        "LOCAL_WORLD_SIZE",
+        "ACME_JOB_ID",
+    ):
         env.pop(name, None)
     env.setdefault("OMP_NUM_THREADS", "1")
     done = subprocess.run(

@@ -54,7 +54,7 @@ from ..exceptions import MisconfigurationError  # noqa: E402
 from ..imports import import_object  # noqa: E402
 from ..strategy import StrategyBase  # noqa: E402
 from .accelerators import AcceleratorAdapter  # noqa: E402
-from .precision import build_precision  # noqa: E402
+from .precision import Flavour, build_precision  # noqa: E402
 
 __all__ = ["StrategyAdapter", "register", "register_accelerator", "register_strategy"]
 
@@ -76,14 +76,12 @@ class StrategyAdapter:
     spec: ClassVar[type[StrategyBase]]
     strategy_name: ClassVar[str]
     #: Lightning-side ClusterEnvironment classes, in the spec's detection order.
-    environments: ClassVar[tuple[type, ...]] = ()
+    environments: ClassVar[tuple[Any, ...]] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         #: The backend the user asked for by name (None: the spec's).
-        self._user_process_group_backend: str | None = getattr(
-            self, "_process_group_backend", None
-        )
+        self._user_process_group_backend: str | None = getattr(self, "_process_group_backend", None)
 
     # -- the spec's facts -------------------------------------------------------------------
 
@@ -176,7 +174,7 @@ class StrategyAdapter:
             and getattr(self, "_process_group_backend", "") is None
             and self._spec_backend() is not None
         ):
-            self._process_group_backend = self.collective_backend.name
+            setattr(self, "_process_group_backend", self.collective_backend.name)  # noqa: B010
         self._adapt_precision()
         self._check_precision()
         super()._configure_launcher()  # type: ignore[misc]
@@ -186,9 +184,7 @@ class StrategyAdapter:
         try:
             return self.__dict__["_adapter_cluster_environment"]
         except KeyError:  # single-device strategies have none (hasattr() says so)
-            raise AttributeError(
-                f"{type(self).__name__} has no cluster environment"
-            ) from None
+            raise AttributeError(f"{type(self).__name__} has no cluster environment") from None
 
     @cluster_environment.setter
     def cluster_environment(self, environment: Any) -> None:
@@ -216,7 +212,7 @@ class StrategyAdapter:
             return
         if getattr(plugin, "device", accelerator.device_type) == accelerator.device_type:
             return
-        flavour = "pytorch" if self._is_trainer_strategy() else "fabric"
+        flavour: Flavour = "pytorch" if self._is_trainer_strategy() else "fabric"
         rebuilt = build_precision(plugin.precision, "none", flavour, accelerator.device_type)
         if type(rebuilt) is type(plugin) and getattr(plugin, "scaler", None) is None:
             setattr(self, self._precision_attribute, rebuilt)
@@ -322,7 +318,9 @@ def _check_free(kind: str, name: str, holder: Any, cls: type, override: bool) ->
 def register_accelerator(registry: Any, cls: type, override: bool = False) -> None:
     """Register a Lightning accelerator class under its spec's name (idempotent)."""
     name = cls.name()  # type: ignore[attr-defined]
-    holder = dict.__getitem__(registry, name)["accelerator"] if name in dict.keys(registry) else None
+    holder = (
+        dict.__getitem__(registry, name)["accelerator"] if name in dict.keys(registry) else None
+    )
     _check_free("accelerator", name, holder, cls, override)
     description = _first_line(getattr(cls, "spec", cls).__doc__)
     registry.register(name, cls, description=description, override=True)

@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-
-import torch
-from lightning.fabric import Fabric
-from torch import nn
+from typing import Any
 
 import acme
 import acme.lightning_fabric  # noqa: F401  (registers 'acme' and 'acme_parallel')
 import common
+import torch
+from lightning.fabric import Fabric
+from torch import nn
 
 
 def main() -> None:
@@ -33,16 +33,20 @@ def main() -> None:
         optimizer.zero_grad()
         fabric.backward(nn.functional.mse_loss(model(x), y))
         optimizer.step()
+
+    def reduce(tensor: torch.Tensor, op: str = "mean") -> Any:
+        return fabric.all_reduce(tensor, reduce_op=op)
+
     ints = torch.tensor([rank + 1, 10 * (rank + 1)], dtype=torch.int64)
     report = {
         "rank": rank,
         "world_size": size,
         "weights": {n: p.detach().flatten().tolist() for n, p in net.named_parameters()},
         "calls": acme.CALLS,
-        "mean_int64": fabric.all_reduce(ints, reduce_op="mean").tolist(),
-        "sum_int64": fabric.all_reduce(ints, reduce_op="sum").tolist(),
-        "sum_int64_dtype": str(fabric.all_reduce(ints, reduce_op="sum").dtype),
-        "mean_float": fabric.all_reduce(torch.tensor([2.0 * rank + 1.0])).tolist(),
+        "mean_int64": reduce(ints, "mean").tolist(),
+        "sum_int64": reduce(ints, "sum").tolist(),
+        "sum_int64_dtype": str(reduce(ints, "sum").dtype),
+        "mean_float": reduce(torch.tensor([2.0 * rank + 1.0])).tolist(),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(report))
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import acme
+import acme.lightning_pytorch  # noqa: F401  (registers 'acme' and 'acme_parallel')
+import common
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-import acme
-import acme.lightning_pytorch  # noqa: F401  (registers 'acme' and 'acme_parallel')
-import common
 
 
 class Module(pl.LightningModule):
@@ -51,7 +51,7 @@ def main() -> None:
     x, y = common.data()
     loader = DataLoader(TensorDataset(x, y), batch_size=common.SAMPLES // 2)
     trainer.fit(module, loader)
-    strategy = trainer.strategy
+    strategy: Any = trainer.strategy
     rank = trainer.global_rank
     ints = torch.tensor([rank + 1, 10 * (rank + 1)], dtype=torch.int64)
     floats = torch.tensor([2.0 * rank + 1.0])

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.fabric.accelerators import ACCELERATOR_REGISTRY, Accelerator
+from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.fabric.strategies import STRATEGY_REGISTRY, DDPStrategy
-
-import acme
 from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.environments import EnvironmentAdapter
 from stratcore.lightning.strategies import StrategyAdapter, register
+
+import acme
 
 
 class AcmeAccelerator(AcceleratorAdapter, Accelerator):

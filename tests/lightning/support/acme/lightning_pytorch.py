@@ -5,11 +5,11 @@ from __future__ import annotations
 from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.pytorch.accelerators import Accelerator, AcceleratorRegistry
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
-
-import acme
 from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.environments import EnvironmentAdapter
 from stratcore.lightning.strategies import StrategyAdapter, register
+
+import acme
 
 
 class AcmeAccelerator(AcceleratorAdapter, Accelerator):
