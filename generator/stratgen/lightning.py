@@ -142,13 +142,17 @@ def spec_modules(
                 )
             else:
                 strategy = entry.strategy
-                imports.third_party.add(f"from {lightning}.strategies import {entry.lightning_base}")
+                imports.third_party.add(
+                    f"from {lightning}.strategies import {entry.lightning_base}"
+                )
                 imports.add_local(f"{ADAPTERS}.strategies", "StrategyAdapter")
                 imports.add_local("", "strategies")
                 environments = []
                 for env_name, lightning_class in entry.environments:
                     if lightning_class is not None:
-                        imports.third_party.add(f"from {ENVIRONMENTS_MODULE} import {lightning_class}")
+                        imports.third_party.add(
+                            f"from {ENVIRONMENTS_MODULE} import {lightning_class}"
+                        )
                         environments.append(lightning_class)
                     else:
                         env = catalog.environments[env_name]
@@ -295,3 +299,38 @@ def modules(catalog: Catalog, strategy_names: Iterable[str], sources: str) -> li
         if env_module is not None:
             result.append(env_module)
     return result
+
+
+@dataclass
+class TestCases:
+    """What the generated tests of one spec file check, per framework."""
+
+    source: str
+    #: framework -> accelerator class names
+    accelerators: dict[str, list[str]] = field(default_factory=dict)
+    #: framework -> (registry name, class name, preset literal)
+    names: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    #: framework -> (class name, registry name, processes it trains on)
+    trains: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
+
+
+def test_cases(catalog: Catalog, strategy_names: Iterable[str]) -> dict[str, TestCases]:
+    """Spec file stem -> what its generated Lightning tests check."""
+    names = list(strategy_names)
+    cases: dict[str, TestCases] = {}
+    for framework in FRAMEWORKS:
+        selection = select(catalog, names, framework)
+        for accelerator in selection.accelerators:
+            case = cases.setdefault(accelerator.source.stem, TestCases(accelerator.source.path))
+            case.accelerators.setdefault(framework, []).append(accelerator.class_name)
+        for plugin in selection.strategies:
+            strategy = plugin.strategy
+            case = cases.setdefault(strategy.source.stem, TestCases(strategy.source.path))
+            case.names.setdefault(framework, []).extend(
+                (name, strategy.class_name, literal(preset)) for name, preset in plugin.names
+            )
+            processes = 1 if strategy.base == "single_device" else 2
+            case.trains.setdefault(framework, []).append(
+                (strategy.class_name, strategy.name, processes)
+            )
+    return cases

@@ -127,7 +127,9 @@ def render(
     try:
         files = _render(catalog, selection, renderer, package, package_dir, tests_dir)
         if "lightning" in targets:
-            files += _render_lightning(catalog, selection, renderer, package, package_dir, tests_dir)
+            files += _render_lightning(
+                catalog, selection, renderer, package, package_dir, tests_dir
+            )
         return files
     except jinja2.TemplateError as exc:
         raise StratgenError(_template_problem(exc)) from None
@@ -151,6 +153,17 @@ def _render_lightning(
     for module in lightning.modules(catalog, selection.strategies, sources):
         text = module_template.render(header=header(module.source), module=module)
         files.append(RenderedFile(f"{package_dir}/{module.path}", text, True))
+    test_template = renderer.template("tests/test_lightning.py.j2")
+    for stem, case in sorted(lightning.test_cases(catalog, selection.strategies).items()):
+        frameworks = [f for f in ("fabric", "pytorch") if f in case.names or f in case.accelerators]
+        text = test_template.render(
+            header=header(f"{case.source} (Lightning target)"),
+            case=case,
+            package=package,
+            frameworks=frameworks,
+        )
+        name = stem.replace("-", "_")
+        files.append(RenderedFile(f"{tests_dir}/test_lightning_{name}.py", text, True))
     return files
 
 

@@ -21,11 +21,9 @@ and every generated package import Lightning only when an adapter module is impo
 from __future__ import annotations
 
 from ..exceptions import MissingDependencyError
+from .contract import REQUIREMENT, SUPPORTED, SUPPORTED_SERIES
 
-#: The Lightning series the adapters are written against (``lightning>=2.6,<2.7``).
-SUPPORTED_SERIES = (2, 6)
-SUPPORTED = ">=2.6,<2.7"
-INSTALL = "pip install 'lightning>=2.6,<2.7'"
+INSTALL = f"pip install '{REQUIREMENT}'"
 
 __all__ = ["INSTALL", "SUPPORTED", "SUPPORTED_SERIES", "check_lightning_version"]
 

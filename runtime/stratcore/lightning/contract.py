@@ -8,7 +8,8 @@ installed Lightning.
 
 from __future__ import annotations
 
-#: The versions of Lightning the generated plugins and the adapters support.
+#: The versions of Lightning the generated plugins and the adapters support: the 2.6 series.
+SUPPORTED_SERIES = (2, 6)
 SUPPORTED = ">=2.6,<2.7"
 REQUIREMENT = f"lightning{SUPPORTED}"
 
@@ -19,7 +20,10 @@ FRAMEWORKS: dict[str, str] = {"pytorch": "lightning.pytorch", "fabric": "lightni
 #: framework; a pair or framework missing here has no Lightning counterpart (Lightning 2 has
 #: no DataParallel, fairscale, Horovod, Bagua or IPU strategy), and is not rendered.
 STRATEGY_BASES: dict[tuple[str, str], dict[str, str]] = {
-    ("single_device", "none"): {"pytorch": "SingleDeviceStrategy", "fabric": "SingleDeviceStrategy"},
+    ("single_device", "none"): {
+        "pytorch": "SingleDeviceStrategy",
+        "fabric": "SingleDeviceStrategy",
+    },
     ("parallel", "ddp"): {"pytorch": "DDPStrategy", "fabric": "DDPStrategy"},
     ("parallel", "fsdp"): {"pytorch": "FSDPStrategy", "fabric": "FSDPStrategy"},
     ("parallel", "deepspeed"): {"pytorch": "DeepSpeedStrategy", "fabric": "DeepSpeedStrategy"},

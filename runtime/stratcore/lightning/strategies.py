@@ -74,7 +74,7 @@ class StrategyAdapter:
     """
 
     spec: ClassVar[type[StrategyBase]]
-    strategy_name: ClassVar[str]
+    strategy_name: str
     #: Lightning-side ClusterEnvironment classes, in the spec's detection order.
     environments: ClassVar[tuple[Any, ...]] = ()
 
