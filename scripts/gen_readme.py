@@ -51,6 +51,8 @@ CONFIG_DOCS = {
     "tests": "Folder of the generated tests (every file in it is generated).",
     "templates": "Folder of templates that override the built-in ones, file by file.",
     "builtin-specs": "Whether the project's specs see stratgen's built-in specs (to `extends` them).",
+    "targets": "What to generate: `stratlib` (the package, always) and `lightning` (plugins for "
+    "Lightning's Trainer and Fabric, `<package>.lightning`); `--target` adds one.",
 }
 
 
@@ -189,6 +191,8 @@ def config_section() -> str:
                 f"scripts/gen_readme.py: describe the [tool.stratgen] key {key!r} in CONFIG_DOCS"
             )
         default = defaults[key.replace("-", "_")]
+        if isinstance(default, tuple):
+            default = "[" + ", ".join(f'"{item}"' for item in default) + "]"
         shown = (
             "none"
             if default is None

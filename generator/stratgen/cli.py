@@ -44,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="whether stratgen's own specs join the project's (default: yes)",
     )
+    group.add_argument(
+        "--target",
+        dest="targets",
+        action="append",
+        metavar="TARGET",
+        help="generate for this target too: 'lightning' adds plugins for Lightning's Trainer "
+        "and Fabric (repeatable; default: [tool.stratgen] targets, else 'stratlib' alone)",
+    )
     group.add_argument("--no-color", action="store_true", help="never colour the output")
 
     parser = _Parser(

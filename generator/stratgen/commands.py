@@ -22,7 +22,7 @@ def config_from(args: argparse.Namespace) -> Config:
         raise StratgenError(f"project folder {root} does not exist")
     overrides = {
         key: getattr(args, key, None)
-        for key in ("specs", "output", "package", "tests", "templates", "builtin_specs")
+        for key in ("specs", "output", "package", "tests", "templates", "builtin_specs", "targets")
     }
     if args.command == "schema":
         overrides["output"] = None

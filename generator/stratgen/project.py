@@ -38,7 +38,10 @@ def resource_dir(name: str) -> Path:
 
 BUILTIN_PREFIX = "stratgen:"
 SPEC_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
-CONFIG_KEYS = ("specs", "output", "package", "tests", "templates", "builtin-specs")
+CONFIG_KEYS = ("specs", "output", "package", "tests", "templates", "builtin-specs", "targets")
+#: What a project can generate: 'stratlib' (the package of strategies on stratcore, always
+#: generated) and 'lightning' (plugins for Lightning's Trainer and Fabric, built on it).
+TARGETS = ("stratlib", "lightning")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Config:
     tests: str = "generated/tests"
     templates: str | None = None
     builtin_specs: bool = True
+    targets: tuple[str, ...] = ("stratlib",)
 
     @property
     def package_dir(self) -> str:
@@ -90,6 +94,9 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
                     f"{pyproject}: [tool.stratgen]: unknown key {key!r}{did_you_mean(key, CONFIG_KEYS)}; "
                     f"allowed keys: {', '.join(CONFIG_KEYS)}"
                 )
+            if key == "targets":
+                values["targets"] = _targets(value, f"{pyproject}: [tool.stratgen]: targets")
+                continue
             expected = bool if key == "builtin-specs" else str
             if not isinstance(value, expected):
                 raise StratgenError(
@@ -98,7 +105,7 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
             values[key.replace("-", "_")] = value
     for key, value in (overrides or {}).items():
         if value is not None:
-            values[key] = value
+            values[key] = _targets(value, "--target") if key == "targets" else value
     for key in ("specs", "output", "tests", "templates"):
         if isinstance(values.get(key), str) and values[key]:
             values[key] = PurePosixPath(values[key].replace("\\", "/")).as_posix()
@@ -120,6 +127,20 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
     if config.templates is not None and not (root / config.templates).is_dir():
         raise StratgenError(f"templates folder {config.templates}/ does not exist")
     return config
+
+
+def _targets(value: Any, where: str) -> tuple[str, ...]:
+    """A list of target names, checked; 'stratlib' is always part of it (the Lightning
+    plugins are built on its classes)."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise StratgenError(f"{where} must be a list of target names, found {value!r}")
+    for name in value:
+        if name not in TARGETS:
+            raise StratgenError(
+                f"{where}: unknown target {name!r}{did_you_mean(name, TARGETS)}; "
+                f"targets: {', '.join(TARGETS)}"
+            )
+    return tuple(t for t in TARGETS if t in value or t == "stratlib")
 
 
 @dataclass
@@ -258,6 +279,7 @@ class Project:
             self.config.package,
             self.config.package_dir,
             self.config.tests,
+            self.config.targets,
         )
         self.timings.add("render", started)
 

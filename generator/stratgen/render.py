@@ -120,12 +120,51 @@ def render(
     package: str,
     package_dir: str,
     tests_dir: str,
+    targets: Iterable[str] = ("stratlib",),
 ) -> list[RenderedFile]:
-    """Every file of the package and its tests; a broken template is a clean error."""
+    """Every file of the package and its tests, for each target; a broken template is a clean
+    error."""
     try:
-        return _render(catalog, selection, renderer, package, package_dir, tests_dir)
+        files = _render(catalog, selection, renderer, package, package_dir, tests_dir)
+        if "lightning" in targets:
+            files += _render_lightning(
+                catalog, selection, renderer, package, package_dir, tests_dir
+            )
+        return files
     except jinja2.TemplateError as exc:
         raise StratgenError(_template_problem(exc)) from None
+
+
+def _render_lightning(
+    catalog: Catalog,
+    selection: Selection,
+    renderer: Renderer,
+    package: str,
+    package_dir: str,
+    tests_dir: str,
+) -> list[RenderedFile]:
+    """The Lightning target: plugins for the Trainer and Fabric built on the package's
+    classes, and their tests."""
+    from . import lightning
+
+    module_template = renderer.template("package/module.py.j2")
+    sources = components.describe_sources(catalog.sources)
+    files = []
+    for module in lightning.modules(catalog, selection.strategies, sources):
+        text = module_template.render(header=header(module.source), module=module)
+        files.append(RenderedFile(f"{package_dir}/{module.path}", text, True))
+    test_template = renderer.template("tests/test_lightning.py.j2")
+    for stem, case in sorted(lightning.test_cases(catalog, selection.strategies).items()):
+        frameworks = [f for f in ("fabric", "pytorch") if f in case.names or f in case.accelerators]
+        text = test_template.render(
+            header=header(f"{case.source} (Lightning target)"),
+            case=case,
+            package=package,
+            frameworks=frameworks,
+        )
+        name = stem.replace("-", "_")
+        files.append(RenderedFile(f"{tests_dir}/test_lightning_{name}.py", text, True))
+    return files
 
 
 def _template_problem(exc: jinja2.TemplateError) -> str:

@@ -108,6 +108,38 @@ def _junit_outcomes(report: Path) -> dict[str, str]:
     return outcomes
 
 
+def _run_on_standins(
+    spec: str, test_file: str, tmp_path: Path, extra: list[str]
+) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """Run one generated test module in a fresh pytest process on ``spec``'s stand-ins."""
+    standin = STANDINS[spec]
+    site = install_standins(tmp_path, standin.packages)
+    (site / "sitecustomize.py").write_bytes(
+        (Path(__file__).parent / "standins" / "sitecustomize.py").read_bytes()
+    )
+    environ = clean_environ(standin.environ)
+    environ["PYTHONPATH"] = os.pathsep.join([str(site), str(GENERATED)])
+    environ["STANDIN_ON_CPU"] = ",".join(standin.on_cpu)
+    report = tmp_path / "report.xml"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    command += [f"--junitxml={report}", str(GENERATED / "tests" / test_file), *extra]
+    process = subprocess.run(
+        command, cwd=REPO, env=environ, capture_output=True, text=True, timeout=900
+    )
+    return process, _junit_outcomes(report) if report.is_file() else {}
+
+
+@pytest.mark.slow
+def test_lightning_plugins_of_the_hpu_spec_train_on_its_standins(tmp_path: Path) -> None:
+    """The Lightning target's tests of specs/hpu.yaml, with HPUs standing in on the CPU: the
+    Trainer and Fabric plugins register, and train on one and on two processes (over the
+    stand-in HCCL, with its emulated reductions) like one process."""
+    pytest.importorskip("lightning")
+    process, outcomes = _run_on_standins("hpu", "test_lightning_hpu.py", tmp_path, [])
+    assert process.returncode == 0, process.stdout[-6000:] + process.stderr[-2000:]
+    assert len(outcomes) == 6 and set(outcomes.values()) == {"passed"}, outcomes
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", list(STANDINS))
 def test_generated_tests_of_the_spec_pass_on_its_standins(spec: str, tmp_path: Path) -> None:

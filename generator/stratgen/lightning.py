@@ -1,0 +1,336 @@
+"""The Lightning target: plugins for Lightning's Trainer and Fabric from the same specs.
+
+Each strategy of a spec whose base and wrapper have a Lightning counterpart
+(``stratcore.lightning.contract.STRATEGY_BASES``), and whose registry name Lightning does not
+define itself, becomes a subclass of that Lightning strategy, once for ``lightning.pytorch``
+and once for ``lightning.fabric``; its devices become Lightning accelerators and its own
+cluster environments Lightning cluster environments. The generated classes only name things:
+the spec's class of the stratlib target (``spec``, which carries every fact), the Lightning
+base class (the behaviour), and ``stratcore.lightning``'s adapter (the glue between them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from stratcore.lightning.contract import (
+    ACCELERATOR_NAMES,
+    ENVIRONMENTS,
+    ENVIRONMENTS_MODULE,
+    FRAMEWORKS,
+    LAUNCHER_PRESETS,
+    REQUIREMENT,
+    STRATEGY_NAMES,
+    strategy_base,
+)
+
+from .catalog import Accelerator, Catalog, ClusterEnvironment, Strategy
+from .pyapi import Imports, PyClass, PyModule, first_sentence, literal, wrap_exactly
+
+ADAPTERS = "stratcore.lightning"
+WHAT = {"pytorch": "Lightning's Trainer", "fabric": "Lightning Fabric"}
+
+
+@dataclass
+class PluginStrategy:
+    """A strategy as the Lightning target renders it for one framework."""
+
+    strategy: Strategy
+    lightning_base: str
+    #: (registry name, constructor arguments it stands for), the names Lightning lacks.
+    names: list[tuple[str, dict[str, Any]]]
+    #: Cluster environments in detection order: (name, Lightning class or None if generated).
+    environments: list[tuple[str, str | None]]
+
+
+@dataclass
+class Selection:
+    """What of a catalog the Lightning target renders for one framework."""
+
+    strategies: list[PluginStrategy] = field(default_factory=list)
+    accelerators: list[Accelerator] = field(default_factory=list)
+    environments: list[ClusterEnvironment] = field(default_factory=list)
+
+
+def select(catalog: Catalog, strategy_names: Iterable[str], framework: str) -> Selection:
+    """The strategies of ``strategy_names`` that Lightning lacks (by their registry name, in
+    either framework) and whose base and wrapper have a Lightning counterpart, with the
+    accelerators and cluster environments they need."""
+    chosen = Selection()
+    taken = STRATEGY_NAMES[framework]
+    lightnings_own = frozenset().union(*STRATEGY_NAMES.values())
+    for name in strategy_names:
+        strategy = catalog.strategies[name]
+        if strategy.abstract or strategy.name in lightnings_own:
+            continue  # Lightning has this strategy itself (perhaps under fewer aliases)
+        base = strategy_base(framework, strategy.base, strategy.wrapper)
+        if base is None:
+            continue
+        launcher = LAUNCHER_PRESETS.get(strategy.launcher, {}) if base == "DDPStrategy" else {}
+        names = [
+            (registry_name, {**launcher, **preset})
+            for registry_name, preset in [(strategy.name, {}), *strategy.aliases.items()]
+            if registry_name not in taken
+        ]
+        if not names:
+            continue
+        environments: list[tuple[str, str | None]] = []
+        for env_name in strategy.cluster:
+            if env_name in ENVIRONMENTS:
+                environments.append((env_name, ENVIRONMENTS[env_name]))
+            elif env_name in catalog.environments:
+                environments.append((env_name, None))
+                env = catalog.environments[env_name]
+                if env not in chosen.environments:
+                    chosen.environments.append(env)
+        chosen.strategies.append(PluginStrategy(strategy, base, names, environments))
+        for accelerator_name in strategy.accelerators:
+            accelerator = catalog.accelerators.get(accelerator_name)
+            if (
+                accelerator is not None
+                and accelerator_name not in ACCELERATOR_NAMES
+                and accelerator not in chosen.accelerators
+            ):
+                chosen.accelerators.append(accelerator)
+    return chosen
+
+
+def _doc(description: str, framework: str, base: str, source: str) -> str:
+    """A class docstring: the spec's first sentence, then where the behaviour comes from."""
+    paragraphs = [
+        f"{first_sentence(description)}, for {WHAT[framework]}.",
+        f"Lightning's ``{base}``, configured with the facts of {source} (``spec``) through "
+        f"``stratcore.lightning``.",
+    ]
+    return "\n\n    ".join("\n    ".join(wrap_exactly(p, 92, 92)) for p in paragraphs)
+
+
+def spec_modules(
+    catalog: Catalog, selection: Selection, framework: str
+) -> tuple[list[PyModule], list[tuple[str, str]]]:
+    """One module per spec file (its accelerators and strategies for ``framework``), and the
+    (module, class name) pairs the framework's ``__init__`` registers."""
+    by_stem: dict[str, list[Any]] = {}
+    for accelerator in selection.accelerators:
+        by_stem.setdefault(accelerator.source.stem, []).append(accelerator)
+    for plugin in selection.strategies:
+        by_stem.setdefault(plugin.strategy.source.stem, []).append(plugin)
+    modules: list[PyModule] = []
+    exported: list[tuple[str, str]] = []
+    lightning = FRAMEWORKS[framework]
+    for stem, entries in sorted(by_stem.items()):
+        module = stem.replace("-", "_")
+        imports = Imports()
+        imports.stdlib.add("from __future__ import annotations")
+        classes: list[PyClass] = []
+        first = entries[0]
+        source = (first.source if isinstance(first, Accelerator) else first.strategy.source).path
+        for entry in entries:
+            if isinstance(entry, Accelerator):
+                imports.third_party.add(f"from {lightning}.accelerators import Accelerator")
+                imports.add_local(f"{ADAPTERS}.accelerators", "AcceleratorAdapter")
+                imports.add_local("", "accelerators")
+                classes.append(
+                    PyClass(
+                        entry.class_name,
+                        ["AcceleratorAdapter", "Accelerator"],
+                        _doc(entry.spec.description, framework, "Accelerator", source),
+                        [("spec", "", f"accelerators.{entry.class_name}")],
+                    )
+                )
+            else:
+                strategy = entry.strategy
+                imports.third_party.add(
+                    f"from {lightning}.strategies import {entry.lightning_base}"
+                )
+                imports.add_local(f"{ADAPTERS}.strategies", "StrategyAdapter")
+                imports.add_local("", "strategies")
+                environments = []
+                for env_name, lightning_class in entry.environments:
+                    if lightning_class is not None:
+                        imports.third_party.add(
+                            f"from {ENVIRONMENTS_MODULE} import {lightning_class}"
+                        )
+                        environments.append(lightning_class)
+                    else:
+                        env = catalog.environments[env_name]
+                        imports.add_local("lightning.environments", env.class_name)
+                        environments.append(env.class_name)
+                attributes = [
+                    ("spec", "", f"strategies.{strategy.class_name}"),
+                    ("strategy_name", "", literal(strategy.name)),
+                    ("environments", "", "(" + "".join(f"{e}, " for e in environments) + ")"),
+                ]
+                classes.append(
+                    PyClass(
+                        strategy.class_name,
+                        ["StrategyAdapter", entry.lightning_base],
+                        _doc(strategy.description, framework, entry.lightning_base, source),
+                        attributes,
+                    )
+                )
+        names = [c.name for c in classes]
+        exported += [(module, name) for name in names]
+        modules.append(
+            PyModule(
+                path=f"lightning/{framework}/{module}.py",
+                source=f"{source} (Lightning target)",
+                doc=_module_doc(names, framework, source),
+                imports=imports,
+                classes=classes,
+                all_names=names,
+            )
+        )
+    return modules, exported
+
+
+def _module_doc(names: list[str], framework: str, source: str) -> str:
+    text = f"{', '.join(names)}: {source} for {WHAT[framework]}."
+    return "\n".join(wrap_exactly(text, 93, 96))
+
+
+def environments_module(selection: Selection, sources: str) -> PyModule | None:
+    """Lightning cluster environments for the spec's own environments (shared by Trainer and
+    Fabric, whose ClusterEnvironment is the same class)."""
+    if not selection.environments:
+        return None
+    imports = Imports()
+    imports.stdlib.add("from __future__ import annotations")
+    imports.third_party.add(f"from {ENVIRONMENTS_MODULE} import ClusterEnvironment")
+    imports.add_local(f"{ADAPTERS}.environments", "EnvironmentAdapter")
+    imports.add_local("", "environments")
+    classes = [
+        PyClass(
+            env.class_name,
+            ["EnvironmentAdapter", "ClusterEnvironment"],
+            first_sentence(env.description) + ", as a Lightning cluster environment.",
+            [("spec", "", f"environments.{env.class_name}")],
+        )
+        for env in selection.environments
+    ]
+    return PyModule(
+        path="lightning/environments.py",
+        source=f"{sources} (Lightning target)",
+        doc="Lightning cluster environments of the specs' own schedulers.",
+        imports=imports,
+        classes=classes,
+        all_names=[c.name for c in classes],
+    )
+
+
+def framework_init(
+    selection: Selection, exported: list[tuple[str, str]], framework: str, sources: str
+) -> PyModule:
+    """``lightning/<framework>/__init__.py``: imports the plugins and registers them in the
+    framework's accelerator and strategy registries."""
+    lightning = FRAMEWORKS[framework]
+    imports = Imports()
+    imports.stdlib.add("from __future__ import annotations")
+    registries = {
+        "pytorch": ("AcceleratorRegistry", "StrategyRegistry"),
+        "fabric": ("ACCELERATOR_REGISTRY", "STRATEGY_REGISTRY"),
+    }[framework]
+    imports.third_party.add(f"from {lightning}.accelerators import {registries[0]}")
+    imports.third_party.add(f"from {lightning}.strategies import {registries[1]}")
+    imports.add_local(f"{ADAPTERS}.strategies", "register")
+    for module, name in exported:
+        imports.add_local(f"lightning.{framework}.{module}", name)
+    accelerators = "".join(f"{a.class_name}, " for a in selection.accelerators)
+    entries = "".join(
+        f"({literal(name)}, {plugin.strategy.class_name}, {literal(preset)}), "
+        for plugin in selection.strategies
+        for name, preset in plugin.names
+    )
+    body = [
+        f"register({registries[0]}, {registries[1]}, accelerators=[{accelerators}], "
+        f"strategies=[{entries}])"
+    ]
+    registered = ", ".join(
+        f'"{name}"' for plugin in selection.strategies for name, _ in plugin.names
+    )
+    doc = (
+        f"Plugins for {WHAT[framework]} generated from {sources}; importing this module "
+        f"registers them ({registered or 'none'}) in Lightning's registries. "
+        f"Needs {REQUIREMENT}."
+    )
+    return PyModule(
+        path=f"lightning/{framework}/__init__.py",
+        source=f"{sources} (Lightning target)",
+        doc="\n".join(wrap_exactly(doc, 93, 96)),
+        imports=imports,
+        classes=[],
+        body=body,
+        all_names=sorted(name for _, name in exported),
+    )
+
+
+def package_init(sources: str) -> PyModule:
+    imports = Imports()
+    doc = (
+        "Plugins for Lightning generated from the same specs as this package: "
+        "``.pytorch`` for the Trainer, ``.fabric`` for Fabric. Importing either registers its "
+        "accelerators and strategies in Lightning's registries; this package itself imports "
+        f"nothing of Lightning. Needs {REQUIREMENT}."
+    )
+    return PyModule(
+        path="lightning/__init__.py",
+        source=f"{sources} (Lightning target)",
+        doc="\n".join(wrap_exactly(doc, 93, 96)),
+        imports=imports,
+        classes=[],
+    )
+
+
+def modules(catalog: Catalog, strategy_names: Iterable[str], sources: str) -> list[PyModule]:
+    """Every module of the Lightning target."""
+    names = list(strategy_names)
+    result = [package_init(sources)]
+    shared: Selection | None = None
+    for framework in FRAMEWORKS:
+        selection = select(catalog, names, framework)
+        spec_mods, exported = spec_modules(catalog, selection, framework)
+        result += spec_mods
+        result.append(framework_init(selection, exported, framework, sources))
+        shared = shared or selection
+    if shared is not None:
+        env_module = environments_module(shared, sources)
+        if env_module is not None:
+            result.append(env_module)
+    return result
+
+
+@dataclass
+class TestCases:
+    """What the generated tests of one spec file check, per framework."""
+
+    source: str
+    #: framework -> accelerator class names
+    accelerators: dict[str, list[str]] = field(default_factory=dict)
+    #: framework -> (registry name, class name, preset literal)
+    names: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    #: framework -> (class name, registry name, processes it trains on)
+    trains: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
+
+
+def test_cases(catalog: Catalog, strategy_names: Iterable[str]) -> dict[str, TestCases]:
+    """Spec file stem -> what its generated Lightning tests check."""
+    names = list(strategy_names)
+    cases: dict[str, TestCases] = {}
+    for framework in FRAMEWORKS:
+        selection = select(catalog, names, framework)
+        for accelerator in selection.accelerators:
+            case = cases.setdefault(accelerator.source.stem, TestCases(accelerator.source.path))
+            case.accelerators.setdefault(framework, []).append(accelerator.class_name)
+        for plugin in selection.strategies:
+            strategy = plugin.strategy
+            case = cases.setdefault(strategy.source.stem, TestCases(strategy.source.path))
+            case.names.setdefault(framework, []).extend(
+                (name, strategy.class_name, literal(preset)) for name, preset in plugin.names
+            )
+            processes = 1 if strategy.base == "single_device" else 2
+            case.trains.setdefault(framework, []).append(
+                (strategy.class_name, strategy.name, processes)
+            )
+    return cases

@@ -1,0 +1,101 @@
+"""``AcceleratorAdapter``: Lightning's Accelerator interface, implemented from a stratcore spec.
+
+A generated Lightning accelerator is::
+
+    class HPUAccelerator(AcceleratorAdapter, lightning.pytorch.accelerators.Accelerator):
+        spec = stratlib.accelerators.hpu.HPUAccelerator
+
+(or the same over ``lightning.fabric.accelerators.Accelerator``). Lightning calls
+``is_available``, ``auto_device_count``, ``parse_devices`` and ``get_parallel_devices`` on the
+class, and ``setup_device`` and ``teardown`` on an instance; each is answered by the spec, so
+Lightning's ``devices=`` means what it means for the spec's own strategies. Strategies built with
+``StrategyAdapter`` call ``after_backward`` and ``after_optimizer_step`` after every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from . import check_lightning_version
+
+check_lightning_version()
+
+from ..accelerator import Accelerator as AcceleratorSpec  # noqa: E402
+from ..exceptions import MisconfigurationError  # noqa: E402
+
+__all__ = ["AcceleratorAdapter"]
+
+
+class AcceleratorAdapter:
+    """Mixin placed before a Lightning ``Accelerator`` class; see the module documentation.
+
+    Generated classes set ``spec``: the stratcore ``Accelerator`` subclass with the facts.
+    """
+
+    spec: ClassVar[type[AcceleratorSpec]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec_accelerator: AcceleratorSpec = self.spec()
+
+    # -- on the class (Lightning's connector calls these before any instance exists) ------
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.spec.accelerator_name
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return cls.spec.is_available()
+
+    @classmethod
+    def auto_device_count(cls) -> int:
+        """How many devices ``devices='auto'`` selects for the spec (0 when none is present)."""
+        try:
+            return len(cls.spec.parse_devices("auto"))
+        except MisconfigurationError:
+            return 0
+
+    @classmethod
+    def parse_devices(cls, devices: Any) -> list[int]:
+        """Lightning's ``devices`` (an int, -1, 'auto', '0,1', a list) -> device indices."""
+        return cls.spec.parse_devices(devices)
+
+    @classmethod
+    def get_parallel_devices(cls, devices: Sequence[int]) -> list[torch.device]:
+        """Device indices (``parse_devices``'s result) -> one ``torch.device`` per process."""
+        return cls.spec.get_parallel_devices(devices)
+
+    @classmethod
+    def register_accelerators(cls, accelerator_registry: Any) -> None:
+        """Register under the spec's name; registering the same class again is a no-op."""
+        from .strategies import register_accelerator
+
+        register_accelerator(accelerator_registry, cls)
+
+    # -- per process ------------------------------------------------------------------------
+
+    def setup_device(self, device: torch.device) -> None:
+        """Run the spec's checks and set-device hook for the device this process uses."""
+        self.spec_accelerator.setup_device(device)
+
+    def teardown(self) -> None:
+        self.spec_accelerator.teardown()
+
+    def get_device_stats(self, device: Any) -> dict[str, Any]:
+        """Device statistics for Lightning's DeviceStatsMonitor: none are known from a spec."""
+        return {}
+
+    def after_backward(self) -> None:
+        """The spec's hook after every backward pass (e.g. Habana's mark_step)."""
+        self.spec_accelerator.after_backward()
+
+    def after_optimizer_step(self) -> None:
+        """The spec's hook after every optimizer step."""
+        self.spec_accelerator.after_optimizer_step()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

@@ -1,0 +1,126 @@
+"""What the Lightning target maps the spec language onto: plain data, no torch, no Lightning.
+
+The generator reads this module to render Lightning plugins from specs; the adapters in this
+package (``stratcore.lightning.accelerators``, ``.strategies``, ``.environments``) implement
+them, and ``tests/lightning/test_lightning_contract.py`` checks every name here against the
+installed Lightning.
+"""
+
+from __future__ import annotations
+
+#: The versions of Lightning the generated plugins and the adapters support: the 2.6 series.
+SUPPORTED_SERIES = (2, 6)
+SUPPORTED = ">=2.6,<2.7"
+REQUIREMENT = f"lightning{SUPPORTED}"
+
+#: The two frameworks a spec renders for: the name the target uses -> Lightning's package.
+FRAMEWORKS: dict[str, str] = {"pytorch": "lightning.pytorch", "fabric": "lightning.fabric"}
+
+#: (topology base, wrapper) -> the Lightning strategy class a generated strategy extends, per
+#: framework; a pair or framework missing here has no Lightning counterpart (Lightning 2 has
+#: no DataParallel, fairscale, Horovod, Bagua or IPU strategy), and is not rendered.
+STRATEGY_BASES: dict[tuple[str, str], dict[str, str]] = {
+    ("single_device", "none"): {
+        "pytorch": "SingleDeviceStrategy",
+        "fabric": "SingleDeviceStrategy",
+    },
+    ("parallel", "ddp"): {"pytorch": "DDPStrategy", "fabric": "DDPStrategy"},
+    ("parallel", "fsdp"): {"pytorch": "FSDPStrategy", "fabric": "FSDPStrategy"},
+    ("parallel", "deepspeed"): {"pytorch": "DeepSpeedStrategy", "fabric": "DeepSpeedStrategy"},
+    ("parallel", "xla"): {"pytorch": "XLAStrategy", "fabric": "XLAStrategy"},
+    ("single_device", "xla"): {
+        "pytorch": "SingleDeviceXLAStrategy",
+        "fabric": "SingleDeviceXLAStrategy",
+    },
+    ("parallel", "xla_fsdp"): {"fabric": "XLAFSDPStrategy"},
+}
+
+#: Launcher -> the constructor arguments with which Lightning's DDP strategies start processes
+#: that way ('popen' and 'external' are their default).
+LAUNCHER_PRESETS: dict[str, dict[str, str]] = {
+    "spawn": {"start_method": "spawn"},
+    "fork": {"start_method": "fork"},
+    "forkserver": {"start_method": "forkserver"},
+}
+
+#: Registry names Lightning itself defines, per framework: a spec's strategy or alias of one of
+#: these names is Lightning's own, and gets no generated plugin.
+STRATEGY_NAMES: dict[str, frozenset[str]] = {
+    "pytorch": frozenset(
+        {
+            "ddp",
+            "ddp_find_unused_parameters_false",
+            "ddp_find_unused_parameters_true",
+            "ddp_fork",
+            "ddp_fork_find_unused_parameters_false",
+            "ddp_fork_find_unused_parameters_true",
+            "ddp_notebook",
+            "ddp_notebook_find_unused_parameters_false",
+            "ddp_notebook_find_unused_parameters_true",
+            "ddp_spawn",
+            "ddp_spawn_find_unused_parameters_false",
+            "ddp_spawn_find_unused_parameters_true",
+            "deepspeed",
+            "deepspeed_stage_1",
+            "deepspeed_stage_2",
+            "deepspeed_stage_2_offload",
+            "deepspeed_stage_3",
+            "deepspeed_stage_3_offload",
+            "deepspeed_stage_3_offload_nvme",
+            "fsdp",
+            "fsdp_cpu_offload",
+            "single_device",
+            "single_tpu",
+            "single_xla",
+            "xla",
+            "xla_debug",
+        }
+    ),
+    "fabric": frozenset(
+        {
+            "ddp",
+            "ddp_find_unused_parameters_true",
+            "ddp_fork",
+            "ddp_notebook",
+            "ddp_spawn",
+            "deepspeed",
+            "deepspeed_stage_1",
+            "deepspeed_stage_1_offload",
+            "deepspeed_stage_2",
+            "deepspeed_stage_2_offload",
+            "deepspeed_stage_3",
+            "deepspeed_stage_3_offload",
+            "deepspeed_stage_3_offload_nvme",
+            "dp",
+            "fsdp",
+            "fsdp_cpu_offload",
+            "single_tpu",
+            "single_xla",
+            "xla",
+            "xla_fsdp",
+        }
+    ),
+}
+
+#: Accelerator names Lightning registers itself.
+ACCELERATOR_NAMES: frozenset[str] = frozenset({"cpu", "cuda", "gpu", "mps", "tpu"})
+
+#: Cluster environments Lightning has, by the name specs give them -> their class in
+#: ``lightning.fabric.plugins.environments`` (Trainer and Fabric share them).
+ENVIRONMENTS: dict[str, str] = {
+    "lightning": "LightningEnvironment",
+    "torchelastic": "TorchElasticEnvironment",
+    "slurm": "SLURMEnvironment",
+    "lsf": "LSFEnvironment",
+    "kubeflow": "KubeflowEnvironment",
+    "mpi": "MPIEnvironment",
+    "xla": "XLAEnvironment",
+}
+
+#: The module of Lightning's cluster environments.
+ENVIRONMENTS_MODULE = "lightning.fabric.plugins.environments"
+
+
+def strategy_base(framework: str, base: str, wrapper: str) -> str | None:
+    """The Lightning strategy class a strategy of this base and wrapper extends, if any."""
+    return STRATEGY_BASES.get((base, wrapper), {}).get(framework)

@@ -1,0 +1,367 @@
+"""``StrategyAdapter``: a spec's facts on a Lightning strategy, and ``register``.
+
+A generated Lightning strategy is::
+
+    class HPUParallelStrategy(StrategyAdapter, lightning.pytorch.strategies.DDPStrategy):
+        spec = stratlib.strategies.hpu_parallel.HPUParallelStrategy
+        strategy_name = "hpu_parallel"
+        environments = (SLURMEnvironment, ...)   # Lightning-side, in the spec's detection order
+
+The Lightning class after the mixin (``SingleDeviceStrategy``, ``DDPStrategy``, ``FSDPStrategy``,
+``DeepSpeedStrategy``, ``ModelParallelStrategy``, ``XLAStrategy``, ... of ``lightning.pytorch``
+or ``lightning.fabric``) does the training. The mixin adds what the spec knows:
+
+- process-group backend: the spec's (or its accelerator's) backend unless the user passes
+  ``process_group_backend``; the backend's ``init_hook`` runs once per process before the
+  process group is created;
+- reductions the backend cannot do natively (a 'mean' it lacks, dtypes it must widen) are
+  emulated by ``stratcore.collectives.all_reduce``; everything else is Lightning's own;
+- after every backward pass and optimizer step, the accelerator's step hooks run;
+- a precision outside the spec's (and its accelerator's) supported precisions is refused when
+  the Trainer or Fabric is built, and again in ``setup_environment``; mixed precision autocasts
+  on the accelerator's device type (Lightning's connectors assume 'cuda' for accelerators they
+  do not know);
+- when Lightning detects no cluster environment of its own (it falls back to
+  ``LightningEnvironment``), the first of ``environments`` that detects is used, by the strategy,
+  the connector and the launcher alike.
+
+The spec's ``default_precision`` cannot be applied: both connectors turn ``precision=None`` into
+'32-true' before any strategy exists and hand the strategy only the finished plugin, so a plugin
+for '32-true' the user asked for and one for no choice at all are the same. ``default_precision``
+exposes the spec's default so that callers can pass it (``Trainer(precision=...)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from . import check_lightning_version
+
+check_lightning_version()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from lightning.fabric.plugins.environments import LightningEnvironment  # noqa: E402
+from lightning.fabric.strategies import ParallelStrategy as FabricParallelStrategy  # noqa: E402
+from lightning.pytorch.strategies import ParallelStrategy as TrainerParallelStrategy  # noqa: E402
+from lightning.pytorch.strategies import Strategy as TrainerStrategy  # noqa: E402
+
+from .. import collectives  # noqa: E402
+from ..accelerator import PRECISIONS  # noqa: E402
+from ..collectives import CollectiveBackend, normalize_reduce_op  # noqa: E402
+from ..exceptions import MisconfigurationError  # noqa: E402
+from ..imports import import_object  # noqa: E402
+from ..strategy import StrategyBase  # noqa: E402
+from .accelerators import AcceleratorAdapter  # noqa: E402
+from .precision import Flavour, build_precision  # noqa: E402
+
+__all__ = ["StrategyAdapter", "register", "register_accelerator", "register_strategy"]
+
+#: Init hooks that already ran in this process ('module:function').
+_INIT_HOOKS_RUN: set[str] = set()
+
+
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().split("\n", 1)[0].strip()
+
+
+class StrategyAdapter:
+    """Mixin placed before a Lightning strategy class; see the module documentation.
+
+    Generated classes set ``spec`` (the stratcore strategy class with the facts),
+    ``strategy_name`` and, for parallel strategies, ``environments``.
+    """
+
+    spec: ClassVar[type[StrategyBase]]
+    strategy_name: str
+    #: Lightning-side ClusterEnvironment classes, in the spec's detection order.
+    environments: ClassVar[tuple[Any, ...]] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The backend the user asked for by name (None: the spec's).
+        self._user_process_group_backend: str | None = getattr(self, "_process_group_backend", None)
+
+    # -- the spec's facts -------------------------------------------------------------------
+
+    @property
+    def accelerator_spec(self) -> Any:
+        """The stratcore accelerator behind this strategy's accelerator (None if not adapted)."""
+        accelerator = getattr(self, "accelerator", None)
+        if isinstance(accelerator, AcceleratorAdapter):
+            return accelerator.spec_accelerator
+        return None
+
+    @property
+    def supported_precisions(self) -> tuple[str, ...]:
+        """Precisions the spec and its accelerator both support, in the spec's order."""
+        supported = self.spec.supported_precisions
+        accelerator = self.accelerator_spec
+        if accelerator is not None:
+            supported = tuple(p for p in supported if p in accelerator.supported_precisions)
+        return supported
+
+    @property
+    def default_precision(self) -> str:
+        """The spec's default precision (its accelerator's when the spec names none)."""
+        if self.spec.default_precision:
+            return self.spec.default_precision
+        accelerator = self.accelerator_spec
+        return str(accelerator.default_precision) if accelerator is not None else "32-true"
+
+    def _spec_backend(self) -> CollectiveBackend | None:
+        if self.spec.backend is not None:
+            return self.spec.backend
+        accelerator = self.accelerator_spec
+        return accelerator.backend if accelerator is not None else None
+
+    @property
+    def collective_backend(self) -> CollectiveBackend:
+        """The process-group backend in use, with what it can do natively."""
+        spec_backend = self._spec_backend()
+        chosen = self._user_process_group_backend
+        if chosen is not None and (spec_backend is None or chosen != spec_backend.name):
+            try:
+                from ..registry import registry_of
+
+                return registry_of(self.spec).backend(chosen)
+            except MisconfigurationError:
+                return CollectiveBackend(chosen)  # not known to the spec: assume it does all
+        if spec_backend is not None:
+            return spec_backend
+        name = dist.get_backend() if dist.is_available() and dist.is_initialized() else "gloo"
+        return CollectiveBackend(str(name))
+
+    def _is_parallel(self) -> bool:
+        return isinstance(self, TrainerParallelStrategy | FabricParallelStrategy)
+
+    def _is_trainer_strategy(self) -> bool:
+        return isinstance(self, TrainerStrategy)
+
+    # -- process group ------------------------------------------------------------------------
+
+    def _get_process_group_backend(self) -> str:
+        if self._user_process_group_backend is None and self._spec_backend() is not None:
+            return self.collective_backend.name
+        if self._user_process_group_backend is not None:
+            return self._user_process_group_backend
+        return str(super()._get_process_group_backend())  # type: ignore[misc]
+
+    def _run_init_hook(self) -> None:
+        """The backend's init hook, once per process, before the process group exists."""
+        hook = self.collective_backend.init_hook
+        if hook is None or hook in _INIT_HOOKS_RUN:
+            return
+        if dist.is_available() and dist.is_initialized():
+            return
+        import_object(hook)()
+        _INIT_HOOKS_RUN.add(hook)
+
+    def setup_environment(self) -> None:
+        self._check_precision()
+        if self._is_parallel():
+            self._run_init_hook()
+        super().setup_environment()  # type: ignore[misc]
+
+    # -- what the connector hands over ----------------------------------------------------------
+
+    def _configure_launcher(self) -> None:
+        """Called by Lightning's connector once accelerator, precision and cluster environment
+        are set: apply the spec's backend and precision rules before the launcher exists."""
+        if (
+            self._is_parallel()
+            and getattr(self, "_process_group_backend", "") is None
+            and self._spec_backend() is not None
+        ):
+            setattr(self, "_process_group_backend", self.collective_backend.name)  # noqa: B010
+        self._adapt_precision()
+        self._check_precision()
+        super()._configure_launcher()  # type: ignore[misc]
+
+    @property
+    def cluster_environment(self) -> Any:
+        try:
+            return self.__dict__["_adapter_cluster_environment"]
+        except KeyError:  # single-device strategies have none (hasattr() says so)
+            raise AttributeError(f"{type(self).__name__} has no cluster environment") from None
+
+    @cluster_environment.setter
+    def cluster_environment(self, environment: Any) -> None:
+        self.__dict__["_adapter_cluster_environment"] = self._choose_environment(environment)
+
+    def _choose_environment(self, environment: Any) -> Any:
+        """Lightning's fallback (LightningEnvironment) gives way to the spec's environments."""
+        if type(environment) is LightningEnvironment:
+            for candidate in self.environments:
+                if candidate.detect():
+                    return candidate()
+        return environment
+
+    # -- precision --------------------------------------------------------------------------
+
+    @property
+    def _precision_attribute(self) -> str:
+        return "precision_plugin" if self._is_trainer_strategy() else "precision"
+
+    def _adapt_precision(self) -> None:
+        """Mixed precision autocasts on the accelerator's device type."""
+        accelerator = self.accelerator_spec
+        plugin = getattr(self, self._precision_attribute, None)
+        if accelerator is None or plugin is None or type(plugin).__name__ != "MixedPrecision":
+            return
+        if getattr(plugin, "device", accelerator.device_type) == accelerator.device_type:
+            return
+        flavour: Flavour = "pytorch" if self._is_trainer_strategy() else "fabric"
+        rebuilt = build_precision(plugin.precision, "none", flavour, accelerator.device_type)
+        if type(rebuilt) is type(plugin) and getattr(plugin, "scaler", None) is None:
+            setattr(self, self._precision_attribute, rebuilt)
+        elif type(rebuilt) is type(plugin):
+            rebuilt.scaler = plugin.scaler
+            setattr(self, self._precision_attribute, rebuilt)
+
+    def _check_precision(self) -> None:
+        plugin = getattr(self, self._precision_attribute, None)
+        name = getattr(plugin, "precision", None)
+        if name is None:
+            return
+        supported = self.supported_precisions
+        if name in supported or (name not in PRECISIONS and name in self.spec.supported_precisions):
+            return
+        raise MisconfigurationError(
+            f"strategy {self.strategy_name!r} does not support precision={name!r}; it supports "
+            f"{', '.join(repr(p) for p in supported) or 'none'} (default {self.default_precision!r})"
+        )
+
+    # -- collectives -----------------------------------------------------------------------
+
+    def _needs_emulation(self, tensor: torch.Tensor, reduce_op: Any) -> bool:
+        backend = self.collective_backend
+        op = normalize_reduce_op("sum" if reduce_op is None else reduce_op)
+        if op not in backend.reduce_ops or backend.cast_for(tensor.dtype) is not None:
+            return True
+        return op == "mean" and not (tensor.is_floating_point() or tensor.is_complex())
+
+    def _reduce(self, tensor: Any, group: Any, reduce_op: Any) -> Any:
+        if (
+            isinstance(tensor, torch.Tensor)
+            and self._is_parallel()
+            and dist.is_available()
+            and dist.is_initialized()
+            and self._needs_emulation(tensor, reduce_op)
+        ):
+            op = "sum" if reduce_op is None else reduce_op
+            return collectives.all_reduce(tensor, op, self.collective_backend, group)
+        return None
+
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Trainer strategies: reductions the backend cannot do are emulated; the rest is
+        Lightning's (non-tensors come back unchanged, single processes reduce nothing)."""
+        result = self._reduce(tensor, group, reduce_op)
+        if result is not None:
+            return result
+        return super().reduce(tensor, group=group, reduce_op=reduce_op)  # type: ignore[misc]
+
+    def all_reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Fabric strategies: as ``reduce``."""
+        result = self._reduce(tensor, group, reduce_op)
+        if result is not None:
+            return result
+        return super().all_reduce(tensor, group=group, reduce_op=reduce_op)  # type: ignore[misc]
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _step_hook(self, name: str) -> None:
+        accelerator = getattr(self, "accelerator", None)
+        if isinstance(accelerator, AcceleratorAdapter):
+            getattr(accelerator, name)()
+
+    def backward(self, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's backward (Trainer: closure_loss, optimizer, ...; Fabric: tensor, module,
+        ...), then the accelerator's after-backward hook."""
+        result = super().backward(*args, **kwargs)  # type: ignore[misc]
+        self._step_hook("after_backward")
+        return result
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's optimizer step, then the accelerator's after-step hook."""
+        result = super().optimizer_step(*args, **kwargs)  # type: ignore[misc]
+        self._step_hook("after_optimizer_step")
+        return result
+
+    # -- registration ----------------------------------------------------------------------
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register under ``strategy_name`` (aliases with presets: see ``register``)."""
+        register_strategy(strategy_registry, cls.strategy_name, cls, {})
+
+
+def _same_class(a: Any, b: Any) -> bool:
+    """The same class, or its re-imported twin (same module and qualified name)."""
+    return a is b or (
+        isinstance(a, type)
+        and isinstance(b, type)
+        and (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
+    )
+
+
+def _check_free(kind: str, name: str, holder: Any, cls: type, override: bool) -> None:
+    if holder is not None and not _same_class(holder, cls) and not override:
+        where = f"{holder.__module__}.{holder.__qualname__}"
+        raise ValueError(
+            f"{kind} name {name!r} is already registered to {where}; pass override=True to "
+            f"replace it with {cls.__module__}.{cls.__qualname__}"
+        )
+
+
+def register_accelerator(registry: Any, cls: type, override: bool = False) -> None:
+    """Register a Lightning accelerator class under its spec's name (idempotent)."""
+    name = cls.name()  # type: ignore[attr-defined]
+    holder = (
+        dict.__getitem__(registry, name)["accelerator"] if name in dict.keys(registry) else None
+    )
+    _check_free("accelerator", name, holder, cls, override)
+    description = _first_line(getattr(cls, "spec", cls).__doc__)
+    registry.register(name, cls, description=description, override=True)
+
+
+def register_strategy(
+    registry: Any,
+    name: str,
+    cls: type,
+    preset: Mapping[str, Any] | None = None,
+    override: bool = False,
+) -> None:
+    """Register a Lightning strategy class under ``name`` with ``preset`` init params."""
+    holder = dict.__getitem__(registry, name)["strategy"] if name in dict.keys(registry) else None
+    _check_free("strategy", name, holder, cls, override)
+    description = _first_line(getattr(cls, "spec", cls).__doc__)
+    registry.register(name, cls, description=description, override=True, **dict(preset or {}))
+
+
+def register(
+    accelerator_registry: Any,
+    strategy_registry: Any,
+    *,
+    accelerators: Iterable[type] = (),
+    strategies: Iterable[tuple[str, type, Mapping[str, Any]]] = (),
+    override: bool = False,
+) -> None:
+    """Register generated Lightning classes into a pair of Lightning registries.
+
+    ``accelerators`` are registered under their spec's name; each ``(name, cls, preset)`` of
+    ``strategies`` registers ``cls`` under ``name`` with ``preset`` as its init params (an
+    alias such as 'hpu_parallel_find_unused_parameters_true'). Registering what is already
+    registered (a re-import) changes nothing; a name held by another class is an error unless
+    ``override`` is true. Use Lightning's pairs: ``lightning.pytorch.accelerators.AcceleratorRegistry``
+    with ``lightning.pytorch.strategies.StrategyRegistry``, and
+    ``lightning.fabric.accelerators.ACCELERATOR_REGISTRY`` with
+    ``lightning.fabric.strategies.STRATEGY_REGISTRY``.
+    """
+    accelerators = list(accelerators)
+    strategies = list(strategies)
+    for cls in accelerators:
+        register_accelerator(accelerator_registry, cls, override)
+    for name, cls, preset in strategies:
+        register_strategy(strategy_registry, name, cls, preset, override)

@@ -1,0 +1,250 @@
+"""Test support for the Lightning target: the generated tests (and yours) check that plugins
+are registered, and train through a real Trainer or Fabric on real processes.
+
+A training scenario runs as ``python -m stratcore.lightning.testing FRAMEWORK MODULE STRATEGY
+ACCELERATOR DEVICES PRECISION STEPS FOLDER`` in a fresh process: Lightning's launcher starts the
+other ranks by running the same command again, as it does for users' scripts. Every rank
+trains the reference model of :mod:`stratcore.testing` on its shard of the reference batch and
+writes ``rank<N>.json`` into FOLDER; the test compares the weights with one process training
+on the whole batch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import testing
+from ..exceptions import MisconfigurationError, MissingDependencyError
+from ..registry import registry_of
+from . import check_lightning_version
+from .contract import FRAMEWORKS
+
+LR = 0.1
+
+
+def _registries(framework: str) -> tuple[Any, Any]:
+    """(accelerator registry, strategy registry) of ``framework``."""
+    if framework == "pytorch":
+        from lightning.pytorch.accelerators import AcceleratorRegistry
+        from lightning.pytorch.strategies import StrategyRegistry
+
+        return AcceleratorRegistry, StrategyRegistry
+    from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
+    from lightning.fabric.strategies import STRATEGY_REGISTRY
+
+    return ACCELERATOR_REGISTRY, STRATEGY_REGISTRY
+
+
+def assert_registered(
+    framework: str,
+    accelerators: Sequence[type],
+    strategies: Sequence[tuple[str, type, dict[str, Any]]],
+) -> None:
+    """Every accelerator is in ``framework``'s registry under its spec's name, and every
+    (registry name, class, preset) resolves to that class with that preset."""
+    accelerator_registry, strategy_registry = _registries(framework)
+    for cls in accelerators:
+        name = cls.spec.accelerator_name  # type: ignore[attr-defined]
+        assert name in accelerator_registry, f"accelerator {name!r} is not registered"
+        assert accelerator_registry[name]["accelerator"] is cls, f"{name!r} is another class"
+    for name, cls, preset in strategies:
+        assert name in strategy_registry, f"strategy {name!r} is not registered"
+        entry = strategy_registry[name]
+        assert entry["strategy"] is cls, f"{name!r} is {entry['strategy']!r}, not {cls!r}"
+        assert entry["init_params"] == preset, f"{name!r} presets {entry['init_params']}"
+
+
+def runnable_or_skip(plugin: type) -> str:
+    """The accelerator a strategy plugin trains on here, or skip the calling test with the
+    reason it cannot (a missing package, no such device on this machine)."""
+    import pytest
+
+    spec = plugin.spec  # type: ignore[attr-defined]
+    accelerator = testing.runnable_accelerator(spec)
+    reason = testing.unavailable_reason(spec, accelerator)
+    if reason is not None:
+        pytest.skip(reason)
+    return accelerator
+
+
+def scenario_precision(plugin: type, accelerator: str) -> str:
+    """The precision the training scenario uses: the spec's default (Lightning's Trainer and
+    Fabric choose 32-true when told nothing, so the scenario names it)."""
+    spec = plugin.spec  # type: ignore[attr-defined]
+    registry = registry_of(spec)
+    default = spec.default_precision or registry.accelerators[accelerator].default_precision
+    return str(default)
+
+
+def run_training(
+    framework: str,
+    module: str,
+    strategy: str,
+    accelerator: str,
+    devices: int,
+    precision: str,
+    folder: Path,
+    steps: int = 3,
+    timeout: float = 240,
+) -> list[dict[str, Any]]:
+    """Run the training scenario; returns every rank's report, in rank order."""
+    command = [sys.executable, "-m", __name__, framework, module, strategy, accelerator]
+    command += [str(devices), precision, str(steps), str(folder)]
+    environ = testing.clean_environ({"OMP_NUM_THREADS": "1"})
+    package = importlib.import_module(module.split(".")[0])
+    paths = {str(Path(__file__).resolve().parents[2])}
+    paths.add(str(Path(str(package.__file__)).resolve().parents[1]))
+    environ["PYTHONPATH"] = os.pathsep.join(
+        [*sorted(paths), *filter(None, [environ.get("PYTHONPATH")])]
+    )
+    done = subprocess.run(
+        command, cwd=folder, env=environ, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, (
+        f"{framework} training with {strategy!r} failed (exit {done.returncode}):\n"
+        f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    )
+    reports = []
+    for rank in range(devices):
+        path = folder / f"rank{rank}.json"
+        assert path.is_file(), f"rank {rank} wrote no report:\n{done.stderr[-4000:]}"
+        reports.append(json.loads(path.read_text(encoding="utf-8")))
+    return reports
+
+
+def assert_trains_like_one_process(
+    framework: str, module: str, plugin: type, folder: Path, devices: int = 2, steps: int = 3
+) -> None:
+    """Train with ``plugin`` (by its registry name) on ``devices`` processes; every rank ends
+    with the parameters of one process training on the whole batch, within the precision's
+    tolerance."""
+    accelerator = runnable_or_skip(plugin)
+    precision = scenario_precision(plugin, accelerator)
+    name = plugin.strategy_name  # type: ignore[attr-defined]
+    reports = run_training(framework, module, name, accelerator, devices, precision, folder, steps)
+    expected = testing.reference_parameters(steps, LR)
+    tolerance = testing.precision_tolerance(precision)
+    for report in reports:
+        assert report["world_size"] == devices, f"{report['world_size']} processes trained"
+        assert report["precision"] == precision
+        testing.assert_parameters_close(report["parameters"], expected, atol=tolerance)
+
+
+# --- the scenario, in the processes Lightning starts -------------------------------------------
+
+
+def _shard(rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = testing.reference_batch()
+    return testing.shard(x, rank, world), testing.shard(y, rank, world)
+
+
+def _trainer(
+    strategy: str, accelerator: str, devices: int, precision: str, steps: int
+) -> tuple[Any, nn.Module]:
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Reference(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = testing.reference_model()
+
+        def training_step(self, batch: list[torch.Tensor], index: int) -> torch.Tensor:
+            x, y = batch
+            return nn.functional.mse_loss(self.model(x).float(), y.float())
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=LR)
+
+    trainer = pl.Trainer(
+        strategy=strategy,
+        accelerator=accelerator,
+        devices=devices,
+        precision=precision,  # type: ignore[arg-type]
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+    )
+    module = Reference()
+    # Every rank feeds its own shard, the whole shard as one batch, once per step.
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    x, y = _shard(rank, devices)
+    loader = DataLoader(TensorDataset(x, y), batch_size=len(x))
+    trainer.fit(module, loader)
+    return trainer, module.model
+
+
+def _fabric(
+    strategy: str, accelerator: str, devices: int, precision: str, steps: int
+) -> tuple[Any, nn.Module]:
+    from lightning.fabric import Fabric
+
+    fabric = Fabric(
+        strategy=strategy,
+        accelerator=accelerator,
+        devices=devices,
+        precision=precision,  # type: ignore[arg-type]
+    )
+    fabric.launch()
+    model = testing.reference_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    wrapped, optimizer = fabric.setup(model, optimizer)
+    x, y = _shard(fabric.global_rank, fabric.world_size)
+    x, y = x.to(fabric.device), y.to(fabric.device)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        fabric.backward(nn.functional.mse_loss(wrapped(x).float(), y.float()))
+        optimizer.step()
+    return fabric, model
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 8 or args[0] not in FRAMEWORKS:
+        print(
+            "usage: python -m stratcore.lightning.testing pytorch|fabric MODULE STRATEGY "
+            "ACCELERATOR DEVICES PRECISION STEPS FOLDER",
+            file=sys.stderr,
+        )
+        return 2
+    framework, module, strategy, accelerator = args[:4]
+    devices, precision, steps, folder = int(args[4]), args[5], int(args[6]), Path(args[7])
+    check_lightning_version()
+    importlib.import_module(module)  # registers the plugins
+    run = _trainer if framework == "pytorch" else _fabric
+    try:
+        runner, model = run(strategy, accelerator, devices, precision, steps)
+    except (MisconfigurationError, MissingDependencyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    rank = runner.global_rank
+    report = {
+        "rank": rank,
+        "world_size": runner.world_size,
+        "precision": (
+            runner.strategy.precision_plugin.precision
+            if framework == "pytorch"
+            else runner._precision.precision
+        ),
+        "parameters": [p.detach().float().tolist() for p in model.state_dict().values()],
+    }
+    (folder / f"rank{rank}.json").write_text(json.dumps(report), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    # Run the imported module's main, so that classes pickle under their real module name.
+    sys.exit(importlib.import_module(__spec__.name).main())

@@ -1,0 +1,42 @@
+"""The Lightning Fabric glue stratgen would generate for 'acme' (lightning.fabric)."""
+
+from __future__ import annotations
+
+from lightning.fabric.accelerators import ACCELERATOR_REGISTRY, Accelerator
+from lightning.fabric.plugins.environments import ClusterEnvironment
+from lightning.fabric.strategies import STRATEGY_REGISTRY, DDPStrategy
+from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.environments import EnvironmentAdapter
+from stratcore.lightning.strategies import StrategyAdapter, register
+
+import acme
+
+
+class AcmeAccelerator(AcceleratorAdapter, Accelerator):
+    spec = acme.AcmeAccelerator
+
+
+class AcmeEnvironment(EnvironmentAdapter, ClusterEnvironment):
+    spec = acme.AcmeEnvironment
+
+
+class AcmeParallelStrategy(StrategyAdapter, DDPStrategy):
+    spec = acme.AcmeParallelStrategy
+    strategy_name = "acme_parallel"
+    environments = (AcmeEnvironment,)
+
+
+register(
+    ACCELERATOR_REGISTRY,
+    STRATEGY_REGISTRY,
+    accelerators=[AcmeAccelerator],
+    strategies=[
+        ("acme_parallel", AcmeParallelStrategy, {}),
+        ("acme_parallel_spawn", AcmeParallelStrategy, {"start_method": "spawn"}),
+        (
+            "acme_parallel_find_unused_parameters_true",
+            AcmeParallelStrategy,
+            {"find_unused_parameters": True},
+        ),
+    ],
+)
