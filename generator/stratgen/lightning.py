@@ -17,19 +17,23 @@ from typing import Any
 
 from stratcore.lightning.contract import (
     ACCELERATOR_NAMES,
+    ADAPTERS,
     ENVIRONMENTS,
     ENVIRONMENTS_MODULE,
     FRAMEWORKS,
     LAUNCHER_PRESETS,
+    REGISTER,
+    REGISTRIES,
     REQUIREMENT,
     STRATEGY_NAMES,
+    imported_names,
     strategy_base,
 )
 
 from .catalog import Accelerator, Catalog, ClusterEnvironment, Strategy
+from .errors import StratgenError
 from .pyapi import Imports, PyClass, PyModule, first_sentence, literal, wrap_exactly
 
-ADAPTERS = "stratcore.lightning"
 WHAT = {"pytorch": "Lightning's Trainer", "fabric": "Lightning Fabric"}
 
 
@@ -130,12 +134,12 @@ def spec_modules(
         for entry in entries:
             if isinstance(entry, Accelerator):
                 imports.third_party.add(f"from {lightning}.accelerators import Accelerator")
-                imports.add_local(f"{ADAPTERS}.accelerators", "AcceleratorAdapter")
+                imports.add_local(*ADAPTERS["accelerator"])
                 imports.add_local("", "accelerators")
                 classes.append(
                     PyClass(
                         entry.class_name,
-                        ["AcceleratorAdapter", "Accelerator"],
+                        [ADAPTERS["accelerator"][1], "Accelerator"],
                         _doc(entry.spec.description, framework, "Accelerator", source),
                         [("spec", "", f"accelerators.{entry.class_name}")],
                     )
@@ -145,7 +149,7 @@ def spec_modules(
                 imports.third_party.add(
                     f"from {lightning}.strategies import {entry.lightning_base}"
                 )
-                imports.add_local(f"{ADAPTERS}.strategies", "StrategyAdapter")
+                imports.add_local(*ADAPTERS["strategy"])
                 imports.add_local("", "strategies")
                 environments = []
                 for env_name, lightning_class in entry.environments:
@@ -166,12 +170,13 @@ def spec_modules(
                 classes.append(
                     PyClass(
                         strategy.class_name,
-                        ["StrategyAdapter", entry.lightning_base],
+                        [ADAPTERS["strategy"][1], entry.lightning_base],
                         _doc(strategy.description, framework, entry.lightning_base, source),
                         attributes,
                     )
                 )
         names = [c.name for c in classes]
+        _check_no_shadowing(names, imported_names(), source)
         exported += [(module, name) for name in names]
         modules.append(
             PyModule(
@@ -184,6 +189,16 @@ def spec_modules(
             )
         )
     return modules, exported
+
+
+def _check_no_shadowing(names: list[str], imported: frozenset[str], source: str) -> None:
+    """A generated class may not take the name of a Lightning class its module imports."""
+    for name in names:
+        if name in imported:
+            raise StratgenError(
+                f"{source}: class {name!r} would shadow Lightning's {name} in its Lightning "
+                "plugin module; give it another class_name"
+            )
 
 
 def _module_doc(names: list[str], framework: str, source: str) -> str:
@@ -199,17 +214,18 @@ def environments_module(selection: Selection, sources: str) -> PyModule | None:
     imports = Imports()
     imports.stdlib.add("from __future__ import annotations")
     imports.third_party.add(f"from {ENVIRONMENTS_MODULE} import ClusterEnvironment")
-    imports.add_local(f"{ADAPTERS}.environments", "EnvironmentAdapter")
+    imports.add_local(*ADAPTERS["environment"])
     imports.add_local("", "environments")
     classes = [
         PyClass(
             env.class_name,
-            ["EnvironmentAdapter", "ClusterEnvironment"],
+            [ADAPTERS["environment"][1], "ClusterEnvironment"],
             first_sentence(env.description) + ", as a Lightning cluster environment.",
             [("spec", "", f"environments.{env.class_name}")],
         )
         for env in selection.environments
     ]
+    _check_no_shadowing([c.name for c in classes], imported_names(), sources)
     return PyModule(
         path="lightning/environments.py",
         source=f"{sources} (Lightning target)",
@@ -228,13 +244,10 @@ def framework_init(
     lightning = FRAMEWORKS[framework]
     imports = Imports()
     imports.stdlib.add("from __future__ import annotations")
-    registries = {
-        "pytorch": ("AcceleratorRegistry", "StrategyRegistry"),
-        "fabric": ("ACCELERATOR_REGISTRY", "STRATEGY_REGISTRY"),
-    }[framework]
+    registries = REGISTRIES[framework]
     imports.third_party.add(f"from {lightning}.accelerators import {registries[0]}")
     imports.third_party.add(f"from {lightning}.strategies import {registries[1]}")
-    imports.add_local(f"{ADAPTERS}.strategies", "register")
+    imports.add_local(*REGISTER)
     for module, name in exported:
         imports.add_local(f"lightning.{framework}.{module}", name)
     accelerators = "".join(f"{a.class_name}, " for a in selection.accelerators)

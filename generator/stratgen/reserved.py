@@ -1,7 +1,8 @@
 """Class names a spec may not give a generated class: the names generated modules import.
 
 Derived from the contract's tables of runtime classes (``stratcore.contract``) and the few
-standard-library names the emitters import, so that it cannot go stale;
+standard-library names the emitters import (the Lightning target checks its own modules, see
+``stratgen.lightning``), so that it cannot go stale;
 tests/test_reserved_names.py compares it with what the checked-in generated modules import.
 """
 

@@ -178,7 +178,7 @@ def config_opt(strategy: Any) -> dict[str, Any]:
 class SpawnDeepSpeedStrategy(stratlib.DeepSpeedStrategy):
     """DeepSpeed with processes started by torch.multiprocessing."""
 
-    launcher = SpawnLauncher
+    launcher_class = SpawnLauncher
 
 
 def main() -> int:

@@ -59,8 +59,9 @@ def test_the_two_commands_are_the_ci_scripts() -> None:
     run = (ROOT / ".ci" / "run").read_text()
     assert "bash .ci/setup" in run and "bash .ci/test" in run
     setup = (ROOT / ".ci" / "setup").read_text()
-    # torch first, alone, then the project with its extras.
-    assert setup.index("pip_install $TORCH_INSTALL") < setup.index('pip_install -e ".[$EXTRAS]"')
+    # torch first, alone, then the runtime, stratlib and the generator with its extras.
+    installs = 'pip_install -e runtime -e generated -e ".[$EXTRAS]"'
+    assert setup.index("pip_install $TORCH_INSTALL") < setup.index(installs)
     assert 'TORCH_INSTALL="${TORCH_INSTALL:-torch==2.13.0}"' in setup
     for script in ("setup", "test", "run", "main"):
         path = ROOT / ".ci" / script

@@ -25,6 +25,7 @@ check_lightning_version()
 
 from ..accelerator import Accelerator as AcceleratorSpec  # noqa: E402
 from ..exceptions import MisconfigurationError  # noqa: E402
+from .registration import register_accelerator  # noqa: E402
 
 __all__ = ["AcceleratorAdapter"]
 
@@ -72,8 +73,6 @@ class AcceleratorAdapter:
     @classmethod
     def register_accelerators(cls, accelerator_registry: Any) -> None:
         """Register under the spec's name; registering the same class again is a no-op."""
-        from .strategies import register_accelerator
-
         register_accelerator(accelerator_registry, cls)
 
     # -- per process ------------------------------------------------------------------------

@@ -120,6 +120,32 @@ ENVIRONMENTS: dict[str, str] = {
 #: The module of Lightning's cluster environments.
 ENVIRONMENTS_MODULE = "lightning.fabric.plugins.environments"
 
+#: The adapters generated classes derive from, before their Lightning base: kind -> (module,
+#: class); and the function that registers them.
+ADAPTERS: dict[str, tuple[str, str]] = {
+    "accelerator": ("stratcore.lightning.accelerators", "AcceleratorAdapter"),
+    "strategy": ("stratcore.lightning.strategies", "StrategyAdapter"),
+    "environment": ("stratcore.lightning.environments", "EnvironmentAdapter"),
+}
+REGISTER: tuple[str, str] = ("stratcore.lightning.registration", "register")
+
+#: Lightning's accelerator and strategy registries, per framework (in its ``accelerators`` and
+#: ``strategies`` packages).
+REGISTRIES: dict[str, tuple[str, str]] = {
+    "pytorch": ("AcceleratorRegistry", "StrategyRegistry"),
+    "fabric": ("ACCELERATOR_REGISTRY", "STRATEGY_REGISTRY"),
+}
+
+
+def imported_names() -> frozenset[str]:
+    """Every name a generated module of the Lightning target imports besides generated
+    classes: a spec class of the same name would shadow it."""
+    names = {name for classes in STRATEGY_BASES.values() for name in classes.values()}
+    names |= set(ENVIRONMENTS.values()) | {"ClusterEnvironment", "Accelerator"}
+    names |= {name for _, name in ADAPTERS.values()}
+    names |= {name for pair in REGISTRIES.values() for name in pair}
+    return frozenset(names)
+
 
 def strategy_base(framework: str, base: str, wrapper: str) -> str | None:
     """The Lightning strategy class a strategy of this base and wrapper extends, if any."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
 from lightning.fabric.strategies import STRATEGY_REGISTRY
-from stratcore.lightning.strategies import register
+from stratcore.lightning.registration import register
 
 from .hpu import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
 from .xla import TPUSpawnStrategy

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
-from stratcore.lightning.strategies import register
+from stratcore.lightning.registration import register
 
 from .hpu import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
 from .xla import TPUSpawnStrategy

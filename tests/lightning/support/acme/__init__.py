@@ -12,7 +12,7 @@ from typing import ClassVar
 from stratcore.accelerator import Accelerator
 from stratcore.collectives import CollectiveBackend
 from stratcore.environment import ClusterEnvironmentBase, Condition, ValueSource
-from stratcore.parallel import ParallelMixin
+from stratcore.parallel import ParallelStrategyBase
 
 #: Calls of each hook in this process.
 CALLS = {"init": 0, "after_backward": 0, "after_optimizer_step": 0, "set_device": 0}
@@ -59,7 +59,7 @@ class AcmeAccelerator(Accelerator):
     after_optimizer_step_hook: ClassVar[str | None] = "acme:after_optimizer_step"
 
 
-class AcmeParallelStrategy(ParallelMixin):
+class AcmeParallelStrategy(ParallelStrategyBase):
     """DistributedDataParallel over the acme backend, one process per acme device."""
 
     strategy_name: ClassVar[str | None] = "acme_parallel"
