@@ -190,11 +190,19 @@ class Accelerator:
 
     def after_backward(self) -> None:
         if self.after_backward_hook is not None:
-            import_object(self.after_backward_hook)()
+            self._step_hook(self.after_backward_hook)()
 
     def after_optimizer_step(self) -> None:
         if self.after_optimizer_step_hook is not None:
-            import_object(self.after_optimizer_step_hook)()
+            self._step_hook(self.after_optimizer_step_hook)()
+
+    def _step_hook(self, path: str) -> Any:
+        """The function a step hook names, imported on its first call (the device's software is
+        an optional package) and kept: step hooks run every step."""
+        hooks: dict[str, Any] = self.__dict__.setdefault("_step_hooks", {})
+        if path not in hooks:
+            hooks[path] = import_object(path)
+        return hooks[path]
 
     def teardown(self) -> None:
         if self.teardown_hook is not None and self.is_available():
