@@ -186,7 +186,7 @@ def release_process_group() -> None:
 def _clear_dtensor_caches() -> None:
     """Empty DTensor's caches of sharding plans (FSDP2 fills them): their entries hold device
     meshes, and the meshes the process group, which would then outlive
-    ``destroy_process_group`` like the defaults described in ``_import_group_defaults``."""
+    ``destroy_process_group`` like the defaults described in ``import_group_defaults``."""
     if "torch.distributed.tensor" not in sys.modules:
         return
     with contextlib.suppress(Exception):

@@ -59,7 +59,7 @@ class ParallelStrategyBase(StrategyBase):
     #: Backend name overriding the strategy's and the accelerator's.
     process_group_backend: str | None = None
     #: Modules whose functions take the default group as a default argument value: imported
-    #: before the group exists (see ``_import_group_defaults``).
+    #: before the group exists (see ``import_group_defaults``).
     group_default_modules: tuple[str, ...] = ("torch.distributed.nn.functional",)
 
     def __init__(
@@ -196,7 +196,7 @@ class ParallelStrategyBase(StrategyBase):
         environment = self.cluster_environment
         os.environ["MASTER_ADDR"] = environment.main_address
         os.environ["MASTER_PORT"] = str(environment.main_port)
-        _import_group_defaults(self.group_default_modules)
+        import_group_defaults(self.group_default_modules)
         with self.timeouts_reported("connecting the processes"):
             dist.init_process_group(
                 backend.name,
@@ -204,7 +204,7 @@ class ParallelStrategyBase(StrategyBase):
                 world_size=self.world_size,
                 timeout=timedelta(seconds=self.timeout),
             )
-        _created_process_group()
+        release_process_group_at_exit()
 
     def _replace_process_group(self, backend: str) -> bool:
         """Whether the existing group must be replaced (else it is reused); raise if it cannot
@@ -328,7 +328,7 @@ class ParallelStrategyBase(StrategyBase):
 _release_registered = False
 
 
-def _import_group_defaults(modules: tuple[str, ...]) -> None:
+def import_group_defaults(modules: tuple[str, ...]) -> None:
     """Import, before the default group exists, modules that take it as a default argument.
 
     ``torch.distributed.nn.functional`` declares its collectives with ``group=group.WORLD``, a
@@ -348,7 +348,8 @@ def _import_group_defaults(modules: tuple[str, ...]) -> None:
             importlib.import_module(name)
 
 
-def _created_process_group() -> None:
+def release_process_group_at_exit() -> None:
+    """Destroy the default process group when the interpreter exits (once registered)."""
     global _release_registered
     if not _release_registered:
         atexit.register(release_process_group)

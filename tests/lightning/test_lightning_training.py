@@ -80,6 +80,7 @@ def test_trainer_fits_on_two_ranks_like_one_process(tmp_path: Path) -> None:
         assert report["non_tensor"] == "text"
         assert report["ints_untouched"] == [rank + 1, 10 * (rank + 1)]
         assert report["environment"] == "LightningEnvironment"
+        assert report["release_at_exit"] is True
 
 
 @pytest.mark.slow

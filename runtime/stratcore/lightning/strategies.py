@@ -51,6 +51,11 @@ from ..accelerator import PRECISIONS  # noqa: E402
 from ..collectives import CollectiveBackend, normalize_reduce_op  # noqa: E402
 from ..exceptions import MisconfigurationError  # noqa: E402
 from ..imports import import_object  # noqa: E402
+from ..parallel import (  # noqa: E402
+    ParallelStrategyBase,
+    import_group_defaults,
+    release_process_group_at_exit,
+)
 from ..strategy import StrategyBase  # noqa: E402
 from .accelerators import AcceleratorAdapter  # noqa: E402
 from .precision import Flavour, build_precision  # noqa: E402
@@ -158,6 +163,11 @@ class StrategyAdapter:
         self._check_precision()
         if self._is_parallel():
             self._run_init_hook()
+            # As stratcore's own parallel strategies do: modules that keep the default group as
+            # an argument default are imported before it exists, and the group is destroyed at
+            # exit, so gloo's threads do not abort the interpreter's shutdown.
+            import_group_defaults(ParallelStrategyBase.group_default_modules)
+            release_process_group_at_exit()
         super().setup_environment()  # type: ignore[misc]
 
     # -- what the connector hands over ----------------------------------------------------------
