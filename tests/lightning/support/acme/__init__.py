@@ -12,6 +12,7 @@ from typing import ClassVar
 from stratcore.accelerator import Accelerator
 from stratcore.collectives import CollectiveBackend
 from stratcore.environment import ClusterEnvironmentBase, Condition, ValueSource
+from stratcore.launchers import Launcher, PopenLauncher
 from stratcore.parallel import ParallelStrategyBase
 
 #: Calls of each hook in this process.
@@ -64,7 +65,7 @@ class AcmeParallelStrategy(ParallelStrategyBase):
 
     strategy_name: ClassVar[str | None] = "acme_parallel"
     wrapper: ClassVar[str] = "ddp"
-    launcher_name: ClassVar[str] = "popen"
+    launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     backend: ClassVar[CollectiveBackend | None] = None  # the accelerator's
     default_precision: ClassVar[str | None] = "bf16-mixed"
     # 64-true is the strategy's but not the accelerator's: only 32-true and bf16-mixed remain.
