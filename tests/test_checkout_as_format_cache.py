@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stratgen.files import digest
+from stratgen.files import LOCK_NAME, digest
 from stratgen.fmt import Formatter
 from stratgen.project import Project, load_config
 
@@ -37,6 +37,11 @@ def checkout(tmp_path: Path) -> Path:
     return root
 
 
+def _contents(folder: Path) -> dict[Path, bytes]:
+    """Every file under ``folder`` but the lock a run leaves (empty, and not generated)."""
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != LOCK_NAME}
+
+
 def _generate(root: Path, cache: Path) -> tuple[Project, list[str]]:
     project = Project(load_config(root), Formatter(cache=cache))
     report = project.generate(project.plan(trust_tree=True))
@@ -46,12 +51,11 @@ def _generate(root: Path, cache: Path) -> tuple[Project, list[str]]:
 def test_an_up_to_date_checkout_regenerates_without_formatting(
     checkout: Path, tmp_path: Path
 ) -> None:
-    before = {p: p.read_bytes() for p in (checkout / "generated").rglob("*") if p.is_file()}
+    before = _contents(checkout / "generated")
     project, written = _generate(checkout, tmp_path / "empty-cache")
     assert written == []
     assert project.formatter.misses == 0 and project.formatter.hits > 50
-    after = {p: p.read_bytes() for p in (checkout / "generated").rglob("*") if p.is_file()}
-    assert after == before
+    assert _contents(checkout / "generated") == before
 
 
 def test_an_edited_file_is_formatted_anew_and_restored(checkout: Path, tmp_path: Path) -> None:
