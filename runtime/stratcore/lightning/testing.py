@@ -100,13 +100,7 @@ def run_training(
     """Run the training scenario; returns every rank's report, in rank order."""
     command = [sys.executable, "-m", __name__, framework, module, strategy, accelerator]
     command += [str(devices), precision, str(steps), str(folder)]
-    environ = testing.clean_environ({"OMP_NUM_THREADS": "1"})
-    package = importlib.import_module(module.split(".")[0])
-    paths = {str(Path(__file__).resolve().parents[2])}
-    paths.add(str(Path(str(package.__file__)).resolve().parents[1]))
-    environ["PYTHONPATH"] = os.pathsep.join(
-        [*sorted(paths), *filter(None, [environ.get("PYTHONPATH")])]
-    )
+    environ = testing.package_environ(module.split(".")[0], {"OMP_NUM_THREADS": "1"})
     done = subprocess.run(
         command, cwd=folder, env=environ, capture_output=True, text=True, timeout=timeout
     )
@@ -235,10 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rank": rank,
         "world_size": runner.world_size,
         "precision": (
-            runner.strategy.precision_plugin.precision
+            runner.strategy.precision_plugin
             if framework == "pytorch"
-            else runner._precision.precision
-        ),
+            else runner.strategy.precision
+        ).precision,
         "parameters": [p.detach().float().tolist() for p in model.state_dict().values()],
     }
     (folder / f"rank{rank}.json").write_text(json.dumps(report), encoding="utf-8")

@@ -117,6 +117,21 @@ def isolated_environment(monkeypatch: Any) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+def package_environ(package: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """:func:`clean_environ`, with the runtime and ``package`` (a generated package's import
+    name) first on the PYTHONPATH: a new process imports both as this one does, installed or
+    not."""
+    import importlib
+
+    environ = clean_environ(extra)
+    module = importlib.import_module(package)
+    parents = {str(RUNTIME_ROOT), str(Path(str(module.__file__)).resolve().parents[1])}
+    environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [*sorted(parents), environ.get("PYTHONPATH")])
+    )
+    return environ
+
+
 def clean_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     """A copy of os.environ without cluster variables, with ``extra`` added.
 

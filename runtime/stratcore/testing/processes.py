@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import subprocess
@@ -15,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .environ import (
-    RUNTIME_ROOT,
     RUN_MARKER_ENV,
-    clean_environ,
+    package_environ,
     package_name,
     package_registry_in_use,
 )
@@ -48,15 +46,8 @@ def _scenario_command(
 
 
 def _scenario_environ(env: dict[str, str] | None, marker: str) -> dict[str, str]:
-    environ = clean_environ(env)
+    environ = package_environ(package_name(), env)
     environ[RUN_MARKER_ENV] = marker
-    # The runtime and the package must import the same way in the new process, installed or
-    # not.
-    package = importlib.import_module(package_name())
-    parents = {str(RUNTIME_ROOT), str(Path(str(package.__file__)).resolve().parents[1])}
-    environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [*sorted(parents), environ.get("PYTHONPATH")])
-    )
     return environ
 
 
