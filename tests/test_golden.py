@@ -179,7 +179,7 @@ def test_hostile_text_comes_out_verbatim(import_project: Any, tmp_path: Path) ->
 
     env = spec["cluster_environments"][0]
     assert package.HostileEnvironment.__doc__ == indented(env["description"], "    ") + "\n    "
-    assert package.HostileEnvironment.detection.not_equal == {
+    assert package.HostileEnvironment.detect_condition.not_equal == {
         k: tuple(v) for k, v in env["detect"]["not_equal"].items()
     }
     assert package.registry.REGISTRY.backends["evil"].name == "evil"

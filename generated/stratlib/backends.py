@@ -28,7 +28,7 @@ MPI = CollectiveBackend(name="mpi", reduce_ops=frozenset(("sum", "product", "min
 HOROVOD = CollectiveBackend(
     name="horovod",
     reduce_ops=frozenset(("sum", "product", "min", "max", "mean")),
-    requirements=(
+    requires=(
         Requirement("horovod.torch", "HOROVOD_WITH_PYTORCH=1 pip install 'horovod[pytorch]'"),
     ),
 )
@@ -37,7 +37,7 @@ HOROVOD = CollectiveBackend(
 XLA = CollectiveBackend(
     name="xla",
     reduce_ops=frozenset(("sum", "product", "min", "max")),
-    requirements=(Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),),
+    requires=(Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),),
 )
 
 #: Habana's collective communication library for HPUs.
@@ -46,7 +46,7 @@ HCCL = CollectiveBackend(
     reduce_ops=frozenset(("sum", "min", "max")),
     casts={"int64": "float32"},
     init_hook="habana_frameworks.torch.distributed.hccl:initialize_distributed_hpu",
-    requirements=(
+    requires=(
         Requirement(
             "habana_frameworks.torch.distributed.hccl",
             "pip install habana-torch-plugin (from Habana's SynapseAI software stack)",

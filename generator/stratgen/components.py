@@ -40,36 +40,36 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
     imports.add_local(*ACCELERATOR_ROOT)
     supported = spec.precision.supported or PRECISIONS
     attributes = [
-        ("accelerator_name", literal(spec.name)),
+        ("name", literal(spec.name)),
         ("device_type", literal(spec.device_type)),
         ("indexed", literal(spec.indexed)),
         ("backend", backend_ref(accelerator.backend, imports)),
         ("default_precision", literal(spec.precision.default or "32-true")),
         ("supported_precisions", literal(tuple(supported))),
-        ("needs_grad_scaler", literal(spec.grad_scaler)),
+        ("grad_scaler", literal(spec.grad_scaler)),
         ("auto_devices", literal(spec.auto_devices)),
-        ("availability_probe", literal(spec.is_available)),
-        ("device_count_probe", literal(spec.device_count)),
+        ("is_available_hook", literal(spec.is_available)),
+        ("device_count_hook", literal(spec.device_count)),
         ("visible_devices_env", literal(spec.visible_devices_env)),
         ("set_device_hook", literal(spec.set_device)),
         ("teardown_hook", literal(spec.teardown)),
         ("after_backward_hook", literal(spec.step_hooks.after_backward)),
         ("after_optimizer_step_hook", literal(spec.step_hooks.after_optimizer_step)),
-        ("requirements", requirements_source(spec.requires, imports)),
+        ("requires", requirements_source(spec.requires, imports)),
     ]
     # Attributes equal to the core's defaults only add noise.
     defaults = {
         "indexed": "True",
-        "needs_grad_scaler": "False",
+        "grad_scaler": "False",
         "auto_devices": "None",
-        "availability_probe": "None",
-        "device_count_probe": "None",
+        "is_available_hook": "None",
+        "device_count_hook": "None",
         "visible_devices_env": "None",
         "set_device_hook": "None",
         "teardown_hook": "None",
         "after_backward_hook": "None",
         "after_optimizer_step_hook": "None",
-        "requirements": "()",
+        "requires": "()",
     }
     attributes = [(k, v) for k, v in attributes if defaults.get(k) != v]
     doc = class_doc(
@@ -104,12 +104,12 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
 def _precision_facts(plugin: PrecisionPlugin) -> dict[str, object]:
     """The class attributes that a precision plugin's spec decides."""
     return {
-        "plugin_name": plugin.name,
+        "name": plugin.name,
         "modes": plugin.modes,
         "wrappers": plugin.wrappers,
         "accelerators": plugin.accelerators,
-        "grad_scaler_class": plugin.grad_scaler,
-        "requirements": plugin.requires,
+        "grad_scaler": plugin.grad_scaler,
+        "requires": plugin.requires,
     }
 
 
@@ -132,12 +132,10 @@ def precision_module(plugin: PrecisionPlugin) -> PyModule:
     parent_facts = _precision_facts(parent) if parent else runtime_facts(PRECISION_ROOT)
     attributes = []
     for key, value in facts.items():
-        if key != "plugin_name" and parent_facts.get(key) == value:
+        if key != "name" and parent_facts.get(key) == value:
             continue
         source = (
-            requirements_source(plugin.requires, imports)
-            if key == "requirements"
-            else literal(value)
+            requirements_source(plugin.requires, imports) if key == "requires" else literal(value)
         )
         attributes.append((key, source))
     extra = (
@@ -179,7 +177,7 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
         imports.add_local(f"environments.{parent.module}", parent.class_name)
         bases = [parent.class_name]
     name = literal(None if env.abstract else env.name)
-    attributes: list[tuple[str, str]] = [("environment_name", name)]
+    attributes: list[tuple[str, str]] = [("name", name)]
     parent_values = parent.values if parent else {}
     for key in (
         "detect",
@@ -193,12 +191,12 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
             continue
         if key in ("detect", "creates_processes_externally"):
             imports.add_local(*VALUE_TYPES["Condition"])
-            attr = "detection" if key == "detect" else "external_processes"
+            attr = f"{key}_condition"
             attributes.append((attr, _condition(value)))
         elif key == "settable":
             attributes.append(("settable", literal(value)))
         elif key == "requires":
-            attributes.append(("requirements", requirements_source(value, imports)))
+            attributes.append(("requires", requirements_source(value, imports)))
         else:
             imports.add_local(*VALUE_TYPES["ValueSource"])
             attributes.append((f"{key}_source", _value_source(value)))
@@ -288,7 +286,7 @@ def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyMo
         if backend.init_hook:
             args.append(f"init_hook={literal(backend.init_hook)}")
         if backend.requires:
-            args.append(f"requirements={requirements_source(backend.requires, imports)}")
+            args.append(f"requires={requirements_source(backend.requires, imports)}")
         constant = backend_constant(name)
         comment = "".join(f"#: {comment_text(line)}\n" for line in backend.description.split("\n"))
         body.append(f"{comment}{constant} = CollectiveBackend({', '.join(args)})")

@@ -113,29 +113,29 @@ def _changed(strategy: Strategy, key: str, value: Any) -> bool:
 
 
 def runtime_facts(root: tuple[str, str]) -> dict[str, object]:
-    """The values a runtime root class gives its facts (requirements as (module, install))."""
+    """The values a runtime root class gives its facts (requires as (module, install) pairs)."""
     facts = dict(class_defaults(*root))
     launcher = facts.pop("launcher_class", None)
     if isinstance(launcher, Reference):  # the launcher class, named by the contract
         by_class = {ref: name for name, ref in LAUNCHERS.items()}
         facts["launcher_class"] = by_class.get((launcher.module, launcher.name))
-    if "requirements" in facts:
-        requirements: Any = facts["requirements"]
-        facts["requirements"] = tuple((r.module, r.install) for r in requirements)
+    if "requires" in facts:
+        requires: Any = facts["requires"]
+        facts["requires"] = tuple((r.module, r.install) for r in requires)
     return facts
 
 
 def _strategy_facts(strategy: Strategy) -> dict[str, Any]:
     return {
-        "strategy_name": None if strategy.abstract else strategy.name,
+        "name": None if strategy.abstract else strategy.name,
         "wrapper": strategy.wrapper,
         "launcher_class": strategy.launcher,
         "backend": strategy.backend.name if strategy.backend else None,
         "default_precision": strategy.default_precision,
         "supported_precisions": strategy.supported_precisions,
-        "cluster_environments": strategy.cluster,
-        "supported_accelerators": strategy.accelerators,
-        "requirements": tuple((r.module, r.install) for r in strategy.requires),
+        "cluster": strategy.cluster,
+        "accelerators": strategy.accelerators,
+        "requires": tuple((r.module, r.install) for r in strategy.requires),
         "hooks": strategy.hooks,
     }
 
@@ -150,7 +150,7 @@ def _strategy_attributes(strategy: Strategy, imports: Imports) -> list[tuple[str
             continue  # the wrapper's runtime base, among the class's bases, declares it
         if key == "backend":
             source = backend_ref(strategy.backend, imports)
-        elif key == "requirements":
+        elif key == "requires":
             source = requirements_source(strategy.requires, imports)
         elif key == "launcher_class":
             module, launcher_class = LAUNCHERS[value]

@@ -37,59 +37,59 @@ class Accelerator:
     ``devices`` a user asks for into ``torch.device`` objects and prepare each process.
     """
 
-    accelerator_name: ClassVar[str] = ""
+    name: ClassVar[str] = ""
     device_type: ClassVar[str] = "cpu"
     #: Whether devices carry an index (cuda:0) or are addressed as a whole (cpu, hpu).
     indexed: ClassVar[bool] = True
     backend: ClassVar[CollectiveBackend] = GLOO
     default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = PRECISIONS
-    needs_grad_scaler: ClassVar[bool] = False
+    grad_scaler: ClassVar[bool] = False
     #: Devices selected by devices="auto"; None selects every available device.
     auto_devices: ClassVar[int | None] = None
-    availability_probe: ClassVar[str | None] = None
+    is_available_hook: ClassVar[str | None] = None
     #: Function counting devices; None for devices that are processes (any number).
-    device_count_probe: ClassVar[str | None] = None
+    device_count_hook: ClassVar[str | None] = None
     visible_devices_env: ClassVar[str | None] = None
     set_device_hook: ClassVar[str | None] = None
     teardown_hook: ClassVar[str | None] = None
     after_backward_hook: ClassVar[str | None] = None
     after_optimizer_step_hook: ClassVar[str | None] = None
-    requirements: ClassVar[tuple[Requirement, ...]] = ()
+    requires: ClassVar[tuple[Requirement, ...]] = ()
 
     # -- what is here --------------------------------------------------------------------
 
     @classmethod
     def is_available(cls) -> bool:
         """Whether the device's software is installed and at least one device is present."""
-        if not all(r.available for r in cls.requirements):
+        if not all(r.available for r in cls.requires):
             return False
-        if cls.availability_probe is None:
+        if cls.is_available_hook is None:
             return True
         try:
-            return bool(import_object(cls.availability_probe)())
+            return bool(import_object(cls.is_available_hook)())
         except Exception:  # a probe that cannot run means "not here"
             return False
 
     @classmethod
     def device_count(cls) -> int | None:
         """Number of devices present, or None when any number of processes can be used."""
-        if cls.device_count_probe is None:
-            return None if cls.availability_probe is None else int(cls.is_available())
-        return int(import_object(cls.device_count_probe)()) if cls.is_available() else 0
+        if cls.device_count_hook is None:
+            return None if cls.is_available_hook is None else int(cls.is_available())
+        return int(import_object(cls.device_count_hook)()) if cls.is_available() else 0
 
     @classmethod
     def check_available(cls) -> None:
         """Raise a clear error if this accelerator cannot be used here."""
-        require(cls.requirements, f"accelerator={cls.accelerator_name!r}")
+        require(cls.requires, f"accelerator={cls.name!r}")
         if not cls.is_available():
             probe = (
-                f" ({cls.availability_probe.replace(':', '.')}() is False)"
-                if cls.availability_probe
+                f" ({cls.is_available_hook.replace(':', '.')}() is False)"
+                if cls.is_available_hook
                 else ""
             )
             raise MisconfigurationError(
-                f"accelerator={cls.accelerator_name!r} is not available on this machine{probe}"
+                f"accelerator={cls.name!r} is not available on this machine{probe}"
             )
 
     # -- which devices -------------------------------------------------------------------
@@ -98,7 +98,7 @@ class Accelerator:
     def parse_devices(cls, devices: int | str | Sequence[int]) -> list[int]:
         """Turn ``devices`` (an int, 'auto', -1, '0,1', or a list of indices) into indices."""
         count = cls.device_count()
-        name = cls.accelerator_name
+        name = cls.name
         if isinstance(devices, str):
             text = devices.strip()
             if text == "auto":
@@ -183,7 +183,7 @@ class Accelerator:
         """Prepare this process to use ``device``."""
         if device.type != self.device_type:
             raise MisconfigurationError(
-                f"device {device} is not a {self.accelerator_name!r} device ({self.device_type})"
+                f"device {device} is not a {self.name!r} device ({self.device_type})"
             )
         if self.set_device_hook is not None:
             import_object(self.set_device_hook)(device)

@@ -33,7 +33,7 @@ class CollectiveBackend:
     reduce_ops: frozenset[str] = frozenset(REDUCE_OPS)
     casts: Mapping[str, str] = field(default_factory=dict)
     init_hook: str | None = None
-    requirements: tuple[Requirement, ...] = ()
+    requires: tuple[Requirement, ...] = ()
 
     def cast_for(self, dtype: torch.dtype) -> torch.dtype | None:
         """The dtype to reduce ``dtype`` in, or None if the backend handles it as is."""

@@ -1,6 +1,6 @@
 """Cluster environments, described by data: when they apply and where each value comes from.
 
-A generated environment sets ``detection`` (a ``Condition`` on environment variables) and one
+A generated environment sets ``detect_condition`` (a ``Condition`` on environment variables) and one
 ``ValueSource`` per value: world size, global/local/node rank, and the rendezvous address and
 port. Scheduler-specific formats (SLURM node lists, LSF rank files, job-id-derived ports) are
 read by the named parsers below.
@@ -117,9 +117,9 @@ class ClusterEnvironmentBase:
     default one, filled in by the strategy's own launcher) accept values from the strategy.
     """
 
-    environment_name: ClassVar[str | None] = None
-    detection: ClassVar[Condition] = Condition()
-    external_processes: ClassVar[Condition] = Condition(always=True)
+    name: ClassVar[str | None] = None
+    detect_condition: ClassVar[Condition] = Condition()
+    creates_processes_externally_condition: ClassVar[Condition] = Condition(always=True)
     settable: ClassVar[bool] = False
     world_size_source: ClassVar[ValueSource] = ValueSource(default=1)
     global_rank_source: ClassVar[ValueSource] = ValueSource(default=0)
@@ -127,10 +127,10 @@ class ClusterEnvironmentBase:
     node_rank_source: ClassVar[ValueSource] = ValueSource(default=0)
     main_address_source: ClassVar[ValueSource] = ValueSource(default="127.0.0.1")
     main_port_source: ClassVar[ValueSource] = ValueSource(fallback="free_port")
-    requirements: ClassVar[tuple[Requirement, ...]] = ()
+    requires: ClassVar[tuple[Requirement, ...]] = ()
 
     def __init__(self) -> None:
-        require(self.requirements, type(self).__name__)
+        require(self.requires, type(self).__name__)
         self._world_size: int | None = None
         self._global_rank: int | None = None
         self._computed: dict[str, Any] = {}
@@ -138,12 +138,12 @@ class ClusterEnvironmentBase:
     @classmethod
     def detect(cls) -> bool:
         """Whether the current process runs under this environment."""
-        return cls.detection.holds() and all(r.available for r in cls.requirements)
+        return cls.detect_condition.holds() and all(r.available for r in cls.requires)
 
     @property
     def creates_processes_externally(self) -> bool:
         """Whether processes are started by the environment rather than the strategy."""
-        return self.external_processes.holds()
+        return self.creates_processes_externally_condition.holds()
 
     # -- reading values -------------------------------------------------------------------
 

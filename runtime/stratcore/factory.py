@@ -142,14 +142,11 @@ def auto_strategy(registry: Registry, accelerator: Accelerator, processes: int) 
     candidates: list[str] = []
     for name, entry in registry.strategies.items():
         cls = entry.cls
-        if entry.preset or cls.strategy_name != name or _kind(cls) != wanted:
+        if entry.preset or cls.name != name or _kind(cls) != wanted:
             continue
-        if (
-            cls.supported_accelerators
-            and accelerator.accelerator_name not in cls.supported_accelerators
-        ):
+        if cls.accelerators and accelerator.name not in cls.accelerators:
             continue
-        if not all(r.available for r in cls.requirements):
+        if not all(r.available for r in cls.requires):
             continue
         candidates.append(name)
     if preferred in candidates:
@@ -158,7 +155,7 @@ def auto_strategy(registry: Registry, accelerator: Accelerator, processes: int) 
         return candidates[0]
     raise MisconfigurationError(
         f"strategy='auto': no registered strategy runs {processes} process(es) on "
-        f"{accelerator.accelerator_name!r}; name one"
+        f"{accelerator.name!r}; name one"
     )
 
 
@@ -179,7 +176,7 @@ def _resolve_accelerator(
     accelerator: str | Accelerator,
     instance: StrategyBase | None,
 ) -> Accelerator:
-    supported = cls.supported_accelerators
+    supported = cls.accelerators
     if isinstance(accelerator, Accelerator):
         obj = accelerator
     elif accelerator == "auto":
@@ -195,9 +192,9 @@ def _resolve_accelerator(
         raise MisconfigurationError(
             f"accelerator={accelerator!r} is not allowed; give a name or an Accelerator"
         )
-    if supported and obj.accelerator_name not in supported:
+    if supported and obj.name not in supported:
         raise MisconfigurationError(
-            f"accelerator={obj.accelerator_name!r}: {cls.__name__} runs on {', '.join(supported)}"
+            f"accelerator={obj.name!r}: {cls.__name__} runs on {', '.join(supported)}"
         )
     obj.check_available()
     return obj
@@ -207,8 +204,8 @@ def _require_precision_packages(registry: Registry, mode: str, asked: Any) -> No
     """A precision that only plugins needing a missing package implement (FP8 through
     Transformer Engine, ...) is refused first, naming the package to install."""
     plugins = [p for p in registry.precision_plugins if mode in p.modes]
-    if plugins and not any(all(r.available for r in p.requirements) for p in plugins):
-        require(plugins[0].requirements, f"precision={asked if asked is not None else mode!r}")
+    if plugins and not any(all(r.available for r in p.requires) for p in plugins):
+        require(plugins[0].requires, f"precision={asked if asked is not None else mode!r}")
 
 
 def _check_precision(
@@ -221,7 +218,7 @@ def _check_precision(
         )
     if mode not in accelerator.supported_precisions:
         raise MisconfigurationError(
-            f"precision={shown!r}: accelerator {accelerator.accelerator_name!r} supports "
+            f"precision={shown!r}: accelerator {accelerator.name!r} supports "
             f"{', '.join(accelerator.supported_precisions)}"
         )
 
@@ -397,10 +394,8 @@ class StrategyFactory:
         for name, entry in self.registry.strategies.items():
             cls = entry.cls
             doc = (cls.__doc__ or "").strip().splitlines()
-            available = all(r.available for r in cls.requirements) and any(
-                accelerators[a].is_available()
-                for a in cls.supported_accelerators
-                if a in accelerators
+            available = all(r.available for r in cls.requires) and any(
+                accelerators[a].is_available() for a in cls.accelerators if a in accelerators
             )
             infos.append(
                 StrategyInfo(
@@ -408,7 +403,7 @@ class StrategyFactory:
                     strategy_class=cls.__name__,
                     preset=dict(entry.preset),
                     description=doc[0] if doc else "",
-                    accelerators=cls.supported_accelerators,
+                    accelerators=cls.accelerators,
                     launcher=cls.launcher_class.name,
                     backend=cls.backend.name if cls.backend else "auto",
                     available=available,

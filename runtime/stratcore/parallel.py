@@ -190,7 +190,7 @@ class ParallelStrategyBase(StrategyBase):
         backend = self.collective_backend
         if dist.is_initialized() and not self._replace_process_group(backend.name):
             return
-        require(backend.requirements, f"backend {backend.name!r}")
+        require(backend.requires, f"backend {backend.name!r}")
         if backend.init_hook is not None:
             import_object(backend.init_hook)()
         environment = self.cluster_environment

@@ -98,17 +98,17 @@ def make_grad_scaler(scaler_class: Callable[..., Any], device: torch.device) -> 
 class PrecisionBase:
     """Full float32 precision, and the interface every precision plugin implements."""
 
-    plugin_name: ClassVar[str | None] = None
+    name: ClassVar[str | None] = None
     modes: ClassVar[tuple[str, ...]] = ("32-true",)
     wrappers: ClassVar[tuple[str, ...]] = ()
     accelerators: ClassVar[tuple[str, ...]] = ()
-    grad_scaler_class: ClassVar[str | None] = None
-    requirements: ClassVar[tuple[Requirement, ...]] = ()
+    grad_scaler: ClassVar[str | None] = None
+    requires: ClassVar[tuple[Requirement, ...]] = ()
     #: Whether forward passes must run inside ``forward_context`` with converted inputs.
     wraps_forward: ClassVar[bool] = False
 
     def __init__(self, precision: str | None = None, *, device_type: str | None = None) -> None:
-        require(self.requirements, type(self).__name__)
+        require(self.requires, type(self).__name__)
         mode = canonical_precision(precision) if precision is not None else self.modes[0]
         if mode not in self.modes:
             raise MisconfigurationError(
@@ -226,9 +226,9 @@ class MixedPrecisionBase(PrecisionBase):
             self.scaler is None
             and self.precision == "16-mixed"
             and needs_grad_scaler
-            and self.grad_scaler_class
+            and self.grad_scaler
         ):
-            self.scaler = make_grad_scaler(import_object(self.grad_scaler_class), device)
+            self.scaler = make_grad_scaler(import_object(self.grad_scaler), device)
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(self.device_type or "cpu", dtype=self.dtype)

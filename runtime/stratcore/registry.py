@@ -97,7 +97,7 @@ class Registry:
 
     def default_accelerator(self, strategy: type[StrategyBase]) -> Accelerator:
         """The first available accelerator among those the strategy supports."""
-        names = strategy.supported_accelerators or tuple(self.accelerators)
+        names = strategy.accelerators or tuple(self.accelerators)
         for name in names:
             cls = self.accelerators.get(name)
             if cls is not None and cls.is_available():
@@ -109,7 +109,7 @@ class Registry:
     def detect_environment(self, strategy: type[StrategyBase]) -> ClusterEnvironmentBase:
         """The first environment, in the strategy's detection order, that this process runs
         under."""
-        for name in strategy.cluster_environments:
+        for name in strategy.cluster:
             cls = self.cluster_environments.get(name)
             if cls is not None and cls.detect():
                 return cls()
@@ -117,7 +117,7 @@ class Registry:
             return self.cluster_environments["lightning"]()
         raise MisconfigurationError(
             f"{strategy.__name__}: none of the cluster environments "
-            f"{', '.join(strategy.cluster_environments)} applies to this process; "
+            f"{', '.join(strategy.cluster)} applies to this process; "
             "pass cluster_environment=..."
         )
 
@@ -132,12 +132,12 @@ class Registry:
         which beats a general one."""
         mode = canonical_precision(precision)
         best: type[PrecisionBase] | None = best_plugin(
-            self.precision_plugins, mode, strategy.wrapper, accelerator.accelerator_name
+            self.precision_plugins, mode, strategy.wrapper, accelerator.name
         )
         if best is None:
             raise MisconfigurationError(
                 f"precision={precision!r}: no precision plugin serves it for "
-                f"{strategy.__name__} on {accelerator.accelerator_name!r}"
+                f"{strategy.__name__} on {accelerator.name!r}"
             )
         return best
 

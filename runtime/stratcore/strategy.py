@@ -48,7 +48,7 @@ class StrategyBase(ABC):
     """Base class of all strategies; see the module documentation."""
 
     #: Registry name of the strategy (None for abstract bases).
-    strategy_name: ClassVar[str | None] = None
+    name: ClassVar[str | None] = None
     #: How the model is wrapped: 'none', 'ddp', 'fsdp', 'deepspeed', ...; each wrapper base
     #: declares its own.
     wrapper: ClassVar[str] = "none"
@@ -59,10 +59,10 @@ class StrategyBase(ABC):
     default_precision: ClassVar[str | None] = None
     supported_precisions: ClassVar[tuple[str, ...]] = PRECISIONS
     #: Cluster environments in detection order.
-    cluster_environments: ClassVar[tuple[str, ...]] = ()
+    cluster: ClassVar[tuple[str, ...]] = ()
     #: Accelerators the strategy runs on, in order of preference.
-    supported_accelerators: ClassVar[tuple[str, ...]] = ()
-    requirements: ClassVar[tuple[Requirement, ...]] = ()
+    accelerators: ClassVar[tuple[str, ...]] = ()
+    requires: ClassVar[tuple[Requirement, ...]] = ()
     #: Module of hand-written hooks called at named points (see ``call_hook``): the module
     #: object itself.
     hooks: ClassVar[ModuleType | None] = None
@@ -73,7 +73,7 @@ class StrategyBase(ABC):
         checkpoint_io: CheckpointIO | None = None,
         precision_plugin: PrecisionBase | None = None,
     ) -> None:
-        require(self.requirements, f"{type(self).__name__}")
+        require(self.requires, f"{type(self).__name__}")
         self._accelerator = accelerator
         self._checkpoint_io = checkpoint_io
         self._precision_plugin = precision_plugin
@@ -238,7 +238,7 @@ class StrategyBase(ABC):
         self.validate_configuration()
         self.accelerator.check_available()
         self.accelerator.setup_device(self.root_device)
-        self.precision_plugin.connect(self.root_device, self.accelerator.needs_grad_scaler)
+        self.precision_plugin.connect(self.root_device, self.accelerator.grad_scaler)
         self.call_hook("setup_environment")
         self._environment_ready = True
 
@@ -571,8 +571,8 @@ class StrategyBase(ABC):
         self._environment_ready = False
 
     def __repr__(self) -> str:
-        name = f" {self.strategy_name!r}" if self.strategy_name else ""
-        return f"<{type(self).__name__}{name} on {self.accelerator.accelerator_name or 'cpu'}>"
+        name = f" {self.name!r}" if self.name else ""
+        return f"<{type(self).__name__}{name} on {self.accelerator.name or 'cpu'}>"
 
 
 def _uncompiled(module: nn.Module) -> tuple[nn.Module, bool]:

@@ -23,7 +23,7 @@ from torch.optim import Optimizer
 
 
 def _poptorch(strategy: Any) -> Any:
-    require(strategy.requirements, type(strategy).__name__)
+    require(strategy.requires, type(strategy).__name__)
     return importlib.import_module("poptorch")
 
 

@@ -136,10 +136,10 @@ def test_bagua_qadam_needs_its_optimizer(tmp_path: Path) -> None:
 
 
 def test_bagua_facts_without_bagua() -> None:
-    assert BaguaStrategy.supported_accelerators == ("cuda",)
+    assert BaguaStrategy.accelerators == ("cuda",)
     assert BaguaStrategy.backend is not None and BaguaStrategy.backend.name == "nccl"
-    assert BaguaStrategy.cluster_environments[0] == "bagua"
-    assert BaguaEnvironment.detection.all_set == ("BAGUA_SERVICE_PORT", "WORLD_SIZE", "RANK")
+    assert BaguaStrategy.cluster[0] == "bagua"
+    assert BaguaEnvironment.detect_condition.all_set == ("BAGUA_SERVICE_PORT", "WORLD_SIZE", "RANK")
     options = strategy_options(BaguaStrategy)
     assert options["algorithm"].default == "gradient_allreduce"
     assert set(BAGUA_ALGORITHMS) == {

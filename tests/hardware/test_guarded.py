@@ -121,7 +121,7 @@ def test_accelerator_without_its_software(name: str, entry: dict[str, Any]) -> N
 )
 def test_precision_plugin_without_its_backend(name: str, entry: dict[str, Any]) -> None:
     requirement = entry["requires"][0]
-    plugin = next(p for p in registry.REGISTRY.precision_plugins if p.plugin_name == name)
+    plugin = next(p for p in registry.REGISTRY.precision_plugins if p.name == name)
     with pytest.raises(stratlib.MissingDependencyError) as raised:
         plugin(entry["modes"][0])
     assert f"'{requirement['module']}'" in str(raised.value)
@@ -134,4 +134,4 @@ def test_backends_without_their_packages() -> None:
     for backend in ("horovod", "xla", "hccl"):
         declared_backend = registry.REGISTRY.backends[backend]
         with pytest.raises(stratlib.MissingDependencyError, match=f"backend {backend!r} needs"):
-            require(declared_backend.requirements, f"backend {backend!r}")
+            require(declared_backend.requires, f"backend {backend!r}")

@@ -165,10 +165,10 @@ def test_horovodrun_command_lines() -> None:
 
 def test_horovod_facts_without_horovod() -> None:
     assert HorovodStrategy.launcher_class.name == "horovodrun"
-    assert HorovodStrategy.cluster_environments == ("horovod", "mpi")
+    assert HorovodStrategy.cluster == ("horovod", "mpi")
     assert HorovodStrategy.backend is not None and HorovodStrategy.backend.name == "horovod"
     assert HorovodStrategy.backend.reduce_ops == frozenset(HOROVOD_OPS)
-    assert HorovodEnvironment.detection.all_set == ("HOROVOD_RANK", "HOROVOD_SIZE")
+    assert HorovodEnvironment.detect_condition.all_set == ("HOROVOD_RANK", "HOROVOD_SIZE")
     with pytest.raises(
         stratlib.MissingDependencyError,
         match=r"'horovod\.torch'.*HOROVOD_WITH_PYTORCH=1 pip install",

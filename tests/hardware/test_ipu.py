@@ -143,7 +143,7 @@ def test_ipu_refuses_more_ipus_than_present(tmp_path: Path) -> None:
 def test_ipu_precision_plugin_conversions(monkeypatch: pytest.MonkeyPatch) -> None:
     """The core mixin's conversions and refusals need no IPU; poptorch's requirement is lifted
     for this test only."""
-    monkeypatch.setattr(IPUPrecisionPlugin, "requirements", ())
+    monkeypatch.setattr(IPUPrecisionPlugin, "requires", ())
     plugin = IPUPrecisionPlugin("16-true")
     module = plugin.convert_module(torch.nn.Linear(2, 2))
     assert module.weight.dtype is torch.float16

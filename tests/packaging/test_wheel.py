@@ -200,7 +200,7 @@ def test_installed_commands_work_from_any_folder(venv: Path, tmp_path: Path) -> 
         str(venv / "bin" / "python"),
         "-c",
         "import wheel_strategies as w; s = w.get_strategy('wheel_ddp', devices=2); "
-        "print(type(s).__name__, s.accelerator.accelerator_name, len(s.parallel_devices))",
+        "print(type(s).__name__, s.accelerator.name, len(s.parallel_devices))",
         cwd=project / "src",
     )
     assert used.returncode == 0, used.stderr

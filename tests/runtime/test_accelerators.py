@@ -154,5 +154,5 @@ def test_auto_picks_the_first_available_accelerator() -> None:
         if torch.cuda.is_available()
         else "mps" if torch.backends.mps.is_available() else "cpu"
     )
-    assert stratlib.get_strategy("single_device").accelerator.accelerator_name == expected
+    assert stratlib.get_strategy("single_device").accelerator.name == expected
     assert stratlib.get_strategy("auto").__class__ is stratlib.SingleDeviceStrategy

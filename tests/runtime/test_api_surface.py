@@ -62,7 +62,7 @@ ELSEWHERE = [cls for cls in CONCRETE if cls not in RUNNABLE]
 def test_a_class_that_cannot_run_here_says_why(cls: type) -> None:
     """Without its package, construction names it; with it but without the device, building
     the strategy for the CPU names the accelerators it needs."""
-    missing = [r for r in cls.requirements if not r.available]
+    missing = [r for r in cls.requires if not r.available]
     if missing:
         with pytest.raises(stratlib.MissingDependencyError, match=missing[0].module):
             cls()
@@ -79,7 +79,7 @@ def test_every_concrete_class_can_be_constructed_directly(cls: type) -> None:
     assert strategy.world_size == 1 and strategy.is_global_zero
     assert strategy.parallel_devices == [torch.device("cpu")]
     assert strategy.distributed_sampler_kwargs == {"num_replicas": 1, "rank": 0}
-    assert strategy.accelerator.accelerator_name == "cpu"
+    assert strategy.accelerator.name == "cpu"
     assert strategy.precision_plugin.precision == "32-true"
     assert isinstance(strategy.checkpoint_io, stratlib.TorchCheckpointIO)
     assert strategy.model is None and strategy.optimizers == []

@@ -84,7 +84,7 @@ def test_strategy_names_in_any_letter_case(name: str) -> None:
 @pytest.mark.parametrize("accelerator", ["CPU", "Cpu", " cpu"])
 def test_accelerator_names_in_any_letter_case(accelerator: str) -> None:
     strategy = stratlib.get_strategy("ddp", accelerator=accelerator, devices=2)
-    assert strategy.accelerator.accelerator_name == "cpu"
+    assert strategy.accelerator.name == "cpu"
 
 
 def test_devices_and_num_nodes_as_strings() -> None:
@@ -101,7 +101,7 @@ def test_devices_and_num_nodes_as_strings() -> None:
 @pytest.mark.parametrize("name", ["xla_fsdp", "xla_debug", "XLA_FSDP"])
 def test_xla_names_are_guarded(name: str) -> None:
     cls = stratlib.registry.REGISTRY.strategies[name.lower()].cls
-    assert cls.supported_accelerators == ("tpu",)
+    assert cls.accelerators == ("tpu",)
     with pytest.raises(MisconfigurationError, match="runs on tpu"):
         stratlib.get_strategy(name)
     with pytest.raises(MissingDependencyError, match="torch_xla"):

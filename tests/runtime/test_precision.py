@@ -131,9 +131,9 @@ def test_16_mixed_scales_the_loss_where_the_device_needs_it() -> None:
     unscaled.connect(torch.device("cpu"), needs_grad_scaler=True)
     assert unscaled.scaler is None, "bfloat16 has float32's range: no scaling"
     cpu = stratlib.NativeMixedPrecisionPlugin("16-mixed", device_type="cpu")
-    cpu.connect(torch.device("cpu"), needs_grad_scaler=stratlib.CPUAccelerator.needs_grad_scaler)
+    cpu.connect(torch.device("cpu"), needs_grad_scaler=stratlib.CPUAccelerator.grad_scaler)
     assert cpu.scaler is None
-    assert stratlib.CUDAAccelerator.needs_grad_scaler is True
+    assert stratlib.CUDAAccelerator.grad_scaler is True
 
 
 def test_gradient_scaler_skips_a_step_with_infinite_gradients() -> None:

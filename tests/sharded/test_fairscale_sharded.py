@@ -141,7 +141,7 @@ def test_fairscales_scaler_is_built_without_a_device(monkeypatch: pytest.MonkeyP
     # torch's scalers take it, would become the scale.
     assert next(iter(inspect.signature(ShardedGradScaler).parameters)) == "init_scale"
     plugin = ShardedNativeMixedPrecisionPlugin("16-mixed")
-    assert plugin.grad_scaler_class == "fairscale.optim.grad_scaler:ShardedGradScaler"
+    assert plugin.grad_scaler == "fairscale.optim.grad_scaler:ShardedGradScaler"
     imported = []
 
     def import_recording(path: str) -> type:

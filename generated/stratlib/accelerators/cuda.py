@@ -20,7 +20,7 @@ class CUDAAccelerator(Accelerator):
     Accelerator name: ``"cuda"``.
     """
 
-    accelerator_name: ClassVar[str] = "cuda"
+    name: ClassVar[str] = "cuda"
     device_type: ClassVar[str] = "cuda"
     backend: ClassVar[CollectiveBackend] = NCCL
     default_precision: ClassVar[str] = "32-true"
@@ -34,9 +34,9 @@ class CUDAAccelerator(Accelerator):
         "transformer-engine",
         "transformer-engine-float16",
     )
-    needs_grad_scaler: ClassVar[bool] = True
-    availability_probe: ClassVar[str | None] = "torch.cuda:is_available"
-    device_count_probe: ClassVar[str | None] = "torch.cuda:device_count"
+    grad_scaler: ClassVar[bool] = True
+    is_available_hook: ClassVar[str | None] = "torch.cuda:is_available"
+    device_count_hook: ClassVar[str | None] = "torch.cuda:device_count"
     visible_devices_env: ClassVar[str | None] = "CUDA_VISIBLE_DEVICES"
     set_device_hook: ClassVar[str | None] = "torch.cuda:set_device"
     teardown_hook: ClassVar[str | None] = "torch.cuda:empty_cache"

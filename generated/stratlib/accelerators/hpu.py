@@ -24,18 +24,18 @@ class HPUAccelerator(Accelerator):
     Accelerator name: ``"hpu"``.
     """
 
-    accelerator_name: ClassVar[str] = "hpu"
+    name: ClassVar[str] = "hpu"
     device_type: ClassVar[str] = "hpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = HCCL
     default_precision: ClassVar[str] = "bf16-mixed"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-mixed", "bf16-true")
-    availability_probe: ClassVar[str | None] = "habana_frameworks.torch.hpu:is_available"
-    device_count_probe: ClassVar[str | None] = "habana_frameworks.torch.hpu:device_count"
+    is_available_hook: ClassVar[str | None] = "habana_frameworks.torch.hpu:is_available"
+    device_count_hook: ClassVar[str | None] = "habana_frameworks.torch.hpu:device_count"
     visible_devices_env: ClassVar[str | None] = "HABANA_VISIBLE_MODULES"
     after_backward_hook: ClassVar[str | None] = "habana_frameworks.torch.core:mark_step"
     after_optimizer_step_hook: ClassVar[str | None] = "habana_frameworks.torch.core:mark_step"
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "habana_frameworks.torch",
             "pip install habana-torch-plugin (from Habana's SynapseAI software stack)",

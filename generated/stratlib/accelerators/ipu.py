@@ -26,14 +26,14 @@ class IPUAccelerator(Accelerator):
     Accelerator name: ``"ipu"``.
     """
 
-    accelerator_name: ClassVar[str] = "ipu"
+    name: ClassVar[str] = "ipu"
     device_type: ClassVar[str] = "cpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = GLOO
     default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
     auto_devices: ClassVar[int | None] = 4
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "poptorch",
             "pip install the poptorch wheel of Graphcore's Poplar SDK (poplar_sdk/poptorch-*.whl)",

@@ -21,7 +21,7 @@ class MPSAccelerator(Accelerator):
     Accelerator name: ``"mps"``.
     """
 
-    accelerator_name: ClassVar[str] = "mps"
+    name: ClassVar[str] = "mps"
     device_type: ClassVar[str] = "mps"
     backend: ClassVar[CollectiveBackend] = GLOO
     default_precision: ClassVar[str] = "32-true"
@@ -33,5 +33,5 @@ class MPSAccelerator(Accelerator):
         "bf16-true",
     )
     auto_devices: ClassVar[int | None] = 1
-    availability_probe: ClassVar[str | None] = "torch.backends.mps:is_available"
+    is_available_hook: ClassVar[str | None] = "torch.backends.mps:is_available"
     teardown_hook: ClassVar[str | None] = "torch.mps:empty_cache"

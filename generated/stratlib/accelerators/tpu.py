@@ -24,15 +24,15 @@ class TPUAccelerator(Accelerator):
     Accelerator name: ``"tpu"``.
     """
 
-    accelerator_name: ClassVar[str] = "tpu"
+    name: ClassVar[str] = "tpu"
     device_type: ClassVar[str] = "xla"
     backend: ClassVar[CollectiveBackend] = XLA
     default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
-    availability_probe: ClassVar[str | None] = "torch_xla._internal.tpu:num_available_devices"
-    device_count_probe: ClassVar[str | None] = "torch_xla._internal.tpu:num_available_devices"
+    is_available_hook: ClassVar[str | None] = "torch_xla._internal.tpu:num_available_devices"
+    device_count_hook: ClassVar[str | None] = "torch_xla._internal.tpu:num_available_devices"
     visible_devices_env: ClassVar[str | None] = "TPU_VISIBLE_CHIPS"
     after_optimizer_step_hook: ClassVar[str | None] = "torch_xla.core.xla_model:mark_step"
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
     )

@@ -21,8 +21,10 @@ class BaguaEnvironment(ClusterEnvironment):
     rendezvous variables.
     """
 
-    environment_name: ClassVar[str | None] = "bagua"
-    detection: ClassVar[Condition] = Condition(all_set=("BAGUA_SERVICE_PORT", "WORLD_SIZE", "RANK"))
+    name: ClassVar[str | None] = "bagua"
+    detect_condition: ClassVar[Condition] = Condition(
+        all_set=("BAGUA_SERVICE_PORT", "WORLD_SIZE", "RANK")
+    )
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",))
     global_rank_source: ClassVar[ValueSource] = ValueSource(env=("RANK",))
     local_rank_source: ClassVar[ValueSource] = ValueSource(env=("LOCAL_RANK",), default=0)

@@ -20,8 +20,8 @@ class HorovodEnvironment(ClusterEnvironment):
     cross rank.
     """
 
-    environment_name: ClassVar[str | None] = "horovod"
-    detection: ClassVar[Condition] = Condition(all_set=("HOROVOD_RANK", "HOROVOD_SIZE"))
+    name: ClassVar[str | None] = "horovod"
+    detect_condition: ClassVar[Condition] = Condition(all_set=("HOROVOD_RANK", "HOROVOD_SIZE"))
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("HOROVOD_SIZE",))
     global_rank_source: ClassVar[ValueSource] = ValueSource(env=("HOROVOD_RANK",))
     local_rank_source: ClassVar[ValueSource] = ValueSource(env=("HOROVOD_LOCAL_RANK",), default=0)

@@ -17,8 +17,8 @@ __all__ = ["KubeflowEnvironment"]
 class KubeflowEnvironment(ClusterEnvironment):
     """A Kubeflow PyTorchJob; each pod runs one process."""
 
-    environment_name: ClassVar[str | None] = "kubeflow"
-    detection: ClassVar[Condition] = Condition(
+    name: ClassVar[str | None] = "kubeflow"
+    detect_condition: ClassVar[Condition] = Condition(
         all_set=("KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
     )
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",))

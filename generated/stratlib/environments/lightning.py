@@ -21,9 +21,9 @@ class LightningEnvironment(ClusterEnvironment):
     are set by the strategy from the number of nodes and devices.
     """
 
-    environment_name: ClassVar[str | None] = "lightning"
-    detection: ClassVar[Condition] = Condition(always=True)
-    external_processes: ClassVar[Condition] = Condition(all_set=("LOCAL_RANK",))
+    name: ClassVar[str | None] = "lightning"
+    detect_condition: ClassVar[Condition] = Condition(always=True)
+    creates_processes_externally_condition: ClassVar[Condition] = Condition(all_set=("LOCAL_RANK",))
     settable: ClassVar[bool] = True
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",), default=1)
     global_rank_source: ClassVar[ValueSource] = ValueSource(env=("RANK",), default=0)

@@ -20,8 +20,8 @@ class LSFEnvironment(ClusterEnvironment):
     by LSB_DJOB_RANKFILE, whose first line is the launch node and is skipped.
     """
 
-    environment_name: ClassVar[str | None] = "lsf"
-    detection: ClassVar[Condition] = Condition(
+    name: ClassVar[str | None] = "lsf"
+    detect_condition: ClassVar[Condition] = Condition(
         all_set=("LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE")
     )
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("JSM_NAMESPACE_SIZE",))

@@ -20,8 +20,8 @@ class MPIEnvironment(ClusterEnvironment):
     be given as MASTER_ADDR on multi-node jobs; it defaults to this host.
     """
 
-    environment_name: ClassVar[str | None] = "mpi"
-    detection: ClassVar[Condition] = Condition(any_set=("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
+    name: ClassVar[str | None] = "mpi"
+    detect_condition: ClassVar[Condition] = Condition(any_set=("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
     global_rank_source: ClassVar[ValueSource] = ValueSource(
         env=("OMPI_COMM_WORLD_RANK", "PMI_RANK")

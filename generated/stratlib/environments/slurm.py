@@ -22,8 +22,8 @@ class SLURMEnvironment(ClusterEnvironment):
     (job name 'bash' or 'interactive') are not treated as managed jobs.
     """
 
-    environment_name: ClassVar[str | None] = "slurm"
-    detection: ClassVar[Condition] = Condition(
+    name: ClassVar[str | None] = "slurm"
+    detect_condition: ClassVar[Condition] = Condition(
         all_set=("SLURM_NTASKS", "SLURM_PROCID"),
         not_equal={"SLURM_JOB_NAME": ("bash", "interactive")},
     )

@@ -17,8 +17,8 @@ __all__ = ["TorchElasticEnvironment"]
 class TorchElasticEnvironment(ClusterEnvironment):
     """Processes started by torchrun (torch.distributed.elastic)."""
 
-    environment_name: ClassVar[str | None] = "torchelastic"
-    detection: ClassVar[Condition] = Condition(
+    name: ClassVar[str | None] = "torchelastic"
+    detect_condition: ClassVar[Condition] = Condition(
         all_set=("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
     )
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",))

@@ -20,9 +20,11 @@ class XLAEnvironment(ClusterEnvironment):
     global rank come from the XLA runtime and are set by the strategy.
     """
 
-    environment_name: ClassVar[str | None] = "xla"
-    detection: ClassVar[Condition] = Condition(always=True)
-    external_processes: ClassVar[Condition] = Condition(all_set=("PJRT_LOCAL_PROCESS_RANK",))
+    name: ClassVar[str | None] = "xla"
+    detect_condition: ClassVar[Condition] = Condition(always=True)
+    creates_processes_externally_condition: ClassVar[Condition] = Condition(
+        all_set=("PJRT_LOCAL_PROCESS_RANK",)
+    )
     settable: ClassVar[bool] = True
     world_size_source: ClassVar[ValueSource] = ValueSource(default=1)
     global_rank_source: ClassVar[ValueSource] = ValueSource(default=0)

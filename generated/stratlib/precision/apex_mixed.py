@@ -18,4 +18,4 @@ class ApexMixedPrecisionPlugin(ApexPrecisionBase, MixedPrecisionPlugin):
     raises an error that points to precision='16-mixed', which torch.autocast implements.
     """
 
-    plugin_name: ClassVar[str | None] = "apex_mixed"
+    name: ClassVar[str | None] = "apex_mixed"

@@ -26,6 +26,6 @@ class DeepSpeedPrecisionPlugin(DeepSpeedPrecisionBase, PrecisionPlugin):
     Serves precision ``"32-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
     """
 
-    plugin_name: ClassVar[str | None] = "deepspeed"
+    name: ClassVar[str | None] = "deepspeed"
     modes: ClassVar[tuple[str, ...]] = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
     wrappers: ClassVar[tuple[str, ...]] = ("deepspeed",)

@@ -20,5 +20,5 @@ class DoublePrecisionPlugin(DoublePrecisionBase, PrecisionPlugin):
     Serves precision ``"64-true"``.
     """
 
-    plugin_name: ClassVar[str | None] = "double"
+    name: ClassVar[str | None] = "double"
     modes: ClassVar[tuple[str, ...]] = ("64-true",)

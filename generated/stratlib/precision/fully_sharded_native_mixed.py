@@ -25,9 +25,9 @@ class FullyShardedNativeMixedPrecisionPlugin(FSDPPrecisionBase, MixedPrecisionPl
     Serves precision ``"16-mixed"``, ``"bf16-mixed"``.
     """
 
-    plugin_name: ClassVar[str | None] = "fully_sharded_native_mixed"
+    name: ClassVar[str | None] = "fully_sharded_native_mixed"
     modes: ClassVar[tuple[str, ...]] = ("16-mixed", "bf16-mixed")
     wrappers: ClassVar[tuple[str, ...]] = ("fsdp", "fairscale_fsdp", "model_parallel")
-    grad_scaler_class: ClassVar[str | None] = (
+    grad_scaler: ClassVar[str | None] = (
         "torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler"
     )

@@ -21,5 +21,5 @@ class HalfPrecisionPlugin(HalfPrecisionBase, PrecisionPlugin):
     Serves precision ``"16-true"``, ``"bf16-true"``.
     """
 
-    plugin_name: ClassVar[str | None] = "half"
+    name: ClassVar[str | None] = "half"
     modes: ClassVar[tuple[str, ...]] = ("16-true", "bf16-true")

@@ -22,10 +22,10 @@ class IPUPrecisionPlugin(IPUPrecisionBase, PrecisionPlugin):
     Serves precision ``"32-true"``, ``"16-true"``.
     """
 
-    plugin_name: ClassVar[str | None] = "ipu"
+    name: ClassVar[str | None] = "ipu"
     modes: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
     accelerators: ClassVar[tuple[str, ...]] = ("ipu",)
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "poptorch",
             "pip install the poptorch wheel of Graphcore's Poplar SDK (poplar_sdk/poptorch-*.whl)",

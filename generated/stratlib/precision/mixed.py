@@ -17,5 +17,5 @@ __all__ = ["MixedPrecisionPlugin"]
 class MixedPrecisionPlugin(MixedPrecisionBase, PrecisionPlugin):
     """Base class of mixed-precision plugins (autocast, with a gradient scaler for float16)."""
 
-    plugin_name: ClassVar[str | None] = "mixed"
+    name: ClassVar[str | None] = "mixed"
     modes: ClassVar[tuple[str, ...]] = ()

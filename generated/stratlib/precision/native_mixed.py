@@ -21,6 +21,6 @@ class NativeMixedPrecisionPlugin(MixedPrecisionPlugin):
     Serves precision ``"16-mixed"``, ``"bf16-mixed"``.
     """
 
-    plugin_name: ClassVar[str | None] = "native_mixed"
+    name: ClassVar[str | None] = "native_mixed"
     modes: ClassVar[tuple[str, ...]] = ("16-mixed", "bf16-mixed")
-    grad_scaler_class: ClassVar[str | None] = "torch.amp:GradScaler"
+    grad_scaler: ClassVar[str | None] = "torch.amp:GradScaler"

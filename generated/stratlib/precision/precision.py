@@ -21,4 +21,4 @@ class PrecisionPlugin(PrecisionBase):
     Serves precision ``"32-true"``.
     """
 
-    plugin_name: ClassVar[str | None] = "precision"
+    name: ClassVar[str | None] = "precision"

@@ -24,9 +24,9 @@ class ShardedNativeMixedPrecisionPlugin(NativeMixedPrecisionPlugin):
     Serves precision ``"16-mixed"``, ``"bf16-mixed"``.
     """
 
-    plugin_name: ClassVar[str | None] = "sharded_native_mixed"
+    name: ClassVar[str | None] = "sharded_native_mixed"
     wrappers: ClassVar[tuple[str, ...]] = ("fairscale_sharded",)
-    grad_scaler_class: ClassVar[str | None] = "fairscale.optim.grad_scaler:ShardedGradScaler"
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    grad_scaler: ClassVar[str | None] = "fairscale.optim.grad_scaler:ShardedGradScaler"
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("fairscale", "pip install fairscale"),
     )

@@ -20,8 +20,8 @@ class TPUPrecisionPlugin(XLAPrecisionBase, PrecisionPlugin):
     Serves precision ``"32-true"``.
     """
 
-    plugin_name: ClassVar[str | None] = "tpu"
+    name: ClassVar[str | None] = "tpu"
     wrappers: ClassVar[tuple[str, ...]] = ("xla", "xla_fsdp")
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
     )

@@ -21,5 +21,5 @@ class TPUBf16PrecisionPlugin(TPUPrecisionPlugin):
     Serves precision ``"bf16-true"``.
     """
 
-    plugin_name: ClassVar[str | None] = "tpu_bf16"
+    name: ClassVar[str | None] = "tpu_bf16"
     modes: ClassVar[tuple[str, ...]] = ("bf16-true",)

@@ -26,8 +26,8 @@ class TransformerEnginePrecisionPlugin(TransformerEnginePrecisionBase, Precision
     Serves precision ``"transformer-engine"``, ``"transformer-engine-float16"``.
     """
 
-    plugin_name: ClassVar[str | None] = "transformer_engine"
+    name: ClassVar[str | None] = "transformer_engine"
     modes: ClassVar[tuple[str, ...]] = ("transformer-engine", "transformer-engine-float16")
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("transformer_engine.pytorch", "pip install 'transformer_engine[pytorch]'"),
     )

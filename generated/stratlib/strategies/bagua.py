@@ -51,10 +51,10 @@ class BaguaStrategy(BaguaStrategyBase, ParallelStrategy):
             sync_interval_ms, warmup_steps}.
     """
 
-    strategy_name: ClassVar[str | None] = "bagua"
+    name: ClassVar[str | None] = "bagua"
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     backend: ClassVar[CollectiveBackend | None] = NCCL
-    cluster_environments: ClassVar[tuple[str, ...]] = (
+    cluster: ClassVar[tuple[str, ...]] = (
         "bagua",
         "torchelastic",
         "slurm",
@@ -63,8 +63,8 @@ class BaguaStrategy(BaguaStrategyBase, ParallelStrategy):
         "mpi",
         "lightning",
     )
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("cuda",)
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    accelerators: ClassVar[tuple[str, ...]] = ("cuda",)
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "bagua.torch_api",
             "pip install bagua-cuda117 (choose the package built for your CUDA version)",

@@ -47,7 +47,7 @@ class DDPStrategy(DDPStrategyBase, ParallelStrategy):
             when null).
     """
 
-    strategy_name: ClassVar[str | None] = "ddp"
+    name: ClassVar[str | None] = "ddp"
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
 
     def __init__(

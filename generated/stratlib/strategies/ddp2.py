@@ -35,4 +35,4 @@ class DDP2Strategy(DDP2StrategyBase, DDPStrategy):
             when null).
     """
 
-    strategy_name: ClassVar[str | None] = "ddp2"
+    name: ClassVar[str | None] = "ddp2"

@@ -41,10 +41,10 @@ class DDPFullyShardedStrategy(FairscaleFSDPStrategyBase, ParallelStrategy):
             again for backward.
     """
 
-    strategy_name: ClassVar[str | None] = "ddp_fully_sharded"
+    name: ClassVar[str | None] = "ddp_fully_sharded"
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("cuda",)
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    accelerators: ClassVar[tuple[str, ...]] = ("cuda",)
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("fairscale", "pip install fairscale"),
     )
 

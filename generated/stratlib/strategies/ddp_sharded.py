@@ -40,9 +40,9 @@ class DDPShardedStrategy(ShardedStrategyBase, ParallelStrategy):
             rank before each forward pass.
     """
 
-    strategy_name: ClassVar[str | None] = "ddp_sharded"
+    name: ClassVar[str | None] = "ddp_sharded"
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("fairscale", "pip install fairscale"),
     )
 

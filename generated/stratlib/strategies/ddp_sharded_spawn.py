@@ -39,7 +39,7 @@ class DDPSpawnShardedStrategy(DDPShardedStrategy):
         start_method: How torch.multiprocessing starts the processes.
     """
 
-    strategy_name: ClassVar[str | None] = "ddp_sharded_spawn"
+    name: ClassVar[str | None] = "ddp_sharded_spawn"
     launcher_class: ClassVar[type[Launcher]] = SpawnLauncher
 
     def __init__(

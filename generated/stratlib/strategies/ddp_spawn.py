@@ -55,7 +55,7 @@ class DDPSpawnStrategy(DDPStrategy):
         start_method: How torch.multiprocessing starts the processes.
     """
 
-    strategy_name: ClassVar[str | None] = "ddp_spawn"
+    name: ClassVar[str | None] = "ddp_spawn"
     launcher_class: ClassVar[type[Launcher]] = SpawnLauncher
 
     def __init__(

@@ -73,7 +73,7 @@ class DeepSpeedStrategy(DeepSpeedStrategyBase, ParallelStrategy):
             same number of processes).
     """
 
-    strategy_name: ClassVar[str | None] = "deepspeed"
+    name: ClassVar[str | None] = "deepspeed"
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = (
@@ -83,7 +83,7 @@ class DeepSpeedStrategy(DeepSpeedStrategyBase, ParallelStrategy):
         "16-true",
         "bf16-true",
     )
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("deepspeed", "pip install deepspeed"),
     )
 

@@ -29,6 +29,6 @@ class DataParallelStrategy(DataParallelStrategyBase, ParallelStrategy):
             (e.g. 'gloo').
     """
 
-    strategy_name: ClassVar[str | None] = "dp"
+    name: ClassVar[str | None] = "dp"
     launcher_class: ClassVar[type[Launcher]] = InlineLauncher
-    cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
+    cluster: ClassVar[tuple[str, ...]] = ("lightning",)

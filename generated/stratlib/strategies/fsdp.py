@@ -62,7 +62,7 @@ class FSDPStrategy(FSDPStrategyBase, ParallelStrategy):
             (torch.distributed.checkpoint), which loads on any number of processes.
     """
 
-    strategy_name: ClassVar[str | None] = "fsdp"
+    name: ClassVar[str | None] = "fsdp"
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
 
     def __init__(

@@ -40,11 +40,11 @@ class HorovodStrategy(HorovodStrategyBase, ParallelStrategy):
         gradient_compression: Compress gradients to float16 while they are communicated.
     """
 
-    strategy_name: ClassVar[str | None] = "horovod"
+    name: ClassVar[str | None] = "horovod"
     launcher_class: ClassVar[type[Launcher]] = HorovodRunLauncher
     backend: ClassVar[CollectiveBackend | None] = HOROVOD
-    cluster_environments: ClassVar[tuple[str, ...]] = ("horovod", "mpi")
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    cluster: ClassVar[tuple[str, ...]] = ("horovod", "mpi")
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("horovod.torch", "HOROVOD_WITH_PYTORCH=1 pip install 'horovod[pytorch]'"),
     )
 

@@ -19,11 +19,11 @@ class SingleHPUStrategy(SingleDeviceStrategy):
     Registry name: ``"hpu_single"``.
     """
 
-    strategy_name: ClassVar[str | None] = "hpu_single"
+    name: ClassVar[str | None] = "hpu_single"
     default_precision: ClassVar[str | None] = "bf16-mixed"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-mixed", "bf16-true")
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("hpu",)
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    accelerators: ClassVar[tuple[str, ...]] = ("hpu",)
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "habana_frameworks.torch",
             "pip install habana-torch-plugin (from Habana's SynapseAI software stack)",

@@ -47,13 +47,13 @@ class IPUStrategy(IPUStrategyBase, ParallelStrategy):
             options above.
     """
 
-    strategy_name: ClassVar[str | None] = "ipu"
+    name: ClassVar[str | None] = "ipu"
     launcher_class: ClassVar[type[Launcher]] = InlineLauncher
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
-    cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("ipu",)
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    cluster: ClassVar[tuple[str, ...]] = ("lightning",)
+    accelerators: ClassVar[tuple[str, ...]] = ("ipu",)
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "poptorch",
             "pip install the poptorch wheel of Graphcore's Poplar SDK (poplar_sdk/poptorch-*.whl)",

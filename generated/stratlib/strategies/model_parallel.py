@@ -55,7 +55,7 @@ class ModelParallelStrategy(ModelParallelStrategyBase, ParallelStrategy):
             whose activations are recomputed during backward instead of kept from forward.
     """
 
-    strategy_name: ClassVar[str | None] = "model_parallel"
+    name: ClassVar[str | None] = "model_parallel"
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
 
     def __init__(

@@ -33,7 +33,7 @@ class ParallelStrategy(ParallelStrategyBase, Strategy):
     """
 
     launcher_class: ClassVar[type[Launcher]] = ExternalLauncher
-    cluster_environments: ClassVar[tuple[str, ...]] = (
+    cluster: ClassVar[tuple[str, ...]] = (
         "torchelastic",
         "slurm",
         "lsf",
@@ -41,7 +41,7 @@ class ParallelStrategy(ParallelStrategyBase, Strategy):
         "mpi",
         "lightning",
     )
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("cuda", "cpu")
+    accelerators: ClassVar[tuple[str, ...]] = ("cuda", "cpu")
 
     def __init__(
         self,

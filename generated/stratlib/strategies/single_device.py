@@ -20,5 +20,5 @@ class SingleDeviceStrategy(SingleDeviceStrategyBase, Strategy):
     Registry name: ``"single_device"``.
     """
 
-    strategy_name: ClassVar[str | None] = "single_device"
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("cuda", "mps", "cpu")
+    name: ClassVar[str | None] = "single_device"
+    accelerators: ClassVar[tuple[str, ...]] = ("cuda", "mps", "cpu")

@@ -32,11 +32,11 @@ class SingleTPUStrategy(XLAStrategyBase, SingleDeviceStrategy):
             recompilations.
     """
 
-    strategy_name: ClassVar[str | None] = "single_tpu"
+    name: ClassVar[str | None] = "single_tpu"
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("tpu",)
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    accelerators: ClassVar[tuple[str, ...]] = ("tpu",)
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
     )
 

@@ -19,4 +19,4 @@ class Strategy(StrategyBase):
     started and how they communicate.
     """
 
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")
+    accelerators: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")

@@ -46,14 +46,14 @@ class TPUSpawnStrategy(XLAStrategyBase, ParallelStrategy):
             recompilations.
     """
 
-    strategy_name: ClassVar[str | None] = "tpu_spawn"
+    name: ClassVar[str | None] = "tpu_spawn"
     launcher_class: ClassVar[type[Launcher]] = XLALauncher
     backend: ClassVar[CollectiveBackend | None] = XLA
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
-    cluster_environments: ClassVar[tuple[str, ...]] = ("xla",)
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("tpu",)
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    cluster: ClassVar[tuple[str, ...]] = ("xla",)
+    accelerators: ClassVar[tuple[str, ...]] = ("tpu",)
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
     )
 

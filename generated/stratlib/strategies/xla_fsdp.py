@@ -33,4 +33,4 @@ class XLAFSDPStrategy(XLAFSDPStrategyBase, TPUSpawnStrategy):
             recompilations.
     """
 
-    strategy_name: ClassVar[str | None] = "xla_fsdp"
+    name: ClassVar[str | None] = "xla_fsdp"

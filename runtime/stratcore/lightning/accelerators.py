@@ -46,7 +46,7 @@ class AcceleratorAdapter:
 
     @classmethod
     def name(cls) -> str:
-        return cls.spec.accelerator_name
+        return cls.spec.name
 
     @classmethod
     def is_available(cls) -> bool:

@@ -54,7 +54,7 @@ def assert_registered(
     (registry name, class, preset) resolves to that class with that preset."""
     accelerator_registry, strategy_registry = _registries(framework)
     for cls in accelerators:
-        name = cls.spec.accelerator_name  # type: ignore[attr-defined]
+        name = cls.spec.name  # type: ignore[attr-defined]
         assert name in accelerator_registry, f"accelerator {name!r} is not registered"
         assert accelerator_registry[name]["accelerator"] is cls, f"{name!r} is another class"
     for name, cls, preset in strategies:

@@ -56,7 +56,7 @@ def assert_precisions(
     """``get_strategy`` runs the default precision when none is given, every supported one
     when asked, and refuses every other one with a clear error."""
     package = importlib.import_module(registry_of(cls).package)
-    name = cls.strategy_name
+    name = cls.name
     chosen = package.get_strategy(name, accelerator=accelerator, devices=devices)
     assert chosen.precision_plugin.precision == expected.default_precision, (
         f"{name} runs in {chosen.precision_plugin.precision!r} by default on {accelerator!r}, "

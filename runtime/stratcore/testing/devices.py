@@ -114,15 +114,15 @@ def assert_detection_priority(cls: type[StrategyBase], monkeypatch: Any) -> None
     first in its order (or one before it that the same variables also satisfy)."""
     registry = registry_of(cls)
     environments = registry.cluster_environments
-    order = [name for name in cls.cluster_environments if name in environments]
+    order = [name for name in cls.cluster if name in environments]
     checked = 0
     for first_index, first in enumerate(order):
         for second in order[first_index + 1 :]:
             environ = {
-                **_satisfying(environments[second].detection),
-                **_satisfying(environments[first].detection),
+                **_satisfying(environments[second].detect_condition),
+                **_satisfying(environments[first].detect_condition),
             }
-            if not environments[first].detection.holds(environ):
+            if not environments[first].detect_condition.holds(environ):
                 continue
             for name in cluster_variables():
                 monkeypatch.delenv(name, raising=False)
@@ -131,7 +131,7 @@ def assert_detection_priority(cls: type[StrategyBase], monkeypatch: Any) -> None
             expected = next(
                 n
                 for n in order
-                if environments[n].detection.holds(environ) and environments[n].detect()
+                if environments[n].detect_condition.holds(environ) and environments[n].detect()
             )
             detected = registry.detect_environment(cls)
             assert type(detected) is environments[expected], (

@@ -97,7 +97,10 @@ def cluster_variables() -> frozenset[str]:
         for environment in package_registry(package).cluster_environments.values()
     }
     for environment in environments:
-        for condition in (environment.detection, environment.external_processes):
+        for condition in (
+            environment.detect_condition,
+            environment.creates_processes_externally_condition,
+        ):
             names.update(condition.all_set, condition.any_set, condition.not_equal)
         for key in (
             "world_size",

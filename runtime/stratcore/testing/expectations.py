@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def runnable_accelerator(cls: type[StrategyBase]) -> str:
     """The first accelerator ``cls`` supports that is present here ('cpu' if none is)."""
     accelerators = registry_of(cls).accelerators
-    for name in cls.supported_accelerators or tuple(accelerators):
+    for name in cls.accelerators or tuple(accelerators):
         if name in accelerators and accelerators[name].is_available():
             return str(name)
     return "cpu"
@@ -33,15 +33,15 @@ def unavailable_reason(cls: type[StrategyBase], accelerator: str | None = None) 
     or None if it can."""
     accelerator = accelerator or runnable_accelerator(cls)
 
-    missing = [r for r in cls.requirements if not r.available]
+    missing = [r for r in cls.requires if not r.available]
     if missing:
         return missing[0].message(cls.__name__)
     backend = cls.backend
     if backend is not None:
-        absent = [r for r in backend.requirements if not r.available]
+        absent = [r for r in backend.requires if not r.available]
         if absent:
             return absent[0].message(f"backend {backend.name!r}")
-    supported = cls.supported_accelerators
+    supported = cls.accelerators
     if supported and accelerator not in supported:
         return f"{cls.__name__} does not run on {accelerator!r} (it runs on {', '.join(supported)})"
     accelerator_cls = registry_of(cls).accelerators.get(accelerator)
@@ -51,7 +51,7 @@ def unavailable_reason(cls: type[StrategyBase], accelerator: str | None = None) 
 
 
 def unavailable_plugin_reason(cls: type[PrecisionBase]) -> str | None:
-    missing = [r for r in cls.requirements if not r.available]
+    missing = [r for r in cls.requires if not r.available]
     return missing[0].message(cls.__name__) if missing else None
 
 
@@ -118,7 +118,7 @@ def available_or_skip(accelerator: type[Accelerator]) -> None:
     import pytest
 
     if not accelerator.is_available():
-        pytest.skip(f"no {accelerator.accelerator_name} device on this machine")
+        pytest.skip(f"no {accelerator.name} device on this machine")
 
 
 def expectation_for(expected: dict[str, Expectation], accelerator: str) -> Expectation:

@@ -45,7 +45,7 @@ class BaguaStrategyBase(ParallelStrategyBase):
 
     def bagua_module(self, name: str = "bagua.torch_api") -> ModuleType:
         """A Bagua module; a clear error names the package if it is missing."""
-        require(self.requirements, type(self).__name__)
+        require(self.requires, type(self).__name__)
         return importlib.import_module(name)
 
     # -- environment ---------------------------------------------------------------------

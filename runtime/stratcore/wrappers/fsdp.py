@@ -371,7 +371,7 @@ class FSDPPrecisionBase(MixedPrecisionBase):
     gathered copy is cast to float16 or bfloat16 for the forward and backward computation,
     gradients are reduced in float32, and the module's outputs come back as float32. The
     sharding wrapper applies this, so forward passes need no autocast. For '16-mixed' on
-    devices that need it, a sharded gradient scaler (``grad_scaler_class``) scales the loss.
+    devices that need it, a sharded gradient scaler (``grad_scaler``) scales the loss.
     """
 
     wraps_forward = False

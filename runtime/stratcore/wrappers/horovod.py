@@ -56,7 +56,7 @@ class HorovodStrategyBase(ParallelStrategyBase):
     def hvd(self) -> ModuleType:
         """``horovod.torch``, imported on first use."""
         if self._horovod is None:
-            require(self.requirements, type(self).__name__)
+            require(self.requires, type(self).__name__)
             self._horovod = importlib.import_module(HOROVOD_MODULE)
         return self._horovod
 

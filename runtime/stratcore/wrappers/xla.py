@@ -50,7 +50,7 @@ class XLAStrategyBase(StrategyBase):
 
     def xla_module(self, name: str = "torch_xla") -> ModuleType:
         """A torch_xla module; a clear error names the package if it is missing."""
-        return _import(self.requirements, type(self).__name__, name)
+        return _import(self.requires, type(self).__name__, name)
 
     @property
     def _is_parallel(self) -> bool:
@@ -86,7 +86,7 @@ class XLAStrategyBase(StrategyBase):
         if dist.is_initialized():
             return
         backend: Any = getattr(self, "collective_backend", self.backend)
-        require(backend.requirements, f"backend {backend.name!r}")
+        require(backend.requires, f"backend {backend.name!r}")
         # Importing the module registers the 'xla' backend and the 'xla://' rendezvous.
         self.xla_module("torch_xla.distributed.xla_backend")
         dist.init_process_group(backend.name, init_method="xla://")

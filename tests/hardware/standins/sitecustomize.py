@@ -52,13 +52,13 @@ def _whole_cpus(cls: type, indices: Any) -> list[Any]:
 def _place_on_cpu(accelerator_base: type) -> None:
     def __init_subclass__(cls: type, **kwargs: Any) -> None:  # noqa: N807
         super(accelerator_base, cls).__init_subclass__(**kwargs)
-        name = cls.__dict__.get("accelerator_name")
+        name = cls.__dict__.get("name")
         if name in ON_CPU:
             cls.device_type = "cpu"  # type: ignore[attr-defined]
             cls.get_parallel_devices = classmethod(_whole_cpus)  # type: ignore[attr-defined]
             if ON_CPU[name] is not None:
-                cls.availability_probe = "sitecustomize:standin_present"  # type: ignore[attr-defined]
-                cls.device_count_probe = "sitecustomize:standin_count"  # type: ignore[attr-defined]
+                cls.is_available_hook = "sitecustomize:standin_present"  # type: ignore[attr-defined]
+                cls.device_count_hook = "sitecustomize:standin_count"  # type: ignore[attr-defined]
                 cls.set_device_hook = None  # type: ignore[attr-defined]
 
     accelerator_base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]

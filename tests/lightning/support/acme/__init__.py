@@ -48,7 +48,7 @@ ACME_BACKEND = CollectiveBackend(
 class AcmeAccelerator(Accelerator):
     """Made-up accelerator 'acme': processes on the CPU."""
 
-    accelerator_name: ClassVar[str] = "acme"
+    name: ClassVar[str] = "acme"
     device_type: ClassVar[str] = "cpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = ACME_BACKEND
@@ -63,22 +63,22 @@ class AcmeAccelerator(Accelerator):
 class AcmeParallelStrategy(ParallelStrategyBase):
     """DistributedDataParallel over the acme backend, one process per acme device."""
 
-    strategy_name: ClassVar[str | None] = "acme_parallel"
+    name: ClassVar[str | None] = "acme_parallel"
     wrapper: ClassVar[str] = "ddp"
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     backend: ClassVar[CollectiveBackend | None] = None  # the accelerator's
     default_precision: ClassVar[str | None] = "bf16-mixed"
     # 64-true is the strategy's but not the accelerator's: only 32-true and bf16-mixed remain.
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-mixed", "16-true")
-    cluster_environments: ClassVar[tuple[str, ...]] = ("acme",)
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("acme",)
+    cluster: ClassVar[tuple[str, ...]] = ("acme",)
+    accelerators: ClassVar[tuple[str, ...]] = ("acme",)
 
 
 class AcmeEnvironment(ClusterEnvironmentBase):
     """Processes started by the made-up acme scheduler, which sets ACME_JOB_ID."""
 
-    environment_name: ClassVar[str | None] = "acme"
-    detection: ClassVar[Condition] = Condition(all_set=("ACME_JOB_ID",))
+    name: ClassVar[str | None] = "acme"
+    detect_condition: ClassVar[Condition] = Condition(all_set=("ACME_JOB_ID",))
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("ACME_NTASKS",))
     global_rank_source: ClassVar[ValueSource] = ValueSource(env=("ACME_RANK",))
     local_rank_source: ClassVar[ValueSource] = ValueSource(env=("ACME_LOCAL_RANK",))

@@ -22,5 +22,5 @@ RING = CollectiveBackend(
     reduce_ops=frozenset(("sum", "max")),
     casts={"bool": "int32", "int64": "float64"},
     init_hook="ring_runtime.distributed:initialize",
-    requirements=(Requirement("ring_runtime", "pip install ring-runtime"),),
+    requires=(Requirement("ring_runtime", "pip install ring-runtime"),),
 )

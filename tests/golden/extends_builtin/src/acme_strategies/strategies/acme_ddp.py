@@ -40,9 +40,9 @@ class AcmeDDPStrategy(DDPStrategy):
         warmup_steps: Steps before gradients are synchronised every step.
     """
 
-    strategy_name: ClassVar[str | None] = "acme_ddp"
+    name: ClassVar[str | None] = "acme_ddp"
     launcher_class: ClassVar[type[Launcher]] = SpawnLauncher
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
+    accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ class CPUAccelerator(Accelerator):
     Accelerator name: ``"cpu"``.
     """
 
-    accelerator_name: ClassVar[str] = "cpu"
+    name: ClassVar[str] = "cpu"
     device_type: ClassVar[str] = "cpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = GLOO

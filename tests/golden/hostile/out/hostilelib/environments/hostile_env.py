@@ -21,7 +21,7 @@ class HostileEnvironment(LightningEnvironment):
 
     """
 
-    environment_name: ClassVar[str | None] = "hostile_env"
-    detection: ClassVar[Condition] = Condition(
+    name: ClassVar[str | None] = "hostile_env"
+    detect_condition: ClassVar[Condition] = Condition(
         all_set=("HOSTILE_JOB",), not_equal={"HOSTILE_MODE": ('x"""y', "'", "\\\n")}
     )

@@ -16,9 +16,9 @@ __all__ = ["LightningEnvironment"]
 class LightningEnvironment(ClusterEnvironmentBase):
     """Processes started by the strategy's own launcher."""
 
-    environment_name: ClassVar[str | None] = "lightning"
-    detection: ClassVar[Condition] = Condition(always=True)
-    external_processes: ClassVar[Condition] = Condition(all_set=("LOCAL_RANK",))
+    name: ClassVar[str | None] = "lightning"
+    detect_condition: ClassVar[Condition] = Condition(always=True)
+    creates_processes_externally_condition: ClassVar[Condition] = Condition(all_set=("LOCAL_RANK",))
     settable: ClassVar[bool] = True
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("WORLD_SIZE",), default=1)
     global_rank_source: ClassVar[ValueSource] = ValueSource(env=("RANK",), default=0)

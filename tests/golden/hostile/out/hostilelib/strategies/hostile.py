@@ -40,7 +40,7 @@ class HostileStrategy(SingleDeviceStrategy):
             \x20 second line, indented \"\"\x22
     """
 
-    strategy_name: ClassVar[str | None] = "hostile"
+    name: ClassVar[str | None] = "hostile"
 
     def __init__(
         self,

@@ -25,4 +25,4 @@ class HostileIndentedStrategy(HostileStrategy):
             \x20 second line, indented \"\"\x22
     """
 
-    strategy_name: ClassVar[str | None] = "hostile_indented"
+    name: ClassVar[str | None] = "hostile_indented"

@@ -28,7 +28,7 @@ class ParallelStrategy(ParallelStrategyBase, Strategy):
     """
 
     launcher_class: ClassVar[type[Launcher]] = ExternalLauncher
-    cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
+    cluster: ClassVar[tuple[str, ...]] = ("lightning",)
 
     def __init__(
         self,

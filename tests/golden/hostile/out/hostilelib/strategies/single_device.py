@@ -19,4 +19,4 @@ class SingleDeviceStrategy(SingleDeviceStrategyBase, Strategy):
     Registry name: ``"single_device"``.
     """
 
-    strategy_name: ClassVar[str | None] = "single_device"
+    name: ClassVar[str | None] = "single_device"

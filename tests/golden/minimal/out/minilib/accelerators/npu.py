@@ -21,17 +21,17 @@ class NPUAccelerator(Accelerator):
     Accelerator name: ``"npu"``.
     """
 
-    accelerator_name: ClassVar[str] = "npu"
+    name: ClassVar[str] = "npu"
     device_type: ClassVar[str] = "npu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = RING
     default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true",)
-    availability_probe: ClassVar[str | None] = "npu_runtime:is_available"
-    device_count_probe: ClassVar[str | None] = "npu_runtime:device_count"
+    is_available_hook: ClassVar[str | None] = "npu_runtime:is_available"
+    device_count_hook: ClassVar[str | None] = "npu_runtime:device_count"
     visible_devices_env: ClassVar[str | None] = "NPU_VISIBLE_DEVICES"
     set_device_hook: ClassVar[str | None] = "npu_runtime:set_device"
     after_optimizer_step_hook: ClassVar[str | None] = "npu_runtime:mark_step"
-    requirements: ClassVar[tuple[Requirement, ...]] = (
+    requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("npu_runtime", "pip install npu-runtime"),
     )

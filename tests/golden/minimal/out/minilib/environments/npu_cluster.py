@@ -17,11 +17,11 @@ __all__ = ["NPUClusterEnvironment"]
 class NPUClusterEnvironment(LightningEnvironment):
     """Processes started by the NPU job launcher."""
 
-    environment_name: ClassVar[str | None] = "npu_cluster"
-    detection: ClassVar[Condition] = Condition(
+    name: ClassVar[str | None] = "npu_cluster"
+    detect_condition: ClassVar[Condition] = Condition(
         all_set=("NPU_JOB_ID",), not_equal={"NPU_JOB_NAME": ("interactive",)}
     )
-    external_processes: ClassVar[Condition] = Condition(always=True)
+    creates_processes_externally_condition: ClassVar[Condition] = Condition(always=True)
     settable: ClassVar[bool] = False
     world_size_source: ClassVar[ValueSource] = ValueSource(env=("NPU_WORLD_SIZE",))
     global_rank_source: ClassVar[ValueSource] = ValueSource(env=("NPU_RANK",))

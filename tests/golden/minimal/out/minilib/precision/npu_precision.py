@@ -19,6 +19,6 @@ class NPUPrecisionPlugin(PrecisionPlugin):
     Serves precision ``"32-true"``.
     """
 
-    plugin_name: ClassVar[str | None] = "npu_precision"
+    name: ClassVar[str | None] = "npu_precision"
     accelerators: ClassVar[tuple[str, ...]] = ("npu",)
-    requirements: ClassVar[tuple[Requirement, ...]] = (Requirement("npu_runtime", ""),)
+    requires: ClassVar[tuple[Requirement, ...]] = (Requirement("npu_runtime", ""),)

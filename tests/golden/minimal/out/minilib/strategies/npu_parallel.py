@@ -45,11 +45,11 @@ class NPUParallelStrategy(ParallelStrategy):
         extra: Documented in the spec.
     """
 
-    strategy_name: ClassVar[str | None] = "npu_parallel"
+    name: ClassVar[str | None] = "npu_parallel"
     launcher_class: ClassVar[type[Launcher]] = SpawnLauncher
     backend: ClassVar[CollectiveBackend | None] = RING
-    cluster_environments: ClassVar[tuple[str, ...]] = ("npu_cluster", "lightning")
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("npu", "cpu")
+    cluster: ClassVar[tuple[str, ...]] = ("npu_cluster", "lightning")
+    accelerators: ClassVar[tuple[str, ...]] = ("npu", "cpu")
 
     def __init__(
         self,

@@ -17,5 +17,5 @@ class SingleNPUStrategy(SingleDeviceStrategy):
     Registry name: ``"npu_single"``.
     """
 
-    strategy_name: ClassVar[str | None] = "npu_single"
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("npu",)
+    name: ClassVar[str | None] = "npu_single"
+    accelerators: ClassVar[tuple[str, ...]] = ("npu",)

@@ -28,8 +28,8 @@ class ParallelStrategy(ParallelStrategyBase, Strategy):
     """
 
     launcher_class: ClassVar[type[Launcher]] = ExternalLauncher
-    cluster_environments: ClassVar[tuple[str, ...]] = ("lightning",)
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
+    cluster: ClassVar[tuple[str, ...]] = ("lightning",)
+    accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def __init__(
         self,

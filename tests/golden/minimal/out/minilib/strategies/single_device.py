@@ -19,5 +19,5 @@ class SingleDeviceStrategy(SingleDeviceStrategyBase, Strategy):
     Registry name: ``"single_device"``.
     """
 
-    strategy_name: ClassVar[str | None] = "single_device"
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu",)
+    name: ClassVar[str | None] = "single_device"
+    accelerators: ClassVar[tuple[str, ...]] = ("cpu",)

@@ -16,4 +16,4 @@ class Strategy(StrategyBase):
 
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true",)
-    supported_accelerators: ClassVar[tuple[str, ...]] = ("cpu", "npu")
+    accelerators: ClassVar[tuple[str, ...]] = ("cpu", "npu")
