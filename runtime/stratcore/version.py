@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = ["RUNTIME_SERIES", "RuntimeVersionError", "__version__", "check_runtime_version"]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: The ``major.minor`` series of this runtime: what the generator stamps into new packages.
 RUNTIME_SERIES = ".".join(__version__.split(".")[:2])

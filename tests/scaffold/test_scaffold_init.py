@@ -31,7 +31,7 @@ def test_init_lays_out_a_project(new_project: Path) -> None:
     }
     assert pyproject["project"]["name"] == "acme"
     # The package needs its runtime and torch, never the generator.
-    assert pyproject["project"]["dependencies"] == ["stratcore>=0.1,<0.2", "torch>=2.4"]
+    assert pyproject["project"]["dependencies"] == ["stratcore>=0.2,<0.3", "torch>=2.4"]
     assert pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == [f"src/{PACKAGE}"]
 
     answers = yaml.safe_load((new_project / ".copier-answers.yml").read_text())
