@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +143,34 @@ def test_a_spec_already_in_the_specs_folder_is_just_rendered(project: Path) -> N
     assert result.code == 0, result.err
     assert "added" not in result.out
     assert "created out/minilib/strategies/mine.py" in result.out
+
+
+def test_a_hooks_file_named_like_another_import_does_not_shadow_it(
+    project: Path, outside: Path
+) -> None:
+    """The strategy module imports its parent class ``ParallelStrategy``; a hooks file of that
+    name must not take its place (the class would derive from a module)."""
+    (outside / "hooks").mkdir()
+    (outside / "hooks" / "ParallelStrategy.py").write_text(
+        "def after_setup(strategy):\n    strategy.hooked = True\n"
+    )
+    source = outside / "mine.yaml"
+    source.write_text(
+        STRATEGY_SPEC.replace("    options:", "    hooks: hooks/ParallelStrategy.py\n    options:")
+    )
+    assert run_cli("new", "--from", source, "--project", project).code == 0
+    probe = (
+        "import minilib.hooks.ParallelStrategy as hooks\n"
+        "from minilib.strategies.mine import MyStrategy\n"
+        "from minilib.strategies.parallel import ParallelStrategy\n"
+        "assert MyStrategy.__bases__ == (ParallelStrategy,), MyStrategy.__bases__\n"
+        "assert MyStrategy.hooks is hooks, MyStrategy.hooks\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=project / "out",
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "out"), *sys.path])},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr

@@ -173,13 +173,15 @@ REFERENCE_ANNOTATIONS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 
 def _hooks_reference(hooks: str | None, imports: Imports) -> str:
     """The hooks module, imported: a file next to the spec is copied into ``<package>.hooks``
-    (``from ..hooks import ipu``); a module path is imported as it is (``import pkg.hooks``)."""
+    and imported under a name no other import of the module can take
+    (``from ..hooks import ipu as ipu_hooks``); a module path is imported as it is
+    (``import pkg.hooks``)."""
     if hooks is None:
         return "None"
     if hooks.endswith(".py"):
         name = hooks_module_name(hooks)
-        imports.add_local("hooks", name)
-        return name
+        imports.add_local("hooks", f"{name} as {name}_hooks")
+        return f"{name}_hooks"
     imports.third_party.add(f"import {hooks}")
     return hooks
 

@@ -17,7 +17,7 @@ from stratcore.ipu import IPUStrategyBase
 from stratcore.launchers import InlineLauncher, Launcher
 from stratcore.precision import PrecisionBase
 
-from ..hooks import ipu
+from ..hooks import ipu as ipu_hooks
 from .parallel import ParallelStrategy
 
 __all__ = ["IPUStrategy"]
@@ -59,7 +59,7 @@ class IPUStrategy(IPUStrategyBase, ParallelStrategy):
             "pip install the poptorch wheel of Graphcore's Poplar SDK (poplar_sdk/poptorch-*.whl)",
         ),
     )
-    hooks: ClassVar[ModuleType | None] = ipu
+    hooks: ClassVar[ModuleType | None] = ipu_hooks
 
     def __init__(
         self,
