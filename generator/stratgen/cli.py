@@ -147,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--package", help="import name of your package")
     init.add_argument("--defaults", action="store_true", help="ask nothing; use defaults")
     init.add_argument(
+        "--lightning",
+        action="store_true",
+        help="also render plugins for Lightning's Trainer and Fabric (the lightning target)",
+    )
+    init.add_argument(
         "--template",
         help="template to copy instead of the bundled one: a git URL or folder, "
         "which `copier update` can later update from",

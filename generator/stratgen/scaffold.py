@@ -412,7 +412,9 @@ def init_project(
             "pass --defaults (and --package NAME) to take the defaults"
         )
     dirname = target.resolve().name
-    data: dict[str, str] = {}
+    data: dict[str, str | bool] = {}
+    if getattr(args, "lightning", False):
+        data["lightning"] = True
     if args.package is not None:
         if not args.package.isidentifier() or args.package != args.package.lower():
             raise StratgenError(

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from scaffold_helpers import PACKAGE, stratgen, stratgen_process
 
@@ -72,6 +76,50 @@ def test_generate_then_check_in_the_new_project(new_project: Path) -> None:
     listing = stratgen("list", "--project", new_project, "--no-probe")
     assert listing.code == 0, listing.err
     assert "toy_ddp" in listing.out and "ToyDDPStrategy" in listing.out
+
+
+def test_init_with_lightning_renders_plugins_that_lightning_finds_by_name(tmp_path: Path) -> None:
+    """--lightning: the project renders the Lightning target too, declares Lightning as an
+    extra, and its README's example (import, then name the accelerator and strategy) works."""
+    pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
+    project = tmp_path / "acme"
+    made = stratgen("init", project, "--defaults", "--package", PACKAGE, "--lightning")
+    assert made.code == 0, made.err
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    assert pyproject["tool"]["stratgen"]["targets"] == ["stratlib", "lightning"]
+    assert pyproject["project"]["optional-dependencies"]["lightning"] == ["lightning>=2.6,<2.7"]
+    assert pyproject["project"]["dependencies"] == ["stratcore>=0.2,<0.3", "torch>=2.4"]
+    assert yaml.safe_load((project / ".copier-answers.yml").read_text())["lightning"] is True
+
+    generated = stratgen("generate", "--project", project)
+    assert generated.code == 0, generated.err
+    package = project / "src" / PACKAGE
+    assert (package / "lightning" / "pytorch" / "toy.py").is_file()
+    assert (package / "lightning" / "fabric" / "toy.py").is_file()
+    assert (project / "tests" / "generated" / "test_lightning_toy.py").is_file()
+    assert stratgen("check", "--project", project).code == 0
+
+    example = (
+        "import lightning as L\n"
+        f"import {PACKAGE}.lightning.pytorch\n"
+        'trainer = L.Trainer(accelerator="toy", strategy="toy_ddp", devices=2,'
+        " logger=False, enable_checkpointing=False, enable_progress_bar=False)\n"
+        "print(type(trainer.strategy).__name__, type(trainer.accelerator).__name__)\n"
+    )
+    assert "import acme_strategies.lightning.pytorch" in (project / "README.md").read_text()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "src"), *sys.path])}
+    run = subprocess.run(
+        [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["ToyDDPStrategy", "ToyAccelerator"]
+
+
+def test_init_without_lightning_renders_no_plugins(shared_project: Path) -> None:
+    pyproject = tomllib.loads((shared_project / "pyproject.toml").read_text())
+    assert "targets" not in pyproject["tool"]["stratgen"]
+    assert "lightning" not in pyproject["project"]["optional-dependencies"]
+    assert not (shared_project / "src" / PACKAGE / "lightning").exists()
 
 
 def test_the_folder_name_is_the_default_project_and_package_name(tmp_path: Path) -> None:
