@@ -18,6 +18,7 @@ from typing import Any
 from stratcore.lightning.contract import (
     ACCELERATOR_NAMES,
     ADAPTERS,
+    DEVICE_LIMITS,
     ENVIRONMENTS,
     ENVIRONMENTS_MODULE,
     FRAMEWORKS,
@@ -60,8 +61,8 @@ class Selection:
 
 def select(catalog: Catalog, strategy_names: Iterable[str], framework: str) -> Selection:
     """The strategies of ``strategy_names`` that Lightning lacks (by their registry name, in
-    either framework) and whose base and wrapper have a Lightning counterpart, with the
-    accelerators and cluster environments they need."""
+    either framework) and whose base and wrapper have a Lightning counterpart that accepts one
+    of their accelerators, with the accelerators and cluster environments they need."""
     chosen = Selection()
     taken = STRATEGY_NAMES[framework]
     lightnings_own = frozenset().union(*STRATEGY_NAMES.values())
@@ -72,6 +73,13 @@ def select(catalog: Catalog, strategy_names: Iterable[str], framework: str) -> S
         base = strategy_base(framework, strategy.base, strategy.wrapper)
         if base is None:
             continue
+        accepted = DEVICE_LIMITS.get(base, (None, ""))[0]
+        if (
+            accepted is not None
+            and strategy.accelerators
+            and accepted.isdisjoint(strategy.accelerators)
+        ):
+            continue  # Lightning's base refuses every accelerator the strategy runs on
         launcher = LAUNCHER_PRESETS.get(strategy.launcher, {}) if base == "DDPStrategy" else {}
         names = [
             (registry_name, {**launcher, **preset})

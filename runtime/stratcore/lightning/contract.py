@@ -35,6 +35,21 @@ STRATEGY_BASES: dict[tuple[str, str], dict[str, str]] = {
     ("parallel", "xla_fsdp"): {"fabric": "XLAFSDPStrategy"},
 }
 
+#: Lightning strategies that refuse some accelerators: class -> (the Lightning accelerators it
+#: accepts, or None for any that drives a non-CPU device; why). Lightning's DeepSpeedStrategy
+#: checks for its own CUDAAccelerator; its FSDPStrategy wraps the model in torch's FSDP1, which
+#: needs a non-CPU device.
+DEVICE_LIMITS: dict[str, tuple[frozenset[str] | None, str]] = {
+    "DeepSpeedStrategy": (
+        frozenset({"cuda", "gpu"}),
+        "Lightning's DeepSpeedStrategy runs on its own CUDA accelerator only",
+    ),
+    "FSDPStrategy": (
+        None,
+        "Lightning's FSDPStrategy wraps the model in torch's FSDP1, which needs a non-CPU device",
+    ),
+}
+
 #: Launcher -> the constructor arguments with which Lightning's DDP strategies start processes
 #: that way ('popen' and 'external' are their default).
 LAUNCHER_PRESETS: dict[str, dict[str, str]] = {

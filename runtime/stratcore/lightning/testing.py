@@ -27,7 +27,7 @@ from .. import testing
 from ..exceptions import MisconfigurationError, MissingDependencyError
 from ..registry import registry_of
 from . import check_lightning_version
-from .contract import FRAMEWORKS
+from .contract import DEVICE_LIMITS, FRAMEWORKS
 
 LR = 0.1
 
@@ -72,9 +72,25 @@ def runnable_or_skip(plugin: type) -> str:
     spec = plugin.spec  # type: ignore[attr-defined]
     accelerator = testing.runnable_accelerator(spec)
     reason = testing.unavailable_reason(spec, accelerator)
+    if reason is None:
+        reason = device_limit(plugin, accelerator)
     if reason is not None:
         pytest.skip(reason)
     return accelerator
+
+
+def device_limit(plugin: type, accelerator: str) -> str | None:
+    """Why the Lightning strategy ``plugin`` derives from refuses ``accelerator`` (see
+    ``contract.DEVICE_LIMITS``), or None if it accepts it."""
+    device_type = registry_of(plugin.spec).accelerators[accelerator].device_type  # type: ignore[attr-defined]
+    for base in plugin.__mro__:
+        if not base.__module__.startswith("lightning.") or base.__name__ not in DEVICE_LIMITS:
+            continue
+        accepted, why = DEVICE_LIMITS[base.__name__]
+        refused = device_type == "cpu" if accepted is None else accelerator not in accepted
+        if refused:
+            return f"{why}; accelerator {accelerator!r} drives {device_type!r} devices here"
+    return None
 
 
 def scenario_precision(plugin: type, accelerator: str) -> str:

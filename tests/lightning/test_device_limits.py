@@ -1,0 +1,87 @@
+"""Lightning strategies that refuse some devices: no plugin where Lightning refuses every
+accelerator of the strategy, and an honest skip where only this machine's devices are refused.
+
+Lightning's DeepSpeedStrategy accepts only its own CUDA accelerator, and its FSDPStrategy wraps
+the model in torch's FSDP1, which needs a non-CPU device. A device of the project's own, backed
+by CPU processes, meets both limits (found by the conformance property).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sgtest import make_project, run_cli
+
+pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
+
+SPEC = """\
+version: 1
+accelerator:
+  name: conf
+  class_name: ConfAccelerator
+  description: A made-up device; each device is a CPU process.
+  device_type: cpu
+  indexed: false
+  backend: gloo
+strategies:
+  - name: conf_fsdp
+    class_name: ConfFSDPStrategy
+    extends: fsdp
+    description: FSDP on the made-up device.
+    accelerators: [conf]
+  - name: conf_deepspeed
+    class_name: ConfDeepSpeedStrategy
+    extends: deepspeed
+    description: DeepSpeed on the made-up device.
+    accelerators: [conf]
+  - name: conf_deepspeed_cuda
+    class_name: ConfDeepSpeedCUDAStrategy
+    extends: deepspeed
+    description: DeepSpeed on the made-up device or on CUDA GPUs.
+    accelerators: [conf, cuda]
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = make_project(
+        tmp_path_factory.mktemp("limits") / "project",
+        {"conf.yaml": SPEC},
+        base=False,
+        builtin=True,
+        config='targets = ["stratlib", "lightning"]\n',
+    )
+    result = run_cli("generate", "--project", root)
+    assert result.code == 0, result.err
+    return root
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "fabric"])
+def test_no_plugin_where_lightning_refuses_every_accelerator(project: Path, framework: str) -> None:
+    source = (project / "out" / "minilib" / "lightning" / framework / "conf.py").read_text()
+    assert "class ConfFSDPStrategy(StrategyAdapter, FSDPStrategy)" in source
+    assert "class ConfDeepSpeedCUDAStrategy(StrategyAdapter, DeepSpeedStrategy)" in source
+    assert "ConfDeepSpeedStrategy" not in source
+
+
+def test_the_fsdp_plugin_test_skips_on_cpu_backed_devices_saying_why(project: Path) -> None:
+    tests = project / "out" / "tests" / "test_lightning_conf.py"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tests)],
+        cwd=project / "out",
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "out"), *sys.path])},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
+    fsdp1 = [line for line in skipped if "torch's FSDP1, which needs a non-CPU device" in line]
+    # The Trainer and Fabric training tests of conf_fsdp; the CUDA DeepSpeed plugin skips for
+    # want of a GPU or for Lightning's limit, whichever this machine meets first.
+    assert len(fsdp1) >= 1, done.stdout[-4000:]
+    assert "accelerator 'conf' drives 'cpu' devices here" in fsdp1[0]
