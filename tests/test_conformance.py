@@ -5,8 +5,9 @@ not, a device-count function or none, a visible-devices variable, gloo or a back
 registered by an init hook over gloo with any reductions and casts, precision defaults and
 supported sets, step hooks, a cluster environment of its own reading every value parser and
 fallback, a strategy extending each built-in strategy that runs on the CPU, options of every
-type, aliases), generates each into a project of its own, and runs that project's generated
-tests, whose real runs use 2 CPU processes. They must pass.
+type, aliases), generates each into a project of its own, with the Lightning target too, and runs that
+project's generated tests, whose real runs use 2 CPU processes (the Lightning plugins' tests
+train with Lightning's Trainer and Fabric). They must pass.
 
 Each run tries STRATGEN_CONFORMANCE_EXAMPLES specs (2 by default: each costs a minute or two
 of training runs), chosen deterministically, and the explicit examples: specs that once failed.
@@ -362,11 +363,13 @@ def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> 
     )
 
 
-def check_conformance(spec: dict[str, Any], folder: Path) -> None:
-    """Generate ``spec`` into a project of its own and run its generated tests."""
+def check_conformance(spec: dict[str, Any], folder: Path, *, lightning: bool = False) -> None:
+    """Generate ``spec`` into a project of its own (with the Lightning target too, if
+    ``lightning``) and run its generated tests."""
     project = folder / "project"
     (project / "specs").mkdir(parents=True)
-    (project / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
+    targets = 'targets = ["stratlib", "lightning"]\n' if lightning else ""
+    (project / "pyproject.toml").write_text(PYPROJECT + targets, encoding="utf-8")
     text = yaml.safe_dump(spec, sort_keys=False)
     (project / "specs" / "conf.yaml").write_text(text, encoding="utf-8")
     (project / "conformdev.py").write_text(DEVICE_MODULE, encoding="utf-8")
@@ -399,10 +402,10 @@ def check_conformance(spec: dict[str, Any], folder: Path) -> None:
     # A failing example takes minutes to run; report it as found, without shrinking.
     phases=[Phase.explicit, Phase.generate],
 )
-@given(spec=device_specs())
-@example(spec=OWN_JOB_PORT_VARIABLE)
-@example(spec=INDEXED_CPU_DEVICE)
+@given(spec=device_specs(), lightning=st.just(True))
+@example(spec=OWN_JOB_PORT_VARIABLE, lightning=False)
+@example(spec=INDEXED_CPU_DEVICE, lightning=False)
 def test_generated_tests_of_any_device_spec_pass(
-    spec: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+    spec: dict[str, Any], lightning: bool, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    check_conformance(spec, tmp_path_factory.mktemp("conformance"))
+    check_conformance(spec, tmp_path_factory.mktemp("conformance"), lightning=lightning)

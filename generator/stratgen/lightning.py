@@ -27,6 +27,7 @@ from stratcore.lightning.contract import (
     REGISTRIES,
     REQUIREMENT,
     STRATEGY_NAMES,
+    accelerator_base,
     imported_names,
     strategy_base,
 )
@@ -141,14 +142,15 @@ def spec_modules(
         source = (first.source if isinstance(first, Accelerator) else first.strategy.source).path
         for entry in entries:
             if isinstance(entry, Accelerator):
-                imports.third_party.add(f"from {lightning}.accelerators import Accelerator")
+                base = accelerator_base(entry.spec.device_type)
+                imports.third_party.add(f"from {lightning}.accelerators import {base}")
                 imports.add_local(*ADAPTERS["accelerator"])
                 imports.add_local("", "accelerators")
                 classes.append(
                     PyClass(
                         entry.class_name,
-                        [ADAPTERS["accelerator"][1], "Accelerator"],
-                        _doc(entry.spec.description, framework, "Accelerator", source),
+                        [ADAPTERS["accelerator"][1], base],
+                        _doc(entry.spec.description, framework, base, source),
                         [("spec", "", f"accelerators.{entry.class_name}")],
                     )
                 )

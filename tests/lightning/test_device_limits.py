@@ -1,9 +1,11 @@
-"""Lightning strategies that refuse some devices: no plugin where Lightning refuses every
-accelerator of the strategy, and an honest skip where only this machine's devices are refused.
+"""Lightning plugins of a device of the project's own, backed by CPU processes, for strategies
+extending fsdp, deepspeed and ddp_spawn (cases the conformance property found).
 
 Lightning's DeepSpeedStrategy accepts only its own CUDA accelerator, and its FSDPStrategy wraps
-the model in torch's FSDP1, which needs a non-CPU device. A device of the project's own, backed
-by CPU processes, meets both limits (found by the conformance property).
+the model in torch's FSDP1, which needs a non-CPU device: no plugin where Lightning refuses
+every accelerator of the strategy, and an honest skip where only this machine's devices are
+refused. A spawning strategy trains with the Trainer and with Fabric (whose launch needs the
+training function).
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ strategies:
     extends: deepspeed
     description: DeepSpeed on the made-up device or on CUDA GPUs.
     accelerators: [conf, cuda]
+  - name: conf_spawn
+    class_name: ConfSpawnStrategy
+    extends: ddp_spawn
+    description: Spawned DDP on the made-up device.
+    accelerators: [conf]
 """
 
 
@@ -68,10 +75,10 @@ def test_no_plugin_where_lightning_refuses_every_accelerator(project: Path, fram
     assert "ConfDeepSpeedStrategy" not in source
 
 
-def test_the_fsdp_plugin_test_skips_on_cpu_backed_devices_saying_why(project: Path) -> None:
+def test_the_generated_tests_pass_or_skip_saying_why(project: Path) -> None:
     tests = project / "out" / "tests" / "test_lightning_conf.py"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tests)],
+        [sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", str(tests)],
         cwd=project / "out",
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "out"), *sys.path])},
         capture_output=True,
@@ -85,3 +92,6 @@ def test_the_fsdp_plugin_test_skips_on_cpu_backed_devices_saying_why(project: Pa
     # want of a GPU or for Lightning's limit, whichever this machine meets first.
     assert len(fsdp1) >= 1, done.stdout[-4000:]
     assert "accelerator 'conf' drives 'cpu' devices here" in fsdp1[0]
+    for framework in ("pytorch", "fabric"):
+        trained = f"test_{framework}_conf_spawn_trains_like_one_process PASSED"
+        assert trained in done.stdout, done.stdout[-4000:]

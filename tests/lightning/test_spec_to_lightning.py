@@ -229,7 +229,8 @@ def test_the_spec_yields_lightning_plugins_and_their_tests(project: Path) -> Non
     for framework in ("pytorch", "fabric"):
         module = (package / framework / "acme.py").read_text(encoding="utf-8")
         assert "class AcmeParallelStrategy(StrategyAdapter, DDPStrategy):" in module
-        assert "class AcmeAccelerator(AcceleratorAdapter, Accelerator):" in module
+        # Its devices are CPU processes: for Lightning, a CPU accelerator.
+        assert "class AcmeAccelerator(AcceleratorAdapter, CPUAccelerator):" in module
         assert "AcmeJobEnvironment" in module
     # The built-in 'ddp' it extends is Lightning's own: no plugin shadows it.
     assert not (package / "pytorch" / "ddp.py").exists()

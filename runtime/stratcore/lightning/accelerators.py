@@ -5,7 +5,8 @@ A generated Lightning accelerator is::
     class HPUAccelerator(AcceleratorAdapter, lightning.pytorch.accelerators.Accelerator):
         spec = stratlib.accelerators.hpu.HPUAccelerator
 
-(or the same over ``lightning.fabric.accelerators.Accelerator``). Lightning calls
+(or the same over ``lightning.fabric.accelerators.Accelerator``; a spec whose devices are CPU
+processes extends ``CPUAccelerator`` instead, see ``contract.ACCELERATOR_BASES``). Lightning calls
 ``is_available``, ``auto_device_count``, ``parse_devices`` and ``get_parallel_devices`` on the
 class, and ``setup_device`` and ``teardown`` on an instance; each is answered by the spec, so
 Lightning's ``devices=`` means what it means for the spec's own strategies. Strategies built with

@@ -117,6 +117,19 @@ STRATEGY_NAMES: dict[str, frozenset[str]] = {
     ),
 }
 
+#: torch device type -> the Lightning accelerator class a generated accelerator extends (in both
+#: frameworks' ``accelerators`` package); any other type extends ``Accelerator``. A device that
+#: is a CPU process is a ``CPUAccelerator`` for Lightning, whose spawning launchers copy a
+#: module's tensors for CPU accelerators only: without that, spawned processes share one set of
+#: parameters and every optimizer step lands once per process.
+ACCELERATOR_BASES: dict[str, str] = {"cpu": "CPUAccelerator"}
+
+
+def accelerator_base(device_type: str) -> str:
+    """The Lightning accelerator class a generated accelerator of ``device_type`` extends."""
+    return ACCELERATOR_BASES.get(device_type, "Accelerator")
+
+
 #: Accelerator names Lightning registers itself.
 ACCELERATOR_NAMES: frozenset[str] = frozenset({"cpu", "cuda", "gpu", "mps", "tpu"})
 
@@ -157,6 +170,7 @@ def imported_names() -> frozenset[str]:
     classes: a spec class of the same name would shadow it."""
     names = {name for classes in STRATEGY_BASES.values() for name in classes.values()}
     names |= set(ENVIRONMENTS.values()) | {"ClusterEnvironment", "Accelerator"}
+    names |= set(ACCELERATOR_BASES.values())
     names |= {name for _, name in ADAPTERS.values()}
     names |= {name for pair in REGISTRIES.values() for name in pair}
     return frozenset(names)

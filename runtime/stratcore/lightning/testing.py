@@ -3,17 +3,17 @@ are registered, and train through a real Trainer or Fabric on real processes.
 
 A training scenario runs as ``python -m stratcore.lightning.testing FRAMEWORK MODULE STRATEGY
 ACCELERATOR DEVICES PRECISION STEPS FOLDER`` in a fresh process: Lightning's launcher starts the
-other ranks by running the same command again, as it does for users' scripts. Every rank
-trains the reference model of :mod:`stratcore.testing` on its shard of the reference batch and
-writes ``rank<N>.json`` into FOLDER; the test compares the weights with one process training
-on the whole batch.
+other ranks by running the same command again, as it does for users' scripts, or spawns them.
+Every rank trains the reference model of :mod:`stratcore.testing` on its shard of the
+reference batch and writes ``rank<N>.json`` into FOLDER from the process that trained; the test
+compares the weights with one process training on the whole batch.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -22,12 +22,18 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-from .. import testing
-from ..exceptions import MisconfigurationError, MissingDependencyError
-from ..registry import registry_of
 from . import check_lightning_version
-from .contract import DEVICE_LIMITS, FRAMEWORKS
+
+check_lightning_version()  # before Lightning is imported
+
+import lightning.pytorch as pl  # noqa: E402
+
+from .. import testing  # noqa: E402
+from ..exceptions import MisconfigurationError, MissingDependencyError  # noqa: E402
+from ..registry import registry_of  # noqa: E402
+from .contract import DEVICE_LIMITS, FRAMEWORKS  # noqa: E402
 
 LR = 0.1
 
@@ -158,24 +164,48 @@ def _shard(rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
     return testing.shard(x, rank, world), testing.shard(y, rank, world)
 
 
+def _write_report(
+    folder: Path, rank: int, world_size: int, precision: str, model: nn.Module
+) -> None:
+    """One rank's report, written by the process that trained (a spawned one, too)."""
+    report = {
+        "rank": rank,
+        "world_size": world_size,
+        "precision": precision,
+        "parameters": [p.detach().float().tolist() for p in model.state_dict().values()],
+    }
+    (folder / f"rank{rank}.json").write_text(json.dumps(report), encoding="utf-8")
+
+
+class _Reference(pl.LightningModule):
+    """The reference model; every rank feeds its own shard, whole, once per step. Defined at
+    module level so that spawning launchers can pickle it."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.model = testing.reference_model()
+        self.folder = folder
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        x, y = _shard(self.trainer.global_rank, self.trainer.world_size)
+        return DataLoader(TensorDataset(x, y), batch_size=len(x))
+
+    def training_step(self, batch: list[torch.Tensor], index: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self.model(x).float(), y.float())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=LR)
+
+    def on_train_end(self) -> None:
+        trainer = self.trainer
+        precision = trainer.strategy.precision_plugin.precision
+        _write_report(self.folder, trainer.global_rank, trainer.world_size, precision, self.model)
+
+
 def _trainer(
-    strategy: str, accelerator: str, devices: int, precision: str, steps: int
-) -> tuple[Any, nn.Module]:
-    import lightning.pytorch as pl
-    from torch.utils.data import DataLoader, TensorDataset
-
-    class Reference(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = testing.reference_model()
-
-        def training_step(self, batch: list[torch.Tensor], index: int) -> torch.Tensor:
-            x, y = batch
-            return nn.functional.mse_loss(self.model(x).float(), y.float())
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=LR)
-
+    strategy: str, accelerator: str, devices: int, precision: str, steps: int, folder: Path
+) -> None:
     trainer = pl.Trainer(
         strategy=strategy,
         accelerator=accelerator,
@@ -188,27 +218,11 @@ def _trainer(
         enable_model_summary=False,
         use_distributed_sampler=False,
     )
-    module = Reference()
-    # Every rank feeds its own shard, the whole shard as one batch, once per step.
-    rank = int(os.environ.get("LOCAL_RANK", "0"))
-    x, y = _shard(rank, devices)
-    loader = DataLoader(TensorDataset(x, y), batch_size=len(x))
-    trainer.fit(module, loader)
-    return trainer, module.model
+    trainer.fit(_Reference(folder))
 
 
-def _fabric(
-    strategy: str, accelerator: str, devices: int, precision: str, steps: int
-) -> tuple[Any, nn.Module]:
-    from lightning.fabric import Fabric
-
-    fabric = Fabric(
-        strategy=strategy,
-        accelerator=accelerator,
-        devices=devices,
-        precision=precision,  # type: ignore[arg-type]
-    )
-    fabric.launch()
+def _fabric_train(fabric: Any, steps: int, folder: Path) -> None:
+    """The Fabric scenario, in every process ``fabric.launch`` runs it in."""
     model = testing.reference_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     wrapped, optimizer = fabric.setup(model, optimizer)
@@ -218,7 +232,24 @@ def _fabric(
         optimizer.zero_grad()
         fabric.backward(nn.functional.mse_loss(wrapped(x).float(), y.float()))
         optimizer.step()
-    return fabric, model
+    precision = fabric.strategy.precision.precision
+    _write_report(folder, fabric.global_rank, fabric.world_size, precision, model)
+
+
+def _fabric(
+    strategy: str, accelerator: str, devices: int, precision: str, steps: int, folder: Path
+) -> None:
+    from lightning.fabric import Fabric
+
+    fabric = Fabric(
+        strategy=strategy,
+        accelerator=accelerator,
+        devices=devices,
+        precision=precision,  # type: ignore[arg-type]
+    )
+    # With a function, launch works for every launcher: a spawning one runs it in the
+    # processes it starts, the others in this process and the ones started like it.
+    fabric.launch(functools.partial(_fabric_train, steps=steps, folder=folder))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -232,26 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     framework, module, strategy, accelerator = args[:4]
     devices, precision, steps, folder = int(args[4]), args[5], int(args[6]), Path(args[7])
-    check_lightning_version()
     importlib.import_module(module)  # registers the plugins
     run = _trainer if framework == "pytorch" else _fabric
     try:
-        runner, model = run(strategy, accelerator, devices, precision, steps)
+        run(strategy, accelerator, devices, precision, steps, folder)
     except (MisconfigurationError, MissingDependencyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    rank = runner.global_rank
-    report = {
-        "rank": rank,
-        "world_size": runner.world_size,
-        "precision": (
-            runner.strategy.precision_plugin
-            if framework == "pytorch"
-            else runner.strategy.precision
-        ).precision,
-        "parameters": [p.detach().float().tolist() for p in model.state_dict().values()],
-    }
-    (folder / f"rank{rank}.json").write_text(json.dumps(report), encoding="utf-8")
     return 0
 
 
