@@ -5,7 +5,7 @@ Lightning's DeepSpeedStrategy accepts only its own CUDA accelerator, and its FSD
 the model in torch's FSDP1, which needs a non-CPU device: no plugin where Lightning refuses
 every accelerator of the strategy, and an honest skip where only this machine's devices are
 refused. A spawning strategy trains with the Trainer and with Fabric (whose launch needs the
-training function).
+training function), in double precision, to the weights of one process training in double.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ strategies:
   - name: conf_spawn
     class_name: ConfSpawnStrategy
     extends: ddp_spawn
-    description: Spawned DDP on the made-up device.
+    description: Spawned DDP on the made-up device, in double precision.
     accelerators: [conf]
+    precision: {default: 64-true, supported: [32-true, 64-true]}
 """
 
 

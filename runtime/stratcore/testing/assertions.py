@@ -13,7 +13,7 @@ from torch import nn
 from ..accelerator import PRECISIONS
 from ..exceptions import MisconfigurationError, MissingDependencyError
 from ..registry import registry_of
-from .expectations import _TRUE_DTYPES, Expectation, precision_tolerance
+from .expectations import Expectation, precision_tolerance, reference_dtype
 from .reference import LARGE_INT, reference_batch, reference_model, reference_parameters
 
 if TYPE_CHECKING:
@@ -103,8 +103,7 @@ def assert_trains_like_one_process(
     assert (
         result["world_size"] == expected.devices
     ), f"trained on {result['world_size']} processes, expected {expected.devices}"
-    dtype = _TRUE_DTYPES.get(precision, torch.float32)
-    reference = reference_parameters(steps=steps, dtype=dtype)
+    reference = reference_parameters(steps=steps, dtype=reference_dtype(precision))
     assert_parameters_close(result["params"], reference, atol=precision_tolerance(precision))
     assert_hooks_called(result["hook_calls"], steps, expected)
 

@@ -147,3 +147,9 @@ _TRUE_DTYPES = {
 
 def precision_tolerance(precision: str) -> float:
     return PRECISION_TOLERANCE[precision]
+
+
+def reference_dtype(precision: str) -> torch.dtype:
+    """The dtype the single-process reference trains in for ``precision``: the parameters'
+    dtype under a '-true' precision, float32 otherwise."""
+    return _TRUE_DTYPES.get(precision, torch.float32)

@@ -46,7 +46,7 @@ def shard(tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     return tensor[rank * size : (rank + 1) * size]
 
 
-def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def reference_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The loss in the output's precision (float64 under '64-true'), at least float32."""
     dtype = output.dtype if output.dtype == torch.float64 else torch.float32
     return nn.functional.mse_loss(output.to(dtype), target.to(dtype))

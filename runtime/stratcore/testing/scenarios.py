@@ -14,7 +14,7 @@ from torch import nn
 
 from ..collectives import REDUCE_OPS
 from ..exceptions import MisconfigurationError
-from .reference import LARGE_INT, _mse, reference_batch, reference_model, shard
+from .reference import LARGE_INT, reference_batch, reference_loss, reference_model, shard
 
 #: The strategy API every strategy offers (Lightning's names).
 API_METHODS = (
@@ -96,7 +96,7 @@ def _train(strategy: Any, steps: int, lr: float) -> dict[str, Any]:
     ys = shard(y, rank, world).to(strategy.root_device)
     losses = []
     for _ in range(steps):
-        loss = _mse(model(xs), ys)
+        loss = reference_loss(model(xs), ys)
         strategy.backward(loss)
         strategy.optimizer_step(optimizer)
         losses.append(float(strategy.reduce(loss.detach(), reduce_op="mean")))
@@ -231,7 +231,7 @@ def _api(strategy: Any, folder: str) -> dict[str, Any]:
         k: v.detach().float().cpu().clone()
         for k, v in strategy.get_module_state_dict(wrapped).items()
     }
-    loss = _mse(wrapped(xs), ys)
+    loss = reference_loss(wrapped(xs), ys)
     strategy.backward(loss)
     report["grads_synced"] = _grads_agree(strategy, inner)
     strategy.optimizer_step(optimizer)
@@ -244,9 +244,9 @@ def _api(strategy: Any, folder: str) -> dict[str, Any]:
     # Gradient accumulation: inside the block each rank keeps its own gradients; the first
     # backward after it synchronises again.
     with strategy.block_backward_sync():
-        strategy.backward(_mse(wrapped(xs), ys))
+        strategy.backward(reference_loss(wrapped(xs), ys))
     report["grads_agree_inside_block"] = _grads_agree(strategy, inner)
-    strategy.backward(_mse(wrapped(xs), ys))
+    strategy.backward(reference_loss(wrapped(xs), ys))
     report["grads_agree_after_block"] = _grads_agree(strategy, inner)
     optimizer.zero_grad(set_to_none=True)
 
@@ -282,7 +282,7 @@ def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
     x, y = reference_batch()
     xs = shard(x, strategy.global_rank, strategy.world_size).to(strategy.root_device)
     ys = shard(y, strategy.global_rank, strategy.world_size).to(strategy.root_device)
-    loss = _mse(model(xs), ys)
+    loss = reference_loss(model(xs), ys)
     strategy.backward(loss)
     strategy.optimizer_step(optimizer)
     path = Path(folder) / "checkpoint.pt"
@@ -292,7 +292,7 @@ def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
         for k, v in strategy.get_module_state_dict(model).items()
     }
     # Change the model, then restore it from the file.
-    loss = _mse(model(xs), ys)
+    loss = reference_loss(model(xs), ys)
     strategy.backward(loss)
     strategy.optimizer_step(optimizer)
     remaining = strategy.load_checkpoint(path, state={"model": model, "optimizer": optimizer})
