@@ -77,6 +77,32 @@ class WriteReport:
     kept: list[str] = field(default_factory=list)  # orphans edited by hand, left in place
 
 
+class FormattedFiles(Mapping[str, str]):
+    """Formatter key -> the text of the generated file the manifest says was formatted from
+    it, if that file is still on disk with the hash the manifest records (see
+    ``Tree.formatted``); files are read on demand."""
+
+    def __init__(self, tree: Tree, recorded: Mapping[str, tuple[str, str]]) -> None:
+        self._tree = tree
+        self._recorded = recorded  # key -> (path, hash of the file as written)
+
+    def __getitem__(self, key: str) -> str:
+        path, expected = self._recorded[key]
+        content = self._tree.read(path)
+        if content is None or digest(content) != expected:
+            raise KeyError(key)  # edited since, or gone: format anew
+        try:
+            return content.decode("utf-8")
+        except UnicodeDecodeError:
+            raise KeyError(key) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key in self._recorded if key in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class Tree:
     """The generated part of a project: the package and tests folders and their manifest."""
 
@@ -114,34 +140,28 @@ class Tree:
                 recorded[str(path)] = frozenset(hashes)
         return recorded
 
-    def formatted(self) -> dict[str, str]:
+    def formatted(self) -> FormattedFiles:
         """Formatter key -> formatted text, for every generated file that is on disk exactly
         as the previous run wrote it (its hash matches the manifest), keyed by what the
         manifest says it was formatted from. A checkout's generated files thus serve as the
-        format cache of the next generate, on a machine that never ran stratgen before."""
+        format cache of the next generate, on a machine that never ran stratgen before. Each
+        file is read and checked when its key is asked for."""
         data = self.read(self.manifest)
         if data is None:
-            return {}
+            return FormattedFiles(self, {})
         try:
             document = json.loads(data)
             files, keys = document["files"], document.get("formatted_from", {})
         except (ValueError, KeyError, TypeError, AttributeError):
-            return {}
+            return FormattedFiles(self, {})
         if not isinstance(files, dict) or not isinstance(keys, dict):
-            return {}
-        known: dict[str, str] = {}
+            return FormattedFiles(self, {})
+        recorded: dict[str, tuple[str, str]] = {}
         for path, key in keys.items():
-            recorded = files.get(path)
-            if not (isinstance(key, str) and isinstance(recorded, str) and self.owns(str(path))):
-                continue
-            content = self.read(str(path))
-            if content is None or digest(content) != recorded:
-                continue  # edited since, or gone: format anew
-            try:
-                known[key] = content.decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-        return known
+            expected = files.get(path)
+            if isinstance(key, str) and isinstance(expected, str) and self.owns(str(path)):
+                recorded[key] = (str(path), expected)
+        return FormattedFiles(self, recorded)
 
     def owns(self, path: str) -> bool:
         """Whether ``path`` (relative to the root) lies inside one of the generated folders."""

@@ -77,7 +77,7 @@ class Formatter:
         hand (the generated files of a checkout). What neither it nor the cache holds is
         formatted in one pass, spread over the machine's cores when there is enough of it."""
         keys = [self._key(source) for source, _ in items]
-        known = known or {}
+        known = known if known is not None else {}
         results: list[str | None] = [known.get(key) or self._read(key) for key in keys]
         missing = [i for i, result in enumerate(results) if result is None]
         self.hits += len(items) - len(missing)
