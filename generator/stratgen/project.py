@@ -7,6 +7,7 @@ write or compare.
 
 from __future__ import annotations
 
+import hashlib
 import keyword
 import os
 import re
@@ -165,14 +166,27 @@ class Project:
         self.config = config
         self.formatter = formatter or Formatter()
         # Parsed specs are kept where formatted files are: the same folder, the same switch.
-        self.spec_cache = SpecCache(self.formatter.cache)
+        self.spec_cache = SpecCache(self.formatter.cache, self.cache_name())
         self.timings = Timings()
+        self._root: Path | None = None  # the project folder, resolved
+
+    def cache_name(self) -> str:
+        """What this project's files in the caches are named: its folder and settings,
+        hashed."""
+        config = self.config
+        h = hashlib.sha256(str(config.root.resolve()).encode("utf-8", "surrogatepass"))
+        for setting in (config.specs, config.package, config.package_dir, config.tests):
+            h.update(b"\0" + setting.encode("utf-8", "surrogatepass"))
+        h.update(f"\0{config.builtin_specs}\0{','.join(config.targets)}".encode())
+        return h.hexdigest()
 
     # -- loading ------------------------------------------------------------------------------
 
     def display(self, path: Path) -> str:
+        if self._root is None:
+            self._root = self.config.root.resolve()
         try:
-            return path.resolve().relative_to(self.config.root.resolve()).as_posix()
+            return path.resolve().relative_to(self._root).as_posix()
         except ValueError:
             return str(path)
 
@@ -219,7 +233,7 @@ class Project:
         sources: list[Source] = []
         skipped = skip.resolve() if skip is not None else None
         paths: list[tuple[Path, str | None]] = [
-            (p, None) for p in self.spec_paths() if p.resolve() != skipped
+            (p, None) for p in self.spec_paths() if skipped is None or p.resolve() != skipped
         ]
         paths += list(extra or [])
         builtin_local = self.builtin_is_local()
@@ -242,6 +256,8 @@ class Project:
                     source.path, Path(label).stem, source.spec, source.builtin, str(path.parent)
                 )
             sources.append(source)
+        if extra is None and skip is None:
+            self.spec_cache.save_bundle()
         self.timings.add("load", started)
         if problems:
             raise SpecError(problems)

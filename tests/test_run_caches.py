@@ -1,0 +1,81 @@
+"""The smaller things that make a regeneration fast, each of which can only cost time: a
+project's bundle of parsed specs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from sgtest import REPO
+
+from stratgen.fmt import Formatter
+from stratgen.project import Project, load_config
+from stratgen.speccache import SpecCache
+
+# --- the bundle of parsed specs -----------------------------------------------------------------
+
+
+def _builtin_project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "specs", root / "specs")
+    (root / "pyproject.toml").write_text(
+        "[tool.stratgen]\nbuiltin-specs = false\n", encoding="utf-8"
+    )
+    return root
+
+
+def _sources(root: Path, cache: Path) -> tuple[list[object], SpecCache]:
+    project = Project(load_config(root), Formatter(cache=cache))
+    sources = project.sources()
+    return [s.spec for s in sources], project.spec_cache
+
+
+def test_the_bundle_serves_every_spec_alone(tmp_path: Path) -> None:
+    root = _builtin_project(tmp_path)
+    cache = tmp_path / "cache"
+    specs, first = _sources(root, cache)
+    assert first.misses == len(specs) and first.bundle is not None and first.bundle.is_file()
+    for entry in (cache / "specs").glob("??/*"):
+        entry.unlink()  # only the bundle is left
+    again, second = _sources(root, cache)
+    assert second.hits == len(specs) and second.misses == 0
+    assert again == specs
+
+
+def _edit(root: Path, name: str) -> None:
+    path = root / "specs" / name
+    path.write_text(path.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+
+
+def test_a_few_edited_specs_are_read_from_their_entries(tmp_path: Path) -> None:
+    """The bundle is rewritten when an eighth of the specs are not in it, not before."""
+    root = _builtin_project(tmp_path)
+    cache = tmp_path / "cache"
+    specs, first = _sources(root, cache)
+    assert first.bundle is not None
+    bundled = first.bundle.read_bytes()
+    _edit(root, "hpu.yaml")
+    _, second = _sources(root, cache)
+    assert second.misses == 1 and second.hits == len(specs) - 1
+    assert first.bundle.read_bytes() == bundled
+    _, third = _sources(root, cache)
+    assert third.misses == 0 and third.hits == len(specs)
+    for name in ("cpu.yaml", "cuda.yaml", "ddp.yaml"):
+        _edit(root, name)
+    _sources(root, cache)
+    assert first.bundle.read_bytes() != bundled
+    for entry in (cache / "specs").glob("??/*"):
+        entry.unlink()
+    _, fourth = _sources(root, cache)
+    assert fourth.misses == 0, "the rewritten bundle holds every spec, edited ones too"
+
+
+def test_a_damaged_bundle_falls_back_to_the_entries(tmp_path: Path) -> None:
+    root = _builtin_project(tmp_path)
+    cache = tmp_path / "cache"
+    specs, first = _sources(root, cache)
+    assert first.bundle is not None
+    data = first.bundle.read_bytes()
+    first.bundle.write_bytes(data[:-2] + bytes([data[-2] ^ 0x55]) + data[-1:])
+    again, second = _sources(root, cache)
+    assert second.hits == len(specs) and again == specs
