@@ -1,13 +1,16 @@
 """The smaller things that make a regeneration fast, each of which can only cost time: a
-project's bundle of parsed specs."""
+project's bundle of parsed specs, the runtime facts kept across runs."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+import pytest
 from sgtest import REPO
 
+import stratgen.factcache
+from stratgen.factcache import remembered
 from stratgen.fmt import Formatter
 from stratgen.project import Project, load_config
 from stratgen.speccache import SpecCache
@@ -79,3 +82,38 @@ def test_a_damaged_bundle_falls_back_to_the_entries(tmp_path: Path) -> None:
     first.bundle.write_bytes(data[:-2] + bytes([data[-2] ^ 0x55]) + data[-1:])
     again, second = _sources(root, cache)
     assert second.hits == len(specs) and again == specs
+
+
+# --- runtime facts --------------------------------------------------------------------------------
+
+
+def test_facts_are_remembered_by_the_runtime_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
+    calls: list[str] = []
+
+    def compute() -> frozenset[str]:
+        calls.append("computed")
+        return frozenset({"a", "b"})
+
+    assert remembered("question", compute) == frozenset({"a", "b"})
+    assert remembered("question", compute) == frozenset({"a", "b"})
+    assert len(calls) == 1
+    assert remembered("another question", compute) and len(calls) == 2
+    monkeypatch.setattr(stratgen.factcache, "runtime_digest", lambda: "another runtime")
+    assert remembered("question", compute) and len(calls) == 3
+    for entry in (tmp_path / "cache" / "facts").iterdir():
+        entry.write_bytes(entry.read_bytes()[:-3])  # damaged: computed again
+    assert remembered("question", compute) and len(calls) == 4
+
+
+def test_no_cache_folder_computes_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", "")
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert [remembered("question", compute) for _ in range(2)] == [1, 2]
