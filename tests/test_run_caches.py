@@ -1,19 +1,22 @@
 """The smaller things that make a regeneration fast, each of which can only cost time: a
-project's bundle of parsed specs, the runtime facts kept across runs."""
+project's bundle of parsed specs, the runtime facts kept across runs, the up-to-date record and
+what its fingerprint covers."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sgtest import REPO
+from sgtest import REPO, STRATEGY_SPEC, make_project, run_cli
 
 import stratgen.factcache
 from stratgen.factcache import remembered
 from stratgen.fmt import Formatter
 from stratgen.project import Project, load_config
 from stratgen.speccache import SpecCache
+from stratgen.uptodate import fingerprint, up_to_date
 
 # --- the bundle of parsed specs -----------------------------------------------------------------
 
@@ -117,3 +120,60 @@ def test_no_cache_folder_computes_every_time(monkeypatch: pytest.MonkeyPatch) ->
         return len(calls)
 
     assert [remembered("question", compute) for _ in range(2)] == [1, 2]
+
+
+# --- the up-to-date record ------------------------------------------------------------------------
+
+
+def test_the_fingerprint_covers_the_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime's source decides what is generated (stratgen.corefacts reads it)."""
+    runtime = tmp_path / "stratcore"
+    shutil.copytree(
+        stratgen.factcache.runtime_dir(), runtime, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    monkeypatch.setattr(stratgen.factcache, "runtime_dir", lambda: runtime)
+    digest = stratgen.factcache.runtime_digest
+    project = Project(load_config(make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})))
+    try:
+        digest.cache_clear()  # read once per process: a new process, as far as it knows
+        before = fingerprint(project)
+        strategy = runtime / "strategy.py"
+        strategy.write_text(strategy.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+        digest.cache_clear()
+        assert fingerprint(project) != before
+    finally:
+        digest.cache_clear()
+
+
+def test_the_fingerprint_covers_the_targets(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})
+    before = fingerprint(Project(load_config(root)))
+    with (root / "pyproject.toml").open("a", encoding="utf-8") as handle:
+        handle.write('targets = ["stratlib", "lightning"]\n')
+    assert fingerprint(Project(load_config(root))) != before
+
+
+def test_the_record_holds_the_inputs_as_they_were_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec edited while ``generate`` runs (after it was read) leaves the tree stale: the
+    next run must not take it as current."""
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
+    root = make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})
+    spec = root / "specs" / "mine.yaml"
+    original = Project.sources
+
+    def sources_then_edit(self: Project, *args: Any, **kwargs: Any) -> Any:
+        found = original(self, *args, **kwargs)
+        spec.write_text(STRATEGY_SPEC.replace("How hard to try.", "Edited."), encoding="utf-8")
+        return found
+
+    monkeypatch.setattr(Project, "sources", sources_then_edit)
+    assert run_cli("generate", "--project", root).code == 0
+    monkeypatch.setattr(Project, "sources", original)
+    assert up_to_date(Project(load_config(root))) is None
+    assert run_cli("check", "--project", root).code == 1
+    assert run_cli("generate", "--project", root).code == 0
+    assert up_to_date(Project(load_config(root))) is not None

@@ -168,6 +168,8 @@ class Project:
         # Parsed specs are kept where formatted files are: the same folder, the same switch.
         self.spec_cache = SpecCache(self.formatter.cache, self.cache_name())
         self.timings = Timings()
+        #: A hash of every input, taken before any is read (``uptodate.up_to_date``).
+        self.fingerprint: str | None = None
         self._root: Path | None = None  # the project folder, resolved
 
     def cache_name(self) -> str:
