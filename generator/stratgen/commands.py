@@ -55,9 +55,12 @@ def _print_timings(project: Project, console: Console) -> None:
     steps = project.timings.steps
     total = sum(steps.values())
     parts = ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in steps.items())
+    memo = project.memo
+    remembered = f"; render memo: {memo.hits} hits, {memo.misses} misses" if memo else ""
     console.err.write(
         f"timings: {parts}; total {total * 1000:.0f} ms "
-        f"(black cache: {project.formatter.hits} hits, {project.formatter.misses} misses)\n"
+        f"(black cache: {project.formatter.hits} hits, {project.formatter.misses} misses"
+        f"{remembered})\n"
     )
 
 
@@ -84,7 +87,7 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
         if args.timings:
             _print_timings(project, console)
         return EXIT_OK
-    plan = project.plan(trust_tree=True)
+    plan = project.plan(trust_tree=True, remembered=True)
     if args.dry_run or args.diff:
         drift = project.compare(plan, with_diff=args.diff)
         recorded = set(project.tree().recorded())

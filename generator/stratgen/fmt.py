@@ -56,8 +56,7 @@ class Formatter:
 
     def _key(self, source: str) -> str:
         digest = hashlib.sha256()
-        digest.update(f"stratgen-black-v2|{LINE_LENGTH}|py311|".encode())
-        digest.update(_black_version().encode())
+        digest.update(black_mode().encode())
         digest.update(b"\0")
         digest.update(source.encode("utf-8"))
         return digest.hexdigest()
@@ -175,6 +174,11 @@ def _format_sources(sources: list[str], mode: Any) -> list[str | Exception]:
     for position, index in enumerate(order):
         results[index] = done[position]
     return results
+
+
+def black_mode() -> str:
+    """black's version and the mode stratgen runs it in, as formatter keys begin."""
+    return f"stratgen-black-v2|{LINE_LENGTH}|py311|{_black_version()}"
 
 
 _VERSION: str | None = None
