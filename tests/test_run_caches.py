@@ -1,9 +1,10 @@
 """The smaller things that make a regeneration fast, each of which can only cost time: a
 project's bundle of parsed specs, the runtime facts kept across runs, the up-to-date record and
-what its fingerprint covers."""
+what its fingerprint covers, the garbage collector paused during a command."""
 
 from __future__ import annotations
 
+import gc
 import shutil
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,17 @@ def test_the_record_holds_the_inputs_as_they_were_before_the_run(
     assert run_cli("check", "--project", root).code == 1
     assert run_cli("generate", "--project", root).code == 0
     assert up_to_date(Project(load_config(root))) is not None
+
+
+# --- the garbage collector ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_command_leaves_the_collector_as_it_found_it(enabled: bool, tmp_path: Path) -> None:
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        assert run_cli("validate", "--project", tmp_path, str(tmp_path / "none.yaml")).code == 2
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
