@@ -1,6 +1,7 @@
 """The smaller things that make a regeneration fast, each of which can only cost time: a
 project's bundle of parsed specs, the runtime facts kept across runs, the up-to-date record and
-what its fingerprint covers, the garbage collector paused during a command."""
+what its fingerprint covers, the garbage collector paused during a command, black imported in a
+helper process."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sgtest import REPO, STRATEGY_SPEC, make_project, run_cli
+from sgtest import MINIMAL_BASE, REPO, STRATEGY_SPEC, make_project, run_cli
 
+import stratgen.blackhelper
 import stratgen.factcache
+from stratgen.blackhelper import BlackHelper
 from stratgen.factcache import remembered
-from stratgen.fmt import Formatter
+from stratgen.fmt import LINE_LENGTH, FormatError, Formatter, _black_version
 from stratgen.project import Project, load_config
 from stratgen.speccache import SpecCache
 from stratgen.uptodate import fingerprint, up_to_date
@@ -178,6 +181,86 @@ def test_the_record_holds_the_inputs_as_they_were_before_the_run(
     assert run_cli("check", "--project", root).code == 1
     assert run_cli("generate", "--project", root).code == 0
     assert up_to_date(Project(load_config(root))) is not None
+
+
+# --- black in a helper process ------------------------------------------------------------------
+
+SOURCES = ["x = [1,2,\n3]\n", "def f( a ):\n  return {'a':a}\n", "class A: pass\n"]
+
+
+@pytest.fixture
+def no_black(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a process that has not imported black (``stratgen generate`` starts so)."""
+    monkeypatch.setattr(stratgen.blackhelper, "_black_imported", lambda: False)
+
+
+@pytest.mark.usefixtures("no_black")
+def test_the_helper_formats_as_black_does_here() -> None:
+    import black
+
+    mode = black.Mode(line_length=LINE_LENGTH, target_versions={black.TargetVersion.PY311})
+    helper = BlackHelper.start()
+    if helper is None:
+        pytest.skip("one core: no helper")
+    try:
+        texts = helper.format(SOURCES, LINE_LENGTH, _black_version())
+    finally:
+        helper.close()
+    assert texts == [black.format_str(s, mode=mode) for s in SOURCES]
+
+
+@pytest.mark.usefixtures("no_black")
+def test_a_helper_that_died_leaves_formatting_here(tmp_path: Path) -> None:
+    formatter = Formatter(use_cache=False)
+    formatter.start_helper()
+    if formatter.helper is None:
+        pytest.skip("one core: no helper")
+    formatter.helper._process.kill()
+    assert formatter.format_all([(s, "f.py") for s in SOURCES]) == Formatter(
+        use_cache=False
+    ).format_all([(s, "f.py") for s in SOURCES])
+    formatter.stop_helper()
+
+
+@pytest.mark.usefixtures("no_black")
+def test_invalid_code_is_the_same_error_with_a_helper() -> None:
+    formatter = Formatter(use_cache=False)
+    formatter.start_helper()
+    try:
+        with pytest.raises(FormatError, match="generated code is not valid Python"):
+            formatter.format_all([("def (:\n", "bad.py")])
+    finally:
+        formatter.stop_helper()
+
+
+@pytest.mark.usefixtures("no_black")
+def test_another_black_version_is_not_used() -> None:
+    helper = BlackHelper.start()
+    if helper is None:
+        pytest.skip("one core: no helper")
+    try:
+        assert helper.format(SOURCES, LINE_LENGTH, "0.0-not-this-one") is None
+    finally:
+        helper.close()
+
+
+def test_generate_starts_the_helper_only_for_a_spec_it_parses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
+    started: list[bool] = []
+    monkeypatch.setattr(Formatter, "start_helper", lambda self: started.append(True))
+    root = make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})
+    assert run_cli("generate", "--project", root).code == 0
+    assert started
+    started.clear()
+    shutil.rmtree(root / "out")  # every spec parsed before: nothing new to format
+    assert run_cli("generate", "--project", root).code == 0
+    assert not started
+    assert run_cli("check", "--project", root).code == 0
+    (root / "specs" / "base.yaml").write_text(MINIMAL_BASE + "\n# edited\n", encoding="utf-8")
+    assert run_cli("check", "--project", root).code == 0
+    assert not started, "check never starts it"
 
 
 # --- the garbage collector ----------------------------------------------------------------------

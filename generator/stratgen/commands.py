@@ -87,7 +87,11 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
         if args.timings:
             _print_timings(project, console)
         return EXIT_OK
-    plan = project.plan(trust_tree=True, remembered=True)
+    project.prefetch_black = True
+    try:
+        plan = project.plan(trust_tree=True, remembered=True)
+    finally:
+        project.formatter.stop_helper()
     if args.dry_run or args.diff:
         drift = project.compare(plan, with_diff=args.diff)
         recorded = set(project.tree().recorded())

@@ -175,6 +175,10 @@ class Project:
         #: A hash of every input, taken before any is read (``uptodate.up_to_date``).
         self.fingerprint: str | None = None
         self._root: Path | None = None  # the project folder, resolved
+        #: Whether a spec that must be parsed (new, or changed since it was last cached) has
+        #: black imported meanwhile in a second process (see ``Formatter.start_helper``):
+        #: ``generate`` asks for it, as the files of a changed spec usually need formatting.
+        self.prefetch_black = False
 
     def cache_name(self) -> str:
         """What this project's files in the caches are named: its folder and settings,
@@ -212,6 +216,8 @@ class Project:
         key = self.spec_cache.key(data, display)
         spec = self.spec_cache.get(key)
         if spec is None:
+            if self.prefetch_black:
+                self.formatter.start_helper()
             from .parse import parse_spec_file
             from .yamlload import load_yaml
 
