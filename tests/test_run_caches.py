@@ -91,6 +91,21 @@ def test_a_damaged_bundle_falls_back_to_the_entries(tmp_path: Path) -> None:
     assert second.hits == len(specs) and again == specs
 
 
+# --- comparing with the disk -------------------------------------------------------------------
+
+
+def test_a_tree_tells_whether_a_file_holds_exactly_some_bytes(tmp_path: Path) -> None:
+    from stratgen.files import Tree
+
+    tree = Tree(tmp_path, ["out"], "out/.manifest")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a.py").write_bytes(b"x = 1\n")
+    for data in (b"x = 1\n", b"x = 1", b"x = 1\n\n", b"", b"y = 1\n"):
+        assert tree.holds("out/a.py", data) == (tree.read("out/a.py") == data), data
+    assert not tree.holds("out/missing.py", b"") and not tree.holds("out", b"")
+    assert not tree.holds("out/a.py/below", b"")
+
+
 # --- runtime facts --------------------------------------------------------------------------------
 
 

@@ -120,6 +120,25 @@ class Tree:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
+    def holds(self, path: str, data: bytes) -> bool:
+        """Whether the file at ``path`` holds exactly ``data``: ``read(path) == data``, reading
+        no more than one byte past it, with no file object."""
+        try:
+            fd = os.open(os.path.join(self.root, path), os.O_RDONLY)
+            try:
+                chunks, size = [], 0
+                while size <= len(data):
+                    chunk = os.read(fd, len(data) + 1 - size)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+            finally:
+                os.close(fd)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return False
+        return b"".join(chunks) == data
+
     def recorded(self) -> dict[str, frozenset[str]]:
         """Paths from the manifest of the previous run, each with the hashes it may have had
         when stratgen wrote it (one, or two after an interrupted run). Entries outside the
@@ -229,7 +248,7 @@ class Tree:
             pending = {
                 path: data
                 for path, data in sorted(plan.items())
-                if path != self.manifest and self.read(path) != data
+                if path != self.manifest and not self.holds(path, data)
             }
             report.unchanged = sorted(set(plan) - set(pending) - {self.manifest})
             if pending:
