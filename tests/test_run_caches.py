@@ -198,6 +198,23 @@ def test_the_record_holds_the_inputs_as_they_were_before_the_run(
     assert up_to_date(Project(load_config(root))) is not None
 
 
+def test_the_record_tells_changed_inputs_from_a_changed_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What generate starts black's helper early on: inputs changed since the tree was made."""
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
+    root = make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})
+    assert run_cli("generate", "--project", root).code == 0
+    project = Project(load_config(root))
+    assert up_to_date(project) is not None and not project.inputs_changed
+    (root / "specs" / "base.yaml").write_text(MINIMAL_BASE + "\n# edited\n", encoding="utf-8")
+    project = Project(load_config(root))
+    assert up_to_date(project) is None and project.inputs_changed
+    shutil.rmtree(root / "out")
+    project = Project(load_config(root))
+    assert up_to_date(project) is None and not project.inputs_changed
+
+
 # --- black in a helper process ------------------------------------------------------------------
 
 SOURCES = ["x = [1,2,\n3]\n", "def f( a ):\n  return {'a':a}\n", "class A: pass\n"]
@@ -205,8 +222,33 @@ SOURCES = ["x = [1,2,\n3]\n", "def f( a ):\n  return {'a':a}\n", "class A: pass\
 
 @pytest.fixture
 def no_black(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As in a process that has not imported black (``stratgen generate`` starts so)."""
+    """As in a process that has not imported black (``stratgen generate`` starts so), on a
+    machine with an idle core."""
     monkeypatch.setattr(stratgen.blackhelper, "_black_imported", lambda: False)
+    monkeypatch.setattr(stratgen.blackhelper, "_spare_core", lambda: True)
+
+
+@pytest.mark.parametrize(
+    ("cores", "runnable", "load", "spare"),
+    [
+        (2, 1, 2.5, True),  # only this process runs now, whatever ran a minute ago
+        (2, 3, 0.1, False),
+        (4, 3, 3.0, True),
+        (1, 1, 0.0, False),
+        (2, None, 0.3, True),  # no /proc/loadavg: the load average over a minute
+        (2, None, 1.8, False),
+    ],
+)
+def test_the_helper_runs_only_beside_an_idle_core(
+    monkeypatch: pytest.MonkeyPatch, cores: int, runnable: int | None, load: float, spare: bool
+) -> None:
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(stratgen.blackhelper, "_runnable", lambda: runnable)
+    assert stratgen.blackhelper._spare_core() is spare
 
 
 @pytest.mark.usefixtures("no_black")

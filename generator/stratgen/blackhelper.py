@@ -2,10 +2,11 @@
 
 Importing black costs tens of milliseconds: after an edit to one spec, about as much as the
 rest of the run. ``generate`` starts this helper (a fresh interpreter on the same ``sys.path``)
-before it loads the specs, so that on a machine with a second core the import happens meanwhile;
-the few files whose formatting is not cached are then formatted there. Anything unexpected (no
-helper, another black version, an error, a helper that died) makes the caller format in its own
-process instead, which gives the same text: only where the work happens changes.
+when it finds a spec it has to parse, so that on a machine with an idle core the import happens
+meanwhile; the few files whose formatting is not cached are then formatted there. Anything
+unexpected (no helper, another black version, an error, a helper that died) makes the caller
+format in its own process instead, which gives the same text: only where the work happens
+changes.
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ class BlackHelper:
 
     @classmethod
     def start(cls) -> BlackHelper | None:
-        """Start the helper, unless black is imported here already or there is no second core
-        for it to import black on."""
-        if _black_imported() or (os.cpu_count() or 1) < 2:
+        """Start the helper, unless black is imported here already or there is no idle core
+        for it to import black on (see ``_spare_core``)."""
+        if _black_imported() or not _spare_core():
             return None
         import subprocess
 
@@ -135,6 +136,33 @@ class BlackHelper:
 
 def _black_imported() -> bool:
     return "black" in sys.modules
+
+
+def _spare_core() -> bool:
+    """Whether a core is idle now: the helper's import only saves time where it runs beside
+    this process; where every core is busy it takes time from it. Linux tells how many tasks
+    are runnable at this moment (this process among them); elsewhere the load average over the
+    last minute stands in."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    if cores < 2:
+        return False
+    running = _runnable()
+    if running is not None:
+        return running < cores
+    try:
+        return os.getloadavg()[0] < cores - 0.5
+    except (AttributeError, OSError):  # no load average either: trust the core count
+        return True
+
+
+def _runnable() -> int | None:
+    """The number of runnable tasks on the machine now, from /proc/loadavg, if there is one."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as handle:
+            return int(handle.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _send(stream: IO[bytes], value: Any) -> None:

@@ -87,7 +87,12 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
         if args.timings:
             _print_timings(project, console)
         return EXIT_OK
+    # Files of changed inputs usually need formatting: black is imported meanwhile, on
+    # another core, from now if an input changed since the tree was made, else from the
+    # first spec that has to be parsed.
     project.prefetch_black = True
+    if project.inputs_changed:
+        project.formatter.start_helper()
     try:
         plan = project.plan(trust_tree=True, remembered=True)
     finally:

@@ -172,8 +172,10 @@ class Project:
         # id(source) -> (source, the parsed-spec cache's key of its file), for memo keys.
         self._spec_keys: dict[int, tuple[object, str]] = {}
         self.memo: RenderMemo | None = None
-        #: A hash of every input, taken before any is read (``uptodate.up_to_date``).
+        #: A hash of every input, taken before any is read (``uptodate.up_to_date``), and
+        #: whether an input changed since an earlier run left the tree current.
         self.fingerprint: str | None = None
+        self.inputs_changed = False
         self._root: Path | None = None  # the project folder, resolved
         #: Whether a spec that must be parsed (new, or changed since it was last cached) has
         #: black imported meanwhile in a second process (see ``Formatter.start_helper``):

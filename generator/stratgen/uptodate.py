@@ -87,7 +87,8 @@ def _tree_matches_manifest(project: Project) -> tuple[bool, int]:
 
 def up_to_date(project: Project) -> int | None:
     """The number of generated files if the tree is known to be current, else None. Takes the
-    fingerprint that ``remember`` records, first."""
+    fingerprint that ``remember`` records, first, and notes on the project whether the tree
+    was left current by an earlier run and inputs changed since (``inputs_changed``)."""
     record = _record_path(project)
     if record is None:
         return None
@@ -100,6 +101,7 @@ def up_to_date(project: Project) -> int | None:
     if manifest is None or remembered.get("manifest") != digest(manifest):
         return None
     if remembered.get("inputs") != project.fingerprint:
+        project.inputs_changed = True
         return None
     matches, count = _tree_matches_manifest(project)
     return count if matches else None
