@@ -32,14 +32,16 @@ MODULE = "generated/stratlib/strategies/hpu_parallel.py"
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A project whose specs and templates are copies of the built-in ones, generated once:
-    the project and the cache that run filled."""
+    """A project whose specs and templates are copies of the built-in ones, for both targets,
+    generated once: the project and the cache that run filled."""
     folder = tmp_path_factory.mktemp("memo")
     root = folder / "project"
     shutil.copytree(REPO / "specs", root / "specs")
     shutil.copytree(REPO / "templates", root / "templates")
     (root / "pyproject.toml").write_text(
-        '[tool.stratgen]\nbuiltin-specs = false\ntemplates = "templates"\n', encoding="utf-8"
+        '[tool.stratgen]\nbuiltin-specs = false\ntemplates = "templates"\n'
+        'targets = ["stratlib", "lightning"]\n',
+        encoding="utf-8",
     )
     cache = folder / "cache"
     _generate(root, cache)
