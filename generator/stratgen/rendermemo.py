@@ -104,8 +104,6 @@ class Fingerprints:
                 parts.append((value, (key, name)))
         for entry, place in list(parts):
             for name, value in _fields(entry):
-                if name in ("loc", "locs"):
-                    continue  # where things are in the file: small, and many
                 if isinstance(value, dict):
                     parts += [(item, (*place, name, k)) for k, item in value.items()]
                 elif isinstance(value, tuple):
@@ -160,10 +158,11 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 def _fields(value: object) -> list[tuple[str, object]]:
-    """The attributes of a dataclass instance; none for anything else."""
+    """The attributes of a dataclass instance but where its parts are in the file (small, and
+    many: hashed whole where they are reached); none for anything else."""
     if not hasattr(value, "__dataclass_fields__"):
         return []
-    return list(vars(value).items())
+    return [(k, v) for k, v in vars(value).items() if k not in ("loc", "locs")]
 
 
 # --- the memo ----------------------------------------------------------------------------------
