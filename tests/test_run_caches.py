@@ -166,6 +166,17 @@ def test_the_fingerprint_covers_the_runtime(
         digest.cache_clear()
 
 
+def test_the_fingerprint_covers_stratgens_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stratgen.speccache
+
+    project = Project(load_config(make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})))
+    before = fingerprint(project)
+    monkeypatch.setattr(stratgen.speccache, "_VERSION", "another stratgen")
+    assert fingerprint(project) != before
+
+
 def test_the_fingerprint_covers_the_targets(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})
     before = fingerprint(Project(load_config(root)))

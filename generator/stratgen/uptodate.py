@@ -26,14 +26,21 @@ from .fmt import _black_version, cache_dir
 if TYPE_CHECKING:
     from .project import Project
 
-_GENERATOR = Path(__file__).resolve().parent
 
-
-def _files_under(folder: Path) -> list[Path]:
+def _files_under(folder: Path) -> list[tuple[str, str]]:
+    """Every file under ``folder`` (tool caches and bytecode left out), in a fixed order: its
+    path relative to the folder, and its full path."""
     found = []
-    for dirpath, dirnames, filenames in os.walk(folder):
+    base = str(folder)
+    for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_PARTS)
-        found += [Path(dirpath, n) for n in sorted(filenames) if not n.endswith(IGNORED_SUFFIXES)]
+        relative = os.path.relpath(dirpath, base).replace(os.sep, "/")
+        prefix = "" if relative == "." else relative + "/"
+        found += [
+            (prefix + n, os.path.join(dirpath, n))
+            for n in sorted(filenames)
+            if not n.endswith(IGNORED_SUFFIXES)
+        ]
     return found
 
 
@@ -41,9 +48,10 @@ def fingerprint(project: Project) -> str:
     """A hash of every input of generation for ``project``."""
     from .factcache import runtime_digest
     from .project import resource_dir
+    from .speccache import code_digest
 
     config = project.config
-    folders: list[Path] = [config.root / config.specs, resource_dir("templates"), _GENERATOR]
+    folders: list[Path] = [config.root / config.specs, resource_dir("templates")]
     if config.templates:
         folders.append(config.root / config.templates)
     if config.builtin_specs:
@@ -52,12 +60,14 @@ def fingerprint(project: Project) -> str:
     settings = [config.specs, config.output, config.package, config.tests, config.templates]
     h.update(json.dumps([*settings, config.builtin_specs, _black_version()]).encode())
     h.update(json.dumps(list(config.targets)).encode())
+    h.update(b"\0code\0" + code_digest().encode())  # stratgen's own source
     h.update(b"\0runtime\0" + runtime_digest().encode())
     for folder in folders:
         h.update(b"\0folder\0" + str(folder.resolve()).encode())
-        for path in _files_under(folder):
-            h.update(b"\0" + path.relative_to(folder).as_posix().encode() + b"\0")
-            h.update(path.read_bytes())
+        for relative, path in _files_under(folder):
+            h.update(b"\0" + relative.encode() + b"\0")
+            with open(path, "rb") as handle:
+                h.update(handle.read())
     return h.hexdigest()
 
 
