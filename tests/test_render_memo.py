@@ -21,12 +21,14 @@ from typing import Any
 import pytest
 from sgtest import REPO, run_cli, snapshot, stratgen_env
 
+from stratgen.files import digest
 from stratgen.fmt import Formatter
 from stratgen.project import Project, load_config
 from stratgen.rendermemo import inputs_digest
 from stratgen.speccache import unwrap, wrap
 
 MEMO = re.compile(r"render memo: (\d+) hits, (\d+) misses")
+LAYOUT = b"stratgen-render-memo-v2"
 MODULE = "generated/stratlib/strategies/hpu_parallel.py"
 
 
@@ -202,16 +204,17 @@ def test_check_never_trusts_the_memo(project: Path) -> None:
     memo = _memo_file(project)
     data = memo.read_bytes()
     name = memo.name
-    payload = unwrap(data, name, b"stratgen-render-memo-v1")
+    payload = unwrap(data, name, LAYOUT)
     assert payload is not None
     table = pickle.loads(payload)
     lied = 0
-    for key, (path, content, formatted_from) in table.items():
+    for key, (path, content, formatted_from, _) in table.items():
         if path == MODULE:
-            table[key] = (path, content + b"# stale\n", formatted_from)
+            stale = content + b"# stale\n"
+            table[key] = (path, stale, formatted_from, digest(stale))
             lied += 1
     assert lied == 1
-    memo.write_bytes(wrap(pickle.dumps(table), name, b"stratgen-render-memo-v1"))
+    memo.write_bytes(wrap(pickle.dumps(table), name, LAYOUT))
     (project / MODULE).unlink()
     _generate(project)
     assert (project / MODULE).read_bytes().endswith(b"# stale\n")

@@ -39,13 +39,16 @@ def digest(data: bytes) -> str:
 
 
 def manifest_bytes(
-    files: Mapping[str, bytes], formatted_from: Mapping[str, str] | None = None
+    files: Mapping[str, bytes],
+    formatted_from: Mapping[str, str] | None = None,
+    digests: Mapping[str, str] | None = None,
 ) -> bytes:
     """The manifest for a plan: every generated path with the hash of its content, and for
-    formatted files the formatter's key of the text they were formatted from."""
-    return _manifest_document(
-        {path: digest(data) for path, data in files.items()}, formatted_from or {}
-    )
+    formatted files the formatter's key of the text they were formatted from. ``digests``
+    holds hashes known already (``digest(files[path])``, not computed again)."""
+    known = digests or {}
+    hashes = {path: known.get(path) or digest(data) for path, data in files.items()}
+    return _manifest_document(hashes, formatted_from or {})
 
 
 def _manifest_document(

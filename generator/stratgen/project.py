@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .errors import Location, SpecError, StratgenError, did_you_mean
-from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
+from .files import MANIFEST_NAME, Drift, Tree, WriteReport, digest, manifest_bytes
 from .fmt import Formatter
 from .speccache import SpecCache, read_spec_bytes
 
@@ -338,21 +338,24 @@ class Project:
         )
         files: dict[str, bytes] = {}
         formatted_from: dict[str, str] = {}
+        digests: dict[str, str] = {}
         for item in rendered:
             if item.done is not None:
                 files[item.path] = item.done.data
+                digests[item.path] = item.done.digest
                 if item.done.formatted_from is not None:
                     formatted_from[item.path] = item.done.formatted_from
                 continue
-            files[item.path] = formatted.get(item.path, item.text).encode("utf-8")
+            data = files[item.path] = formatted.get(item.path, item.text).encode("utf-8")
             if item.python:
                 formatted_from[item.path] = self.formatter.key(item.text)
             if memo is not None and item.memo_key is not None:
+                digests[item.path] = digest(data)
                 memo.put(
                     item.memo_key,
-                    Remembered(item.path, files[item.path], formatted_from.get(item.path)),
+                    Remembered(item.path, data, formatted_from.get(item.path), digests[item.path]),
                 )
-        files[self.config.manifest] = manifest_bytes(files, formatted_from)
+        files[self.config.manifest] = manifest_bytes(files, formatted_from, digests)
         if memo is not None:
             memo.save()
         self.timings.add("format", started)

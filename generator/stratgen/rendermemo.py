@@ -36,7 +36,7 @@ from typing import Any
 from .speccache import code_digest, read_own, unwrap, wrap, write_atomic
 
 #: The layout of the memo file and of its keys; bumped when either changes.
-_LAYOUT = b"stratgen-render-memo-v1"
+_LAYOUT = b"stratgen-render-memo-v2"
 
 
 def inputs_digest(template_dirs: Iterable[Path], settings: Iterable[str]) -> str:
@@ -175,6 +175,7 @@ class Remembered:
     path: str
     data: bytes
     formatted_from: str | None  # the formatter's key of the rendered text; None: not Python
+    digest: str  # files.digest(data), as the manifest records it
 
 
 class RenderMemo:
@@ -252,16 +253,17 @@ def _load(path: Path | None, name: str) -> dict[str, Remembered]:
         if (
             isinstance(key, str)
             and isinstance(value, tuple)
-            and len(value) == 3
+            and len(value) == 4
             and isinstance(value[0], str)
             and isinstance(value[1], bytes)
             and (value[2] is None or isinstance(value[2], str))
+            and isinstance(value[3], str)
         ):
             stored[key] = Remembered(*value)
     return stored
 
 
 def _store(path: Path, name: str, entries: Mapping[str, Remembered]) -> None:
-    table = {k: (v.path, v.data, v.formatted_from) for k, v in sorted(entries.items())}
+    table = {k: (v.path, v.data, v.formatted_from, v.digest) for k, v in sorted(entries.items())}
     payload = pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL)
     write_atomic(path, wrap(payload, name, _LAYOUT))
