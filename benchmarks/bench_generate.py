@@ -50,7 +50,8 @@ MANY_COLD_TARGET = 3.0
 MANY_EDIT_TARGET = 0.3
 TIMINGS = re.compile(
     r"timings: (?P<steps>.*); total (?P<total>\d+) ms "
-    r"\(black cache: (?P<hits>\d+) hits, (?P<misses>\d+) misses\)"
+    r"\(black cache: (?P<hits>\d+) hits, (?P<misses>\d+) misses"
+    r"(?:; render memo: (?P<memo_hits>\d+) hits, (?P<memo_misses>\d+) misses)?\)"
 )
 
 
@@ -62,6 +63,7 @@ class Sample:
     total: float = 0.0
     hits: int = 0
     misses: int = 0
+    memo: tuple[int, int] | None = None  # render memo hits and misses, where it was used
 
 
 def parse_timings(stderr: str) -> Sample:
@@ -76,8 +78,16 @@ def parse_timings(stderr: str) -> Sample:
             raise BenchmarkError(f"unexpected unit in --timings: {part!r}")
         steps[name] = float(value) / 1000
     total = float(match["total"]) / 1000
+    memo = None
+    if match["memo_hits"] is not None:
+        memo = (int(match["memo_hits"]), int(match["memo_misses"]))
     return Sample(
-        0.0, steps=steps, total=total, hits=int(match["hits"]), misses=int(match["misses"])
+        0.0,
+        steps=steps,
+        total=total,
+        hits=int(match["hits"]),
+        misses=int(match["misses"]),
+        memo=memo,
     )
 
 
@@ -252,9 +262,12 @@ def _split(samples: list[Sample]) -> str:
     startup = median([s.wall - s.total for s in samples])
     hits, misses = samples[0].hits, samples[0].misses
     cpu = median([s.cpu for s in samples])
+    memo = samples[0].memo
+    remembered = f"; render memo {memo[0]} hits {memo[1]} misses" if memo else ""
     return (
         f"{' / '.join(parts)} ms; start-up+imports {startup * 1000:.0f} ms; in-CLI "
         f"{total * 1000:.0f} ms; CPU {cpu * 1000:.0f} ms; black cache {hits} hits {misses} misses"
+        f"{remembered}"
     )
 
 

@@ -55,9 +55,12 @@ def _print_timings(project: Project, console: Console) -> None:
     steps = project.timings.steps
     total = sum(steps.values())
     parts = ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in steps.items())
+    memo = project.memo
+    remembered = f"; render memo: {memo.hits} hits, {memo.misses} misses" if memo else ""
     console.err.write(
         f"timings: {parts}; total {total * 1000:.0f} ms "
-        f"(black cache: {project.formatter.hits} hits, {project.formatter.misses} misses)\n"
+        f"(black cache: {project.formatter.hits} hits, {project.formatter.misses} misses"
+        f"{remembered})\n"
     )
 
 
@@ -84,7 +87,16 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
         if args.timings:
             _print_timings(project, console)
         return EXIT_OK
-    plan = project.plan(trust_tree=True)
+    # Files of changed inputs usually need formatting: black is imported meanwhile, on
+    # another core, from now if an input changed since the tree was made, else from the
+    # first spec that has to be parsed.
+    project.prefetch_black = True
+    if project.inputs_changed:
+        project.formatter.start_helper()
+    try:
+        plan = project.plan(trust_tree=True, remembered=True)
+    finally:
+        project.formatter.stop_helper()
     if args.dry_run or args.diff:
         drift = project.compare(plan, with_diff=args.diff)
         recorded = set(project.tree().recorded())

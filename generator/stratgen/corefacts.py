@@ -8,10 +8,11 @@ classes use: an option stored under such a name would shadow a method or a fact 
 from __future__ import annotations
 
 import ast
-import importlib.util
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from .factcache import remembered, runtime_dir
 
 
 def _public_names(tree: ast.Module) -> set[str]:
@@ -37,17 +38,12 @@ def _public_names(tree: ast.Module) -> set[str]:
 
 
 @cache
-def runtime_dir() -> Path:
-    """The folder of the installed ``stratcore`` package."""
-    spec = importlib.util.find_spec("stratcore")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("stratcore, the runtime of generated packages, is not installed")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-@cache
 def strategy_attributes() -> frozenset[str]:
     """Public attribute names of the core's strategy classes and mixins."""
+    return remembered("strategy_attributes", _strategy_attributes)
+
+
+def _strategy_attributes() -> frozenset[str]:
     core = runtime_dir()
     paths = [core / "strategy.py", core / "single_device.py", core / "parallel.py"]
     paths += sorted((core / "wrappers").glob("*.py"))
@@ -83,6 +79,17 @@ def class_annotations(
 ) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
     """Class-level annotations of a core class: attribute -> (annotation source, imports it
     needs as (module, name) pairs, e.g. ('stratcore.imports', 'Requirement'))."""
+    if not module.startswith("stratcore."):  # remembered by the runtime's source only
+        return _class_annotations(module, class_name)
+    return remembered(
+        f"class_annotations:{module}:{class_name}",
+        lambda: _class_annotations(module, class_name),
+    )
+
+
+def _class_annotations(
+    module: str, class_name: str
+) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
     path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
     tree = ast.parse(path.read_text(encoding="utf-8"))
     known = _module_names(tree, module)
@@ -125,6 +132,14 @@ def _constant(node: ast.expr, known: dict[str, str]) -> object:
 def class_defaults(module: str, class_name: str) -> dict[str, object]:
     """The values a core class gives its annotated class attributes, where they are plain:
     literals, contract constants (e.g. ``PRECISIONS``) and contract value types."""
+    if not module.startswith("stratcore."):  # remembered by the runtime's source only
+        return _class_defaults(module, class_name)
+    return remembered(
+        f"class_defaults:{module}:{class_name}", lambda: _class_defaults(module, class_name)
+    )
+
+
+def _class_defaults(module: str, class_name: str) -> dict[str, object]:
     path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
     tree = ast.parse(path.read_text(encoding="utf-8"))
     known = _module_names(tree, module)

@@ -39,13 +39,16 @@ def digest(data: bytes) -> str:
 
 
 def manifest_bytes(
-    files: Mapping[str, bytes], formatted_from: Mapping[str, str] | None = None
+    files: Mapping[str, bytes],
+    formatted_from: Mapping[str, str] | None = None,
+    digests: Mapping[str, str] | None = None,
 ) -> bytes:
     """The manifest for a plan: every generated path with the hash of its content, and for
-    formatted files the formatter's key of the text they were formatted from."""
-    return _manifest_document(
-        {path: digest(data) for path, data in files.items()}, formatted_from or {}
-    )
+    formatted files the formatter's key of the text they were formatted from. ``digests``
+    holds hashes known already (``digest(files[path])``, not computed again)."""
+    known = digests or {}
+    hashes = {path: known.get(path) or digest(data) for path, data in files.items()}
+    return _manifest_document(hashes, formatted_from or {})
 
 
 def _manifest_document(
@@ -77,6 +80,32 @@ class WriteReport:
     kept: list[str] = field(default_factory=list)  # orphans edited by hand, left in place
 
 
+class FormattedFiles(Mapping[str, str]):
+    """Formatter key -> the text of the generated file the manifest says was formatted from
+    it, if that file is still on disk with the hash the manifest records (see
+    ``Tree.formatted``); files are read on demand."""
+
+    def __init__(self, tree: Tree, recorded: Mapping[str, tuple[str, str]]) -> None:
+        self._tree = tree
+        self._recorded = recorded  # key -> (path, hash of the file as written)
+
+    def __getitem__(self, key: str) -> str:
+        path, expected = self._recorded[key]
+        content = self._tree.read(path)
+        if content is None or digest(content) != expected:
+            raise KeyError(key)  # edited since, or gone: format anew
+        try:
+            return content.decode("utf-8")
+        except UnicodeDecodeError:
+            raise KeyError(key) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key in self._recorded if key in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class Tree:
     """The generated part of a project: the package and tests folders and their manifest."""
 
@@ -89,9 +118,29 @@ class Tree:
 
     def read(self, path: str) -> bytes | None:
         try:
-            return (self.root / path).read_bytes()
+            with open(os.path.join(self.root, path), "rb") as handle:
+                return handle.read()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+
+    def holds(self, path: str, data: bytes) -> bool:
+        """Whether the file at ``path`` holds exactly ``data``: ``read(path) == data``, reading
+        no more than one byte past it, with no file object."""
+        try:
+            fd = os.open(os.path.join(self.root, path), os.O_RDONLY)
+            try:
+                chunks, size = [], 0
+                while size <= len(data):
+                    chunk = os.read(fd, len(data) + 1 - size)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+            finally:
+                os.close(fd)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return False
+        return b"".join(chunks) == data
 
     def recorded(self) -> dict[str, frozenset[str]]:
         """Paths from the manifest of the previous run, each with the hashes it may have had
@@ -114,34 +163,28 @@ class Tree:
                 recorded[str(path)] = frozenset(hashes)
         return recorded
 
-    def formatted(self) -> dict[str, str]:
+    def formatted(self) -> FormattedFiles:
         """Formatter key -> formatted text, for every generated file that is on disk exactly
         as the previous run wrote it (its hash matches the manifest), keyed by what the
         manifest says it was formatted from. A checkout's generated files thus serve as the
-        format cache of the next generate, on a machine that never ran stratgen before."""
+        format cache of the next generate, on a machine that never ran stratgen before. Each
+        file is read and checked when its key is asked for."""
         data = self.read(self.manifest)
         if data is None:
-            return {}
+            return FormattedFiles(self, {})
         try:
             document = json.loads(data)
             files, keys = document["files"], document.get("formatted_from", {})
         except (ValueError, KeyError, TypeError, AttributeError):
-            return {}
+            return FormattedFiles(self, {})
         if not isinstance(files, dict) or not isinstance(keys, dict):
-            return {}
-        known: dict[str, str] = {}
+            return FormattedFiles(self, {})
+        recorded: dict[str, tuple[str, str]] = {}
         for path, key in keys.items():
-            recorded = files.get(path)
-            if not (isinstance(key, str) and isinstance(recorded, str) and self.owns(str(path))):
-                continue
-            content = self.read(str(path))
-            if content is None or digest(content) != recorded:
-                continue  # edited since, or gone: format anew
-            try:
-                known[key] = content.decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-        return known
+            expected = files.get(path)
+            if isinstance(key, str) and isinstance(expected, str) and self.owns(str(path)):
+                recorded[key] = (str(path), expected)
+        return FormattedFiles(self, recorded)
 
     def owns(self, path: str) -> bool:
         """Whether ``path`` (relative to the root) lies inside one of the generated folders."""
@@ -208,7 +251,7 @@ class Tree:
             pending = {
                 path: data
                 for path, data in sorted(plan.items())
-                if path != self.manifest and self.read(path) != data
+                if path != self.manifest and not self.holds(path, data)
             }
             report.unchanged = sorted(set(plan) - set(pending) - {self.manifest})
             if pending:
@@ -286,6 +329,8 @@ def _remove_empty_parents(path: Path, stop: Path) -> None:
 
 
 def _is_safe_relative(path: str) -> bool:
+    if os.sep == "/" and os.altsep is None:  # POSIX: what Path(path).parts gives, but faster
+        return not path.startswith("/") and ".." not in path.split("/")
     p = Path(path)
     return not p.is_absolute() and ".." not in p.parts
 

@@ -13,9 +13,12 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .speccache import unwrap, wrap
+
+if TYPE_CHECKING:
+    from .blackhelper import BlackHelper
 
 LINE_LENGTH = 100
 #: The layout of a cache entry (see ``speccache.wrap``): the key and a hash of the text.
@@ -43,6 +46,20 @@ class Formatter:
         self.cache = (cache or cache_dir()) if use_cache else None
         self.hits = 0
         self.misses = 0
+        self.helper: BlackHelper | None = None
+
+    def start_helper(self) -> None:
+        """Have black imported in a second process meanwhile (see ``blackhelper``), for the
+        few files the next ``format_all`` may not find formatted."""
+        if self.helper is None:
+            from .blackhelper import BlackHelper
+
+            self.helper = BlackHelper.start()
+
+    def stop_helper(self) -> None:
+        if self.helper is not None:
+            self.helper.close()
+            self.helper = None
 
     def _black(self) -> Any:
         import black  # imported on first use: a warm cache never pays for it
@@ -56,8 +73,7 @@ class Formatter:
 
     def _key(self, source: str) -> str:
         digest = hashlib.sha256()
-        digest.update(f"stratgen-black-v2|{LINE_LENGTH}|py311|".encode())
-        digest.update(_black_version().encode())
+        digest.update(black_mode().encode())
         digest.update(b"\0")
         digest.update(source.encode("utf-8"))
         return digest.hexdigest()
@@ -77,15 +93,20 @@ class Formatter:
         hand (the generated files of a checkout). What neither it nor the cache holds is
         formatted in one pass, spread over the machine's cores when there is enough of it."""
         keys = [self._key(source) for source, _ in items]
-        known = known or {}
+        known = known if known is not None else {}
         results: list[str | None] = [known.get(key) or self._read(key) for key in keys]
         missing = [i for i, result in enumerate(results) if result is None]
         self.hits += len(items) - len(missing)
         self.misses += len(missing)
         if missing:
-            self._black()
             sources = [items[i][0] for i in missing]
-            for index, outcome in zip(missing, _format_sources(sources, self._mode), strict=True):
+            outcomes: list[str] | list[str | Exception] | None = None
+            if self.helper is not None and len(sources) < PARALLEL_FROM:
+                outcomes = self.helper.format(sources, LINE_LENGTH, _black_version())
+            if outcomes is None:
+                self._black()
+                outcomes = _format_sources(sources, self._mode)
+            for index, outcome in zip(missing, outcomes, strict=True):
                 if isinstance(outcome, Exception):
                     name = items[index][1]
                     raise FormatError(f"{name}: generated code is not valid Python: {outcome}")
@@ -175,6 +196,11 @@ def _format_sources(sources: list[str], mode: Any) -> list[str | Exception]:
     for position, index in enumerate(order):
         results[index] = done[position]
     return results
+
+
+def black_mode() -> str:
+    """black's version and the mode stratgen runs it in, as formatter keys begin."""
+    return f"stratgen-black-v2|{LINE_LENGTH}|py311|{_black_version()}"
 
 
 _VERSION: str | None = None

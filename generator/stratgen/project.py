@@ -7,6 +7,7 @@ write or compare.
 
 from __future__ import annotations
 
+import hashlib
 import keyword
 import os
 import re
@@ -17,13 +18,14 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .errors import Location, SpecError, StratgenError, did_you_mean
-from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
+from .files import MANIFEST_NAME, Drift, Tree, WriteReport, digest, manifest_bytes
 from .fmt import Formatter
 from .speccache import SpecCache, read_spec_bytes
 
 if TYPE_CHECKING:  # the pipeline's modules load on first use: an up-to-date check needs none
     from .catalog import Catalog, Source
     from .render import Selection
+    from .rendermemo import RenderMemo
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
@@ -165,14 +167,38 @@ class Project:
         self.config = config
         self.formatter = formatter or Formatter()
         # Parsed specs are kept where formatted files are: the same folder, the same switch.
-        self.spec_cache = SpecCache(self.formatter.cache)
+        self.spec_cache = SpecCache(self.formatter.cache, self.cache_name())
         self.timings = Timings()
+        # id(source) -> (source, the parsed-spec cache's key of its file), for memo keys.
+        self._spec_keys: dict[int, tuple[object, str]] = {}
+        self.memo: RenderMemo | None = None
+        #: A hash of every input, taken before any is read (``uptodate.up_to_date``), and
+        #: whether an input changed since an earlier run left the tree current.
+        self.fingerprint: str | None = None
+        self.inputs_changed = False
+        self._root: Path | None = None  # the project folder, resolved
+        #: Whether a spec that must be parsed (new, or changed since it was last cached) has
+        #: black imported meanwhile in a second process (see ``Formatter.start_helper``):
+        #: ``generate`` asks for it, as the files of a changed spec usually need formatting.
+        self.prefetch_black = False
+
+    def cache_name(self) -> str:
+        """What this project's files in the caches are named: its folder and settings,
+        hashed."""
+        config = self.config
+        h = hashlib.sha256(str(config.root.resolve()).encode("utf-8", "surrogatepass"))
+        for setting in (config.specs, config.package, config.package_dir, config.tests):
+            h.update(b"\0" + setting.encode("utf-8", "surrogatepass"))
+        h.update(f"\0{config.builtin_specs}\0{','.join(config.targets)}".encode())
+        return h.hexdigest()
 
     # -- loading ------------------------------------------------------------------------------
 
     def display(self, path: Path) -> str:
+        if self._root is None:
+            self._root = self.config.root.resolve()
         try:
-            return path.resolve().relative_to(self.config.root.resolve()).as_posix()
+            return path.resolve().relative_to(self._root).as_posix()
         except ValueError:
             return str(path)
 
@@ -192,12 +218,16 @@ class Project:
         key = self.spec_cache.key(data, display)
         spec = self.spec_cache.get(key)
         if spec is None:
+            if self.prefetch_black:
+                self.formatter.start_helper()
             from .parse import parse_spec_file
             from .yamlload import load_yaml
 
             spec = parse_spec_file(load_yaml(data, display))
             self.spec_cache.put(key, spec)
-        return Source(display, path.stem, spec, builtin, hooks_dir=str(path.parent))
+        source = Source(display, path.stem, spec, builtin, hooks_dir=str(path.parent))
+        self._spec_keys[id(source)] = (source, key)
+        return source
 
     def spec_paths(self) -> list[Path]:
         folder = self.config.root / self.config.specs
@@ -219,7 +249,7 @@ class Project:
         sources: list[Source] = []
         skipped = skip.resolve() if skip is not None else None
         paths: list[tuple[Path, str | None]] = [
-            (p, None) for p in self.spec_paths() if p.resolve() != skipped
+            (p, None) for p in self.spec_paths() if skipped is None or p.resolve() != skipped
         ]
         paths += list(extra or [])
         builtin_local = self.builtin_is_local()
@@ -238,10 +268,14 @@ class Project:
                 problems.extend(exc.problems)
                 continue
             if label is not None:  # a file about to be copied: hooks stay next to the original
+                key = self._spec_keys[id(source)][1]
                 source = type(source)(
                     source.path, Path(label).stem, source.spec, source.builtin, str(path.parent)
                 )
+                self._spec_keys[id(source)] = (source, key)
             sources.append(source)
+        if extra is None and skip is None:
+            self.spec_cache.save_bundle()
         self.timings.add("load", started)
         if problems:
             raise SpecError(problems)
@@ -254,11 +288,15 @@ class Project:
         extra: list[tuple[Path, str]] | None = None,
         skip: Path | None = None,
         trust_tree: bool = False,
+        remembered: bool = False,
     ) -> Plan:
         """Every file the specs produce, formatted. With ``trust_tree``, a generated file that
         is on disk exactly as the manifest records it, formatted from the same text, is taken
-        as its own formatting (``generate`` does this; ``check`` formats everything itself)."""
+        as its own formatting; with ``remembered``, a file that an earlier run made from the
+        same inputs is taken from the render memo (``generate`` does both; ``check`` renders
+        and formats everything itself)."""
         from .render import Renderer, render
+        from .rendermemo import Remembered
         from .resolve import resolve
 
         sources = self.sources(extra, skip)
@@ -272,6 +310,7 @@ class Project:
         if self.config.templates:
             template_dirs.insert(0, self.config.root / self.config.templates)
         renderer = Renderer(template_dirs)
+        self.memo = memo = self._render_memo(template_dirs) if remembered else None
         rendered = render(
             catalog,
             selection,
@@ -280,6 +319,7 @@ class Project:
             self.config.package_dir,
             self.config.tests,
             self.config.targets,
+            memo,
         )
         self.timings.add("render", started)
 
@@ -287,7 +327,7 @@ class Project:
         paths = [item.path for item in rendered]
         if len(set(paths)) != len(paths):  # pragma: no cover - a template bug
             raise StratgenError("two templates produce the same file")
-        python = [item for item in rendered if item.python]
+        python = [item for item in rendered if item.python and item.done is None]
         known = self.tree().formatted() if trust_tree else None
         formatted = dict(
             zip(
@@ -296,13 +336,51 @@ class Project:
                 strict=True,
             )
         )
-        files: dict[str, bytes] = {
-            item.path: formatted.get(item.path, item.text).encode("utf-8") for item in rendered
-        }
-        formatted_from = {item.path: self.formatter.key(item.text) for item in python}
-        files[self.config.manifest] = manifest_bytes(files, formatted_from)
+        files: dict[str, bytes] = {}
+        formatted_from: dict[str, str] = {}
+        digests: dict[str, str] = {}
+        for item in rendered:
+            if item.done is not None:
+                files[item.path] = item.done.data
+                digests[item.path] = item.done.digest
+                if item.done.formatted_from is not None:
+                    formatted_from[item.path] = item.done.formatted_from
+                continue
+            data = files[item.path] = formatted.get(item.path, item.text).encode("utf-8")
+            if item.python:
+                formatted_from[item.path] = self.formatter.key(item.text)
+            if memo is not None and item.memo_key is not None:
+                digests[item.path] = digest(data)
+                memo.put(
+                    item.memo_key,
+                    Remembered(item.path, data, formatted_from.get(item.path), digests[item.path]),
+                )
+        files[self.config.manifest] = manifest_bytes(files, formatted_from, digests)
+        if memo is not None:
+            memo.save()
         self.timings.add("format", started)
         return Plan(files, catalog, selection)
+
+    def _render_memo(self, template_dirs: list[Path]) -> RenderMemo | None:
+        """The render memo of this project, kept where formatted files are; none when caching
+        is off or the formatter is not stratgen's own (the memo holds formatted files)."""
+        if self.formatter.cache is None or type(self.formatter) is not Formatter:
+            return None
+        from .rendermemo import Fingerprints, RenderMemo, inputs_digest
+
+        config = self.config
+        settings = [
+            f"package={config.package}",
+            f"package_dir={config.package_dir}",
+            f"tests={config.tests}",
+            f"targets={','.join(config.targets)}",
+        ]
+        return RenderMemo(
+            self.formatter.cache,
+            self.cache_name(),
+            inputs_digest(template_dirs, settings),
+            Fingerprints(self._spec_keys),
+        )
 
     def tree(self) -> Tree:
         owned = [self.config.package_dir, self.config.tests]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from stratcore.contract import PACKAGE_EXPORTS, REGISTRY_IMPORTS
@@ -23,6 +23,9 @@ from . import components, describe, pyapi, testcases
 from .catalog import Catalog, Source, Strategy
 from .errors import StratgenError
 from .pyapi import PyModule, literal
+
+if TYPE_CHECKING:
+    from .rendermemo import Remembered, RenderMemo
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class RenderedFile:
     path: str  # relative to the project root
     text: str
     python: bool  # whether to format it with black
+    memo_key: str | None = None  # what the finished file is remembered under, if anything
+    done: Remembered | None = None  # the finished file, from an earlier run (text is "")
 
 
 def header(source: str, comment: str = "#") -> str:
@@ -121,11 +126,13 @@ def render(
     package_dir: str,
     tests_dir: str,
     targets: Iterable[str] = ("stratlib",),
+    memo: RenderMemo | None = None,
 ) -> list[RenderedFile]:
     """Every file of the package and its tests, for each target; a broken template is a clean
-    error."""
+    error. Files ``memo`` remembers come back finished (``done``), neither described nor
+    rendered."""
     try:
-        files = _render(catalog, selection, renderer, package, package_dir, tests_dir)
+        files = _render(catalog, selection, renderer, package, package_dir, tests_dir, memo)
         if "lightning" in targets:
             files += _render_lightning(
                 catalog, selection, renderer, package, package_dir, tests_dir
@@ -188,6 +195,7 @@ def _render(
     package: str,
     package_dir: str,
     tests_dir: str,
+    memo: RenderMemo | None = None,
 ) -> list[RenderedFile]:
     files: list[RenderedFile] = []
 
@@ -196,9 +204,15 @@ def _render(
 
     module_template = renderer.template("package/module.py.j2")
 
-    def emit_module(module: PyModule) -> None:
+    def emit_module(make: Callable[[Any], PyModule], entry: Any) -> None:
+        """The module ``make`` describes for a catalog entry: a function of the entry alone."""
+        key, done = _recall(memo, f"module:{make.__module__}.{make.__qualname__}", entry)
+        if done is not None and done.path.startswith(f"{package_dir}/"):
+            files.append(RenderedFile(done.path, "", True, key, done))
+            return
+        module = make(entry)
         text = module_template.render(header=header(module.source), module=module)
-        emit(f"{package_dir}/{module.path}", text)
+        files.append(RenderedFile(f"{package_dir}/{module.path}", text, True, key))
 
     strategies = [catalog.strategies[n] for n in selection.strategies]
     accelerators = [catalog.accelerators[n] for n in selection.accelerators]
@@ -206,18 +220,20 @@ def _render(
     environments = [catalog.environments[n] for n in selection.environments]
 
     for strategy in strategies:
-        emit_module(describe.strategy_module(strategy))
+        emit_module(describe.strategy_module, strategy)
     for accelerator in accelerators:
-        emit_module(components.accelerator_module(accelerator))
+        emit_module(components.accelerator_module, accelerator)
     for plugin in plugins:
-        emit_module(components.precision_module(plugin))
+        emit_module(components.precision_module, plugin)
     for env in environments:
-        emit_module(components.environment_module(env))
+        emit_module(components.environment_module, env)
     backend_sources = [catalog.backend_sources[n] for n in selection.backends]
-    emit_module(
-        components.backends_module(
-            catalog, selection.backends, components.describe_sources(backend_sources)
-        )
+    backends = components.backends_module(
+        catalog, selection.backends, components.describe_sources(backend_sources)
+    )
+    emit(
+        f"{package_dir}/{backends.path}",
+        module_template.render(header=header(backends.source), module=backends),
     )
     _emit_hooks(strategies, package_dir, emit)
 
@@ -257,8 +273,18 @@ def _render(
     )
     emit(f"{package_dir}/__init__.py", _package_init(renderer, package, families, all_sources))
     emit(f"{package_dir}/py.typed", "", python=False)
-    files.extend(_tests(renderer, catalog, selection, package, package_dir, tests_dir))
+    files.extend(_tests(renderer, catalog, selection, package, package_dir, tests_dir, memo))
     return files
+
+
+def _recall(
+    memo: RenderMemo | None, kind: str, value: object
+) -> tuple[str | None, Remembered | None]:
+    """The memo's key for what ``kind`` makes of ``value``, and the file if it remembers it."""
+    if memo is None:
+        return None, None
+    key = memo.key(kind, value)
+    return key, memo.get(key)
 
 
 def _emit_hooks(strategies: list[Strategy], package_dir: str, emit: Any) -> None:
@@ -372,8 +398,10 @@ def _tests(
     package: str,
     package_dir: str,
     tests_dir: str,
+    memo: RenderMemo | None = None,
 ) -> list[RenderedFile]:
     """One test module per spec file that declares anything selected, plus a conftest."""
+    template = renderer.template("tests/test_spec.py.j2")
     chosen = {
         "strategies": set(selection.strategies),
         "accelerator": set(selection.accelerators),
@@ -381,52 +409,10 @@ def _tests(
         "cluster_environments": set(selection.environments),
     }
     files = []
-    template = renderer.template("tests/test_spec.py.j2")
     for source in catalog.sources:
-        spec = source.spec
-        strategies = [
-            catalog.strategies[s.name] for s in spec.strategies if s.name in chosen["strategies"]
-        ]
-        accelerator = (
-            catalog.accelerators.get(spec.accelerator.name)
-            if spec.accelerator and spec.accelerator.name in chosen["accelerator"]
-            else None
-        )
-        plugins = [
-            catalog.precision_plugins[p.name]
-            for p in spec.precision_plugins
-            if p.name in chosen["precision_plugins"]
-        ]
-        envs = [
-            catalog.environments[e.name]
-            for e in spec.cluster_environments
-            if e.name in chosen["cluster_environments"]
-        ]
-        if not (strategies or accelerator or plugins or envs):
-            continue
-        imports = [s.class_name for s in strategies] + [p.class_name for p in plugins]
-        imports += [e.class_name for e in envs]
-        if accelerator is not None:
-            imports.append(accelerator.class_name)
-        text = template.render(
-            header=header(source.path),
-            package=package,
-            source=source,
-            imports=sorted(set(imports)),
-            uses_tmp_path=any(not s.abstract for s in strategies)
-            or any(not e.abstract for e in envs),
-            builds_strategies=any(not s.abstract for s in strategies),
-            uses_registry=bool(accelerator or plugins or envs)
-            or any(s.abstract for s in strategies),
-            strategies=[
-                testcases.strategy_test_facts(catalog, s, selection.accelerators)
-                for s in strategies
-            ],
-            accelerator=accelerator,
-            precision_plugins=plugins,
-            environments=[testcases.environment_test_case(e) for e in envs],
-        )
-        files.append(RenderedFile(f"{tests_dir}/{test_module_name(source)}", text, True))
+        item = _test_module(template, catalog, selection, chosen, source, package, tests_dir, memo)
+        if item is not None:
+            files.append(item)
     package_parent = os.path.relpath(package_dir.rsplit("/", 1)[0] or ".", tests_dir)
     conftest = renderer.template("tests/conftest.py.j2").render(
         header=header("stratgen's test template"),
@@ -435,3 +421,75 @@ def _tests(
     )
     files.append(RenderedFile(f"{tests_dir}/conftest.py", conftest, True))
     return files
+
+
+def _test_module(
+    template: jinja2.Template,
+    catalog: Catalog,
+    selection: Selection,
+    chosen: dict[str, set[str]],
+    source: Source,
+    package: str,
+    tests_dir: str,
+    memo: RenderMemo | None,
+) -> RenderedFile | None:
+    """The test module of one spec file, if it declares anything selected. It is a function of
+    the entries it tests and of what their test facts read of the catalog
+    (``testcases.strategy_test_facts``: the accelerators a strategy runs on, every precision
+    plugin): the memo keeps it under those (``tests/test_render_memo.py`` checks that they
+    are all it reads)."""
+    spec = source.spec
+    strategies = [
+        catalog.strategies[s.name] for s in spec.strategies if s.name in chosen["strategies"]
+    ]
+    accelerator = (
+        catalog.accelerators.get(spec.accelerator.name)
+        if spec.accelerator and spec.accelerator.name in chosen["accelerator"]
+        else None
+    )
+    plugins = [
+        catalog.precision_plugins[p.name]
+        for p in spec.precision_plugins
+        if p.name in chosen["precision_plugins"]
+    ]
+    envs = [
+        catalog.environments[e.name]
+        for e in spec.cluster_environments
+        if e.name in chosen["cluster_environments"]
+    ]
+    if not (strategies or accelerator or plugins or envs):
+        return None
+    path = f"{tests_dir}/{test_module_name(source)}"
+    key, done = None, None
+    if memo is not None:
+        named = [
+            catalog.accelerators[name]
+            for strategy in strategies
+            for name in strategy.accelerators
+            if name in chosen["accelerator"]
+        ]
+        inputs = (package, source, strategies, accelerator, plugins, envs, selection.accelerators)
+        everywhere = tuple(catalog.precision_plugins.values())
+        key, done = _recall(memo, f"template:{template.name}|{path}", (inputs, named, everywhere))
+        if done is not None and done.path == path:
+            return RenderedFile(done.path, "", True, key, done)
+    imports = [s.class_name for s in strategies] + [p.class_name for p in plugins]
+    imports += [e.class_name for e in envs]
+    if accelerator is not None:
+        imports.append(accelerator.class_name)
+    text = template.render(
+        header=header(source.path),
+        package=package,
+        source=source,
+        imports=sorted(set(imports)),
+        uses_tmp_path=any(not s.abstract for s in strategies) or any(not e.abstract for e in envs),
+        builds_strategies=any(not s.abstract for s in strategies),
+        uses_registry=bool(accelerator or plugins or envs) or any(s.abstract for s in strategies),
+        strategies=[
+            testcases.strategy_test_facts(catalog, s, selection.accelerators) for s in strategies
+        ],
+        accelerator=accelerator,
+        precision_plugins=plugins,
+        environments=[testcases.environment_test_case(e) for e in envs],
+    )
+    return RenderedFile(path, text, True, key)
