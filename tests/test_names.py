@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from stratcore.contract import ENVIRONMENT_VALUES
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 
@@ -48,14 +49,8 @@ FUNCTIONS = {
     "after_optimizer_step",
 }
 CONDITIONS = {"detect", "creates_processes_externally"}
-VALUE_SOURCES = {
-    "world_size",
-    "global_rank",
-    "local_rank",
-    "node_rank",
-    "main_address",
-    "main_port",
-}
+#: The values every cluster environment reads from a ValueSource (the runtime's vocabulary).
+VALUE_SOURCES = set(ENVIRONMENT_VALUES)
 
 
 def attribute_for(key: str) -> str:
