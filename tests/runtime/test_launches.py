@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from stratcore import testing
@@ -53,8 +54,8 @@ def test_leftover_processes_are_found_by_their_marker() -> None:
         env={**testing.clean_environ(), testing.RUN_MARKER_ENV: marker},
     )
     try:
-        found = testing.leftover_processes(marker, wait=0.5)
-        assert [pid for pid, _ in found] == [sleeper.pid]
+        found = _found_within(marker, seconds=10.0)
+        assert [pid for pid, _ in found] == [sleeper.pid], _describe(sleeper)
         assert "time.sleep(60)" in found[0][1]
     finally:
         sleeper.send_signal(signal.SIGKILL)
@@ -62,6 +63,29 @@ def test_leftover_processes_are_found_by_their_marker() -> None:
     start_time = time.monotonic()
     assert testing.leftover_processes(marker, wait=5.0) == []
     assert time.monotonic() - start_time < 1.0, "waited although nothing was left"
+
+
+def _found_within(marker: str, seconds: float) -> list[tuple[int, str]]:
+    """The marked processes, looked for until one shows up or ``seconds`` pass (a loaded
+    machine may schedule the new process late)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = testing.leftover_processes(marker, wait=0.0)
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
+
+
+def _describe(process: subprocess.Popen[bytes]) -> str:
+    """What /proc says of ``process``, for a failure message."""
+    proc = Path("/proc") / str(process.pid)
+    try:
+        environ = (proc / "environ").read_bytes().split(b"\0")
+        marked = [entry for entry in environ if entry.startswith(testing.RUN_MARKER_ENV.encode())]
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError as error:
+        return f"pid {process.pid} (exit code {process.poll()}): /proc unreadable: {error}"
+    return f"pid {process.pid} (exit code {process.poll()}): state {state}, marker entries {marked}"
 
 
 @pytest.mark.parametrize(
