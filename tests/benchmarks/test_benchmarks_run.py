@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.long(seconds=120)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED_ROWS = [
@@ -89,6 +91,9 @@ def test_quick_run_prints_every_row(
             matching[0],
         ), matching[0]
     assert "Machine: cpu: " in completed.stdout and "torch: " in completed.stdout
+    # The cold generation it times must produce this checkout's generated/, every target's
+    # files included.
+    assert "identical to this checkout's generated/: yes" in completed.stdout, completed.stdout
 
 
 @pytest.mark.slow
