@@ -30,8 +30,6 @@ from stratcore.testing import clean_environ
 
 from stratlib import registry
 
-pytestmark = pytest.mark.long(seconds=300)
-
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("STRATGEN_CONFORMANCE_EXAMPLES", "2"))
 
@@ -57,7 +55,6 @@ DEVICE_MODULE = f'''\
 import os
 
 import torch.distributed as dist
-
 
 
 def is_available() -> bool:

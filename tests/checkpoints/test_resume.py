@@ -33,7 +33,7 @@ TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 #: from its own share, so they are compared between runs of the same layout only.
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
-pytestmark = [pytest.mark.slow, pytest.mark.long(seconds=280)]
+pytestmark = pytest.mark.slow
 
 
 @dataclass(frozen=True)

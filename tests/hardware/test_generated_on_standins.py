@@ -26,8 +26,6 @@ from stratcore.testing import clean_environ
 
 from .support import GENERATED, REPO, install_standins
 
-pytestmark = pytest.mark.long(seconds=130)
-
 
 @dataclass(frozen=True)
 class StandIn:

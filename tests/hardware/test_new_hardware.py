@@ -22,8 +22,6 @@ from stratcore.testing import assert_parameters_close, clean_environ, reference_
 
 from .support import REPO
 
-pytestmark = pytest.mark.long(seconds=60)
-
 ACME_SPEC = """\
 # Acme's (imaginary) training device: one process per device, on the CPU, talking over gloo.
 version: 1

@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 from sgtest import make_project, run_cli
 
-pytestmark = pytest.mark.long(seconds=45)
-
 pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
 
 SPEC = """\

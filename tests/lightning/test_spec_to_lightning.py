@@ -27,8 +27,6 @@ from stratcore.testing import assert_parameters_close, clean_environ, reference_
 
 pytest.importorskip("lightning")
 
-pytestmark = pytest.mark.long(seconds=70)
-
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
 
@@ -172,7 +170,6 @@ trainer = pl.Trainer(
     enable_model_summary=False,
     use_distributed_sampler=False,
 )
-
 x, y = reference_batch()
 rank = trainer.global_rank
 model = Model()

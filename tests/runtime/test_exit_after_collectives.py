@@ -17,8 +17,6 @@ import pytest
 
 from .support import SCRIPTS, script_env
 
-pytestmark = pytest.mark.long(seconds=40)
-
 JOBS = 50
 
 

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from scaffold_helpers import PACKAGE, ROOT
 
-pytestmark = pytest.mark.long(seconds=80)
-
 #: What the generated package must run without: stratgen and what stratgen uses.
 BLOCKED = ("stratgen", "jinja2", "yaml", "black", "copier")
 
