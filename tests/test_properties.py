@@ -13,6 +13,7 @@ import itertools
 import json
 import keyword
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,15 @@ class PackageFormatter(Formatter):
     """black for the package's modules; the generated tests (not under test here, and the
     slowest files to format) are left as rendered."""
 
-    def format(self, source: str, name: str) -> str:
-        return source if "/tests/" in name else super().format(source, name)
+    def format_all(
+        self, items: list[tuple[str, str]], known: Mapping[str, str] | None = None
+    ) -> list[str]:
+        package = [index for index, (_, name) in enumerate(items) if "/tests/" not in name]
+        formatted = super().format_all([items[index] for index in package], known)
+        results = [source for source, _ in items]
+        for index, text in zip(package, formatted, strict=True):
+            results[index] = text
+        return results
 
 
 _counter = itertools.count()
