@@ -94,6 +94,17 @@ def make_project(
     return root
 
 
+def builtin_specs_project(tmp_path: Path) -> Path:
+    """A project in ``tmp_path`` whose own specs are a copy of the built-in ones (and no second,
+    built-in copy of them), for the stratlib target alone."""
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "specs", root / "specs")
+    (root / "pyproject.toml").write_text(
+        "[tool.stratgen]\nbuiltin-specs = false\n", encoding="utf-8"
+    )
+    return root
+
+
 def copy_repo_project(destination: Path) -> Path:
     """This repository's own project (pyproject, specs, templates, generated) in ``destination``."""
     destination.mkdir(parents=True, exist_ok=True)

@@ -12,22 +12,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sgtest import builtin_specs_project
 
 from stratgen.fmt import Formatter
 from stratgen.project import Project, load_config
 from stratgen.speccache import SpecCache, wrap
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _project_root(tmp_path: Path) -> Path:
-    """The built-in specs as a project's own: the output is this checkout's generated/."""
-    root = tmp_path / "project"
-    shutil.copytree(ROOT / "specs", root / "specs")
-    (root / "pyproject.toml").write_text(
-        "[tool.stratgen]\nbuiltin-specs = false\n", encoding="utf-8"
-    )
-    return root
 
 
 def _plan(root: Path, cache: Path | None) -> tuple[dict[str, bytes], Project]:
@@ -38,7 +27,7 @@ def _plan(root: Path, cache: Path | None) -> tuple[dict[str, bytes], Project]:
 
 @pytest.fixture(scope="module")
 def uncached(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
-    root = _project_root(tmp_path_factory.mktemp("cache"))
+    root = builtin_specs_project(tmp_path_factory.mktemp("cache"))
     files, project = _plan(root, None)
     assert project.spec_cache.folder is None and project.formatter.cache is None
     return root, files
@@ -133,7 +122,7 @@ def test_an_empty_cache_setting_turns_both_caches_off(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("STRATGEN_CACHE_DIR", "")
-    project = Project(load_config(_project_root(tmp_path)))
+    project = Project(load_config(builtin_specs_project(tmp_path)))
     assert project.formatter.cache is None and project.spec_cache.folder is None
     monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "here"))
     project = Project(load_config(tmp_path / "project"))

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sgtest import MINIMAL_BASE, REPO, STRATEGY_SPEC, make_project, run_cli
+from sgtest import (
+    MINIMAL_BASE,
+    STRATEGY_SPEC,
+    builtin_specs_project,
+    make_project,
+    run_cli,
+)
 
 import stratgen.blackhelper
 import stratgen.factcache
@@ -25,15 +31,6 @@ from stratgen.uptodate import fingerprint, up_to_date
 # --- the bundle of parsed specs -----------------------------------------------------------------
 
 
-def _builtin_project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(REPO / "specs", root / "specs")
-    (root / "pyproject.toml").write_text(
-        "[tool.stratgen]\nbuiltin-specs = false\n", encoding="utf-8"
-    )
-    return root
-
-
 def _sources(root: Path, cache: Path) -> tuple[list[object], SpecCache]:
     project = Project(load_config(root), Formatter(cache=cache))
     sources = project.sources()
@@ -41,7 +38,7 @@ def _sources(root: Path, cache: Path) -> tuple[list[object], SpecCache]:
 
 
 def test_the_bundle_serves_every_spec_alone(tmp_path: Path) -> None:
-    root = _builtin_project(tmp_path)
+    root = builtin_specs_project(tmp_path)
     cache = tmp_path / "cache"
     specs, first = _sources(root, cache)
     assert first.misses == len(specs) and first.bundle is not None and first.bundle.is_file()
@@ -59,7 +56,7 @@ def _edit(root: Path, name: str) -> None:
 
 def test_a_few_edited_specs_are_read_from_their_entries(tmp_path: Path) -> None:
     """The bundle is rewritten when an eighth of the specs are not in it, not before."""
-    root = _builtin_project(tmp_path)
+    root = builtin_specs_project(tmp_path)
     cache = tmp_path / "cache"
     specs, first = _sources(root, cache)
     assert first.bundle is not None
@@ -81,7 +78,7 @@ def test_a_few_edited_specs_are_read_from_their_entries(tmp_path: Path) -> None:
 
 
 def test_a_damaged_bundle_falls_back_to_the_entries(tmp_path: Path) -> None:
-    root = _builtin_project(tmp_path)
+    root = builtin_specs_project(tmp_path)
     cache = tmp_path / "cache"
     specs, first = _sources(root, cache)
     assert first.bundle is not None
