@@ -238,11 +238,10 @@ class Workspace:
 
 
 def _checkout_targets() -> tuple[str, ...]:
-    """The ``targets`` of this checkout's ``[tool.stratgen]``."""
-    import tomllib
+    """The ``targets`` of this checkout's configuration, as stratgen reads it."""
+    from stratgen.project import load_config
 
-    settings = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    return tuple(settings["tool"]["stratgen"].get("targets", ["stratlib"]))
+    return load_config(ROOT).targets
 
 
 def _same_tree(ours: Path, reference: Path) -> tuple[bool, str]:
