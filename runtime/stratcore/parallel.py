@@ -196,15 +196,16 @@ class ParallelStrategyBase(StrategyBase):
         environment = self.cluster_environment
         os.environ["MASTER_ADDR"] = environment.main_address
         os.environ["MASTER_PORT"] = str(environment.main_port)
-        import_group_defaults(self.group_default_modules)
-        with self.timeouts_reported("connecting the processes"):
+        with (
+            creating_process_group(self.group_default_modules),
+            self.timeouts_reported("connecting the processes"),
+        ):
             dist.init_process_group(
                 backend.name,
                 rank=self.global_rank,
                 world_size=self.world_size,
                 timeout=timedelta(seconds=self.timeout),
             )
-        release_process_group_at_exit()
 
     def _replace_process_group(self, backend: str) -> bool:
         """Whether the existing group must be replaced (else it is reused); raise if it cannot
@@ -354,3 +355,14 @@ def release_process_group_at_exit() -> None:
     if not _release_registered:
         atexit.register(release_process_group)
         _release_registered = True
+
+
+@contextlib.contextmanager
+def creating_process_group(group_default_modules: tuple[str, ...]) -> Generator[None, None, None]:
+    """Around the code that creates the default process group, whichever library runs it
+    (torch.distributed itself, or Bagua's and torch_xla's own functions): the modules that take
+    the group as a default argument are imported before it exists, and the group is destroyed
+    when the process ends (see ``import_group_defaults``)."""
+    import_group_defaults(group_default_modules)
+    yield
+    release_process_group_at_exit()

@@ -149,6 +149,9 @@ def test_tpu_spawn_on_a_cpu_stand_in(tmp_path: Path) -> None:
         assert steps == ["reduce_gradients", "optimizer.step", "mark_step"] * 3
         tags = [e["tag"] for e in run.named("rendezvous", pid=pid)]
         assert tags == ["save_checkpoint", "teardown"]
+        # torch_xla ends its processes without atexit handlers: the worker itself destroys
+        # the process group, or gloo's threads meet the process's end.
+        assert [e["process_group_alive"] for e in run.named("process_end", pid=pid)] == [False]
 
 
 def test_single_tpu_on_a_cpu_stand_in(tmp_path: Path) -> None:

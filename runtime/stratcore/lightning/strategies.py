@@ -51,11 +51,7 @@ from ..accelerator import PRECISIONS  # noqa: E402
 from ..collectives import CollectiveBackend, normalize_reduce_op  # noqa: E402
 from ..exceptions import MisconfigurationError  # noqa: E402
 from ..imports import import_object  # noqa: E402
-from ..parallel import (  # noqa: E402
-    ParallelStrategyBase,
-    import_group_defaults,
-    release_process_group_at_exit,
-)
+from ..parallel import ParallelStrategyBase, creating_process_group  # noqa: E402
 from ..strategy import StrategyBase  # noqa: E402
 from .accelerators import AcceleratorAdapter  # noqa: E402
 from .precision import Flavour, build_precision  # noqa: E402
@@ -161,14 +157,15 @@ class StrategyAdapter:
 
     def setup_environment(self) -> None:
         self._check_precision()
-        if self._is_parallel():
-            self._run_init_hook()
-            # As stratcore's own parallel strategies do: modules that keep the default group as
-            # an argument default are imported before it exists, and the group is destroyed at
-            # exit, so gloo's threads do not abort the interpreter's shutdown.
-            import_group_defaults(ParallelStrategyBase.group_default_modules)
-            release_process_group_at_exit()
-        super().setup_environment()  # type: ignore[misc]
+        if not self._is_parallel():
+            super().setup_environment()  # type: ignore[misc]
+            return
+        self._run_init_hook()
+        # Lightning creates the group here. As around stratcore's own strategies, modules that
+        # keep the default group as an argument default are imported before it exists, and the
+        # group is destroyed at exit, so gloo's threads do not abort the interpreter's shutdown.
+        with creating_process_group(ParallelStrategyBase.group_default_modules):
+            super().setup_environment()  # type: ignore[misc]
 
     # -- what the connector hands over ----------------------------------------------------------
 

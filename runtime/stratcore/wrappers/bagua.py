@@ -18,7 +18,7 @@ from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
 from ..imports import require
-from ..parallel import ParallelStrategyBase
+from ..parallel import ParallelStrategyBase, creating_process_group
 
 #: Algorithms Bagua registers under these names (``Algorithm.init(name, **kwargs)``).
 BAGUA_ALGORITHMS = (
@@ -74,8 +74,8 @@ class BaguaStrategyBase(ParallelStrategyBase):
         if communication.is_initialized():
             return
         self.export_rendezvous_variables()
-        communication.init_process_group()
-        self._owns_process_group = True
+        with creating_process_group(self.group_default_modules):
+            communication.init_process_group()
 
     # -- model and optimizers ------------------------------------------------------------
 

@@ -21,11 +21,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
-from ..collectives import broadcast_object
+from ..collectives import broadcast_object, release_process_group
 from ..exceptions import MisconfigurationError, ProcessFailedError
 from ..imports import Requirement, require
 from ..launchers import Launcher, run_reporting_errors
-from ..parallel import ParallelStrategyBase
+from ..parallel import ParallelStrategyBase, creating_process_group
 from ..precision import PrecisionBase, apply_to_tensors, default_dtype
 from ..strategy import StrategyBase
 
@@ -89,8 +89,8 @@ class XLAStrategyBase(StrategyBase):
         require(backend.requires, f"backend {backend.name!r}")
         # Importing the module registers the 'xla' backend and the 'xla://' rendezvous.
         self.xla_module("torch_xla.distributed.xla_backend")
-        dist.init_process_group(backend.name, init_method="xla://")
-        self._owns_process_group = True
+        with creating_process_group(ParallelStrategyBase.group_default_modules):
+            dist.init_process_group(backend.name, init_method="xla://")
 
     # -- model and optimizers ------------------------------------------------------------
 
@@ -257,9 +257,13 @@ def _xla_worker(
     results: Any,
 ) -> None:
     """One process started by torch_xla (``index`` is its ordinal)."""
-    result = strategy.run_worker(function, args, kwargs)
-    if strategy.is_global_zero:
-        results.put(pickle.dumps(apply_to_tensors(result, lambda t: t.detach().cpu())))
+    try:
+        result = strategy.run_worker(function, args, kwargs)
+        if strategy.is_global_zero:
+            results.put(pickle.dumps(apply_to_tensors(result, lambda t: t.detach().cpu())))
+    finally:
+        # torch_xla ends its processes as multiprocessing does, without running atexit handlers.
+        release_process_group()
 
 
 class XLALauncher(Launcher):

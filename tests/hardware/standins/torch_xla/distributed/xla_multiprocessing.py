@@ -1,7 +1,8 @@
 """Stand-in for ``torch_xla.distributed.xla_multiprocessing``.
 
 ``spawn`` records how it was called, then starts one CPU process per stand-in device with
-torch.multiprocessing, numbering them in PJRT_LOCAL_PROCESS_RANK as torch_xla does.
+torch.multiprocessing, numbering them in PJRT_LOCAL_PROCESS_RANK as torch_xla does, and records whether a
+process still holds a process group when its function has returned.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import standin_events
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from torch_xla._internal import tpu
@@ -27,6 +29,9 @@ def _process(index: int, fn: Callable[..., Any], args: tuple[Any, ...], world: i
     os.environ["PJRT_LOCAL_PROCESS_RANK"] = str(index)
     os.environ["PJRT_LOCAL_PROCESS_COUNT"] = str(world)
     fn(index, *args)
+    # torch.multiprocessing ends the process now, without atexit handlers: what is still alive
+    # here lives on into the process's end.
+    standin_events.record("process_end", process_group_alive=dist.is_initialized())
 
 
 def spawn(
