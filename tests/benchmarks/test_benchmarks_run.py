@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.long(seconds=120)
-
 ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED_ROWS = [
