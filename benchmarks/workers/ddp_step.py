@@ -97,6 +97,19 @@ def _loss(model: Any, inputs: Any, targets: Any) -> Any:
     return functional.mse_loss(model(inputs), targets)
 
 
+def import_group_defaults() -> None:
+    """Import ``torch.distributed.nn.functional`` before the process group exists, as stratlib
+    does (``stratcore.parallel.import_group_defaults``).
+
+    DistributedDataParallel's constructor imports it otherwise, while the group exists, and
+    its functions then keep the group as a default argument past ``destroy_process_group``:
+    gloo's threads live into interpreter shutdown, which now and then aborts a rank after its
+    figures are written. The baselines would fail the run; the import costs every variant the
+    same, within the measured launch.
+    """
+    import torch.distributed.nn.functional  # noqa: F401
+
+
 # --- hand-written torch ---------------------------------------------------------------------
 
 
@@ -108,6 +121,7 @@ def _torch_worker(rank: int, cfg: Config, port: int, results: Any) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     launched = prepare_threads(cfg)
+    import_group_defaults()
     dist.init_process_group("gloo", rank=rank, world_size=cfg.ranks)
     module = build_model(cfg)
     optimizer = torch.optim.SGD(module.parameters(), lr=0.01)
@@ -209,6 +223,7 @@ def _fabric_train(fabric: Any, cfg: Config) -> dict[str, Any] | None:
 def run_fabric(cfg: Config) -> dict[str, Any] | None:
     from lightning.fabric import Fabric
 
+    import_group_defaults()  # Fabric creates the group in launch()
     fabric = Fabric(accelerator="cpu", devices=cfg.ranks, strategy="ddp", precision="32-true")
     result: dict[str, Any] | None = fabric.launch(functools.partial(_fabric_train, cfg=cfg))
     return result
