@@ -53,7 +53,7 @@ def _spawned_worker(
                 pickle.dump(_to_cpu(result), handle, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(partial, result_file)
     finally:
-        # multiprocessing ends its processes without running atexit handlers.
+        # Processes started by fork or forkserver end without running atexit handlers.
         release_process_group()
 
 

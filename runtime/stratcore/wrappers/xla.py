@@ -262,7 +262,7 @@ def _xla_worker(
         if strategy.is_global_zero:
             results.put(pickle.dumps(apply_to_tensors(result, lambda t: t.detach().cpu())))
     finally:
-        # torch_xla ends its processes as multiprocessing does, without running atexit handlers.
+        # torch_xla starts its processes with fork by default: they end without atexit handlers.
         release_process_group()
 
 
