@@ -29,7 +29,7 @@ def _process(index: int, fn: Callable[..., Any], args: tuple[Any, ...], world: i
     os.environ["PJRT_LOCAL_PROCESS_RANK"] = str(index)
     os.environ["PJRT_LOCAL_PROCESS_COUNT"] = str(world)
     fn(index, *args)
-    # torch.multiprocessing ends the process now, without atexit handlers: what is still alive
+    # Started by fork, the process ends now, without atexit handlers: what is still alive
     # here lives on into the process's end.
     standin_events.record("process_end", process_group_alive=dist.is_initialized())
 
