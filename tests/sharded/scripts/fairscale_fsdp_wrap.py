@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from stratcore.exceptions import MisconfigurationError
+from stratcore.parallel import creating_process_group
 from torch import nn
 
 import stratlib
@@ -194,7 +195,11 @@ def module_state_calls() -> dict[str, Any]:
 
 
 def main() -> int:
-    dist.init_process_group("gloo")
+    # As the strategy itself would create it: fairscale.optim, whose functions take the group
+    # as a default argument, is imported first, else the group outlives destroy_process_group
+    # and gloo's threads can abort the process at exit.
+    with creating_process_group(stratlib.DDPFullyShardedStrategy.group_default_modules):
+        dist.init_process_group("gloo")
     try:
         mine = {
             "wrapping": wrapping(),
