@@ -226,6 +226,12 @@ def run_fabric(cfg: Config) -> dict[str, Any] | None:
     import_group_defaults()  # Fabric creates the group in launch()
     fabric = Fabric(accelerator="cpu", devices=cfg.ranks, strategy="ddp", precision="32-true")
     result: dict[str, Any] | None = fabric.launch(functools.partial(_fabric_train, cfg=cfg))
+    # Lightning destroys only NCCL groups at exit; a gloo group left to interpreter shutdown
+    # can abort the process like the defaults above. Destroyed after the measurement.
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return result
 
 
