@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,34 +25,68 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: Seconds a job may go without progress (a milestone in ``<out>/progress``, or output on
+#: stderr) before it counts as hung. The scripts' strategies also time out their collectives
+#: (their ``timeout`` option), which ends a job whose processes wait on each other sooner.
+STALL = 300.0
+
+
 def run_nodes(
-    script: str, *args: str, nodes: int = 1, timeout: float = 300, **extra: str
+    script: str, *args: str, out: Path, nodes: int = 1, stall: float = STALL, **extra: str
 ) -> list[tuple[int, str]]:
-    """Start ``scripts/<script>`` once per node (NODE_RANK, MASTER_ADDR and MASTER_PORT set
-    when there are several); returns each one's exit code and stderr."""
-    command = [sys.executable, str(SCRIPTS / script), *args]
+    """Start ``scripts/<script> ... --out OUT`` once per node (NODE_RANK, MASTER_ADDR and
+    MASTER_PORT set when there are several); returns each one's exit code and stderr. The
+    job fails when it makes no progress for ``stall`` seconds, however long it takes."""
+    command = [sys.executable, str(SCRIPTS / script), *args, "--out", str(out)]
     port = str(free_port())
-    processes = []
+    processes, logs = [], []
     for node in range(nodes):
         env = clean_environ(extra)
         env["PYTHONPATH"] = str(GENERATED)
         if nodes > 1:
             env.update(NODE_RANK=str(node), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        log = (out / f"stderr-{node}.log").open("w+", encoding="utf-8")
+        logs.append(log)
         processes.append(
-            subprocess.Popen(
-                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-            )
+            subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
         )
+    progress = out / "progress"
+    seen, since = None, time.monotonic()
+    while any(process.poll() is None for process in processes):
+        state = (_size(progress), *(os.fstat(log.fileno()).st_size for log in logs))
+        if state != seen:
+            seen, since = state, time.monotonic()
+        elif time.monotonic() - since > stall:
+            for process in processes:
+                process.kill()
+            last = (
+                progress.read_text(encoding="utf-8").splitlines()[-1:] if progress.exists() else []
+            )
+            raise AssertionError(
+                f"{script}: no progress for {stall:g} s (last milestone: {last or 'none'})"
+            )
+        time.sleep(0.5)
     outcomes = []
-    for process in processes:
-        try:
-            _, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            raise
-        outcomes.append((process.returncode, stderr))
+    for process, log in zip(processes, logs, strict=True):
+        log.seek(0)
+        outcomes.append((process.returncode, log.read()))
+        log.close()
     return outcomes
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return -1
+
+
+def run_job(script: str, out: Path, *args: str, **kwargs: Any) -> Any:
+    """Run a script that writes ``result.json`` (see ``run_nodes``), assert that every node
+    succeeded, and return what it wrote."""
+    for code, stderr in run_nodes(script, *args, out=out, **kwargs):
+        assert code == 0, stderr[-4000:]
+    return read_result(out)
 
 
 def read_result(folder: Path) -> Any:

@@ -13,7 +13,7 @@ import torch
 from stratcore.wrappers.mesh import apply_activation_checkpointing
 from torch import nn
 
-from .support import SCRIPTS, assert_close, read_result, run_nodes, train_alone
+from .support import SCRIPTS, assert_close, run_job, train_alone
 
 
 def script() -> ModuleType:
@@ -36,12 +36,8 @@ RUNS = [
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("checkpointing_compile")
-    outcomes = run_nodes(
-        "checkpointing_compile.py", "--out", str(folder), "--runs", json.dumps(RUNS), timeout=500
-    )
-    for code, stderr in outcomes:
-        assert code == 0, stderr[-4000:]
-    return read_result(folder)
+    result: dict[str, Any] = run_job("checkpointing_compile.py", folder, "--runs", json.dumps(RUNS))
+    return result
 
 
 def reference() -> dict[str, torch.Tensor]:

@@ -14,7 +14,7 @@ from stratcore.exceptions import MisconfigurationError
 
 import stratlib
 
-from .support import SCRIPTS, assert_close, read_result, run_nodes, train_alone
+from .support import SCRIPTS, assert_close, run_job, train_alone
 
 pytestmark = pytest.mark.slow
 STEPS = 3
@@ -37,12 +37,10 @@ def run(
     tmp_path: Path, cases: list[dict[str, Any]], devices: int, nodes: int
 ) -> list[dict[str, Any]]:
     args = ["--devices", str(devices), "--num-nodes", str(nodes), "--cases", json.dumps(cases)]
-    outcomes = run_nodes(
-        "hsdp.py", *args, "--steps", str(STEPS), "--out", str(tmp_path), nodes=nodes
+    result: list[dict[str, Any]] = run_job(
+        "hsdp.py", tmp_path, *args, "--steps", str(STEPS), nodes=nodes
     )
-    for code, stderr in outcomes:
-        assert code == 0, stderr[-4000:]
-    return read_result(tmp_path)
+    return result
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ checkpoints, saved and resumed."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -15,7 +14,7 @@ from stratcore.exceptions import MisconfigurationError
 
 import stratlib
 
-from .support import SCRIPTS, assert_close, read_result, run_nodes, train_alone
+from .support import SCRIPTS, assert_close, run_job, train_alone
 
 
 def script() -> ModuleType:
@@ -35,15 +34,9 @@ def reference(steps: int) -> dict[str, Any]:
     return train_alone(MP.build_model(), *MP.batch(), steps=steps)
 
 
-def run(folder: Path, *args: str) -> dict[str, Any]:
-    for code, stderr in run_nodes("model_parallel.py", "--out", str(folder), *args):
-        assert code == 0, stderr[-4000:]
-    return read_result(folder)
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run(tmp_path_factory.mktemp("model_parallel"))
+    return run_job("model_parallel.py", tmp_path_factory.mktemp("model_parallel"))
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ FSDP2 runs on any device torch.distributed supports, the CPU with gloo included.
 from __future__ import annotations
 
 import contextlib
-import gc
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,10 +21,10 @@ from torch.optim import Optimizer
 from ..exceptions import MisconfigurationError
 from ..parallel import ParallelStrategyBase
 from ..precision import MixedPrecisionBase
+from .fsdp2 import ShardedStateDicts, fsdp2, is_fsdp_module, lay_out
 from .mesh import (
     HYBRID_DIMS,
     ShardingLayout,
-    apply_activation_checkpointing,
     build_mesh,
     check_mesh_layout,
     layer_matcher,
@@ -38,29 +37,7 @@ if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy
 
 
-def _fsdp2() -> Any:
-    """The ``torch.distributed.fsdp`` module, checked to offer FSDP2."""
-    import torch.distributed.fsdp as fsdp
-
-    if not hasattr(fsdp, "fully_shard"):
-        raise MisconfigurationError(
-            f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard (FSDP2); "
-            "the 'fsdp' strategy needs torch 2.6 or newer"
-        )
-    return fsdp
-
-
-def _is_fsdp_module(module: nn.Module) -> bool:
-    return isinstance(module, _fsdp2().FSDPModule)
-
-
-def _state_dict_options(**options: Any) -> Any:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(**options)
-
-
-class FSDPStrategyBase(ParallelStrategyBase):
+class FSDPStrategyBase(ShardedStateDicts, ParallelStrategyBase):
     """Shards the model with FSDP2's ``fully_shard``.
 
     Options:
@@ -177,20 +154,17 @@ class FSDPStrategyBase(ParallelStrategyBase):
     def setup_module_and_optimizers(
         self, module: nn.Module, optimizers: list[Optimizer]
     ) -> tuple[nn.Module, list[Optimizer]]:
-        if self.activation_checkpointing_policy is not None:
-            apply_activation_checkpointing(module, self.activation_checkpointing_policy)
-        names = _parameter_names(module)
-        for optimizer in optimizers:
-            _check_rebindable(optimizer, names)
-        module = self.configure_fsdp(module)
-        replacements = dict(module.named_parameters())
-        for optimizer in optimizers:
-            _rebind(optimizer, names, replacements)
-        return module, optimizers
+        layout = lay_out(
+            module,
+            optimizers,
+            lambda m: (self.configure_fsdp(m), None),
+            self.activation_checkpointing_policy,
+        )
+        return layout, optimizers
 
     def configure_fsdp(self, module: nn.Module) -> nn.Module:
         """Shard ``module`` in place: each auto-wrapped submodule, then the root."""
-        fully_shard = _fsdp2().fully_shard
+        fully_shard = fsdp2().fully_shard
         for submodule in self.auto_wrap_modules(module):
             fully_shard(submodule, mesh=self._mesh(), **self.fsdp_kwargs(root=False))
         fully_shard(module, mesh=self._mesh(), **self.fsdp_kwargs(root=True))
@@ -224,7 +198,7 @@ class FSDPStrategyBase(ParallelStrategyBase):
             return None
         # Pinned host memory speeds up copies to an accelerator; there is none to copy to
         # when training on the CPU, and pinning needs one.
-        return _fsdp2().CPUOffloadPolicy(pin_memory=self.root_device.type != "cpu")
+        return fsdp2().CPUOffloadPolicy(pin_memory=self.root_device.type != "cpu")
 
     def auto_wrap_modules(self, module: nn.Module) -> list[nn.Module]:
         """The submodules (not ``module`` itself) that get their own group, innermost first."""
@@ -275,7 +249,7 @@ class FSDPStrategyBase(ParallelStrategyBase):
     @contextlib.contextmanager
     def block_backward_sync(self) -> Generator[None, None, None]:
         model = self._model
-        if model is None or not _is_fsdp_module(model):
+        if model is None or not is_fsdp_module(model):
             yield
             return
         model.set_requires_gradient_sync(False)  # type: ignore[operator]
@@ -286,82 +260,9 @@ class FSDPStrategyBase(ParallelStrategyBase):
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
-        if not _is_fsdp_module(module):
-            return super().get_module_state_dict(module)
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-        return get_model_state_dict(
-            module, options=_state_dict_options(full_state_dict=True, cpu_offload=True)
-        )
-
-    def load_module_state_dict(
-        self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
-    ) -> None:
-        if not _is_fsdp_module(module):
-            super().load_module_state_dict(module, state_dict, strict=strict)
-            return
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict
-
-        set_model_state_dict(
-            module,
-            dict(state_dict),
-            options=_state_dict_options(full_state_dict=True, strict=strict),
-        )
-
-    def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        model = self._sharded_model()
-        if model is None:
-            return super().get_optimizer_state(optimizer)
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-        return get_optimizer_state_dict(
-            model, optimizer, options=_state_dict_options(full_state_dict=True, cpu_offload=True)
-        )
-
-    def load_optimizer_state_dict(
-        self, optimizer: Optimizer, state_dict: Mapping[str, Any]
-    ) -> None:
-        model = self._sharded_model()
-        if model is None:
-            super().load_optimizer_state_dict(optimizer, state_dict)
-            return
-        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
-
-        if not optimizer.state and not state_dict.get("state"):
-            # An optimizer without per-parameter state (plain SGD) has only hyperparameters to
-            # restore, and torch's loader cannot place a state that has no tensors.
-            for group, saved in zip(
-                optimizer.param_groups, state_dict["param_groups"], strict=True
-            ):
-                group.update({k: v for k, v in saved.items() if k != "params"})
-            return
-        set_optimizer_state_dict(
-            model, optimizer, dict(state_dict), options=_state_dict_options(full_state_dict=True)
-        )
-
-    def _sharded_model(self) -> nn.Module | None:
-        model = self._model
-        return model if model is not None and _is_fsdp_module(model) else None
-
     def teardown(self) -> None:
         model = self._sharded_model()
-        reset = getattr(model, "reset_iter_state", None)
-        if model is not None and callable(reset) and _has_run(model):
-            # A step interrupted by an exception leaves gathered parameters registered, and
-            # moving the module to the CPU would fail on them and hide the real error. (Before
-            # the first forward pass FSDP has no per-step state, and resetting it would fail.)
-            reset()
-        super().teardown()
-        # The sharded module, its optimizers (through the DTensors) and the mesh hold the
-        # process group. Left to the collector, the group may be freed only while the
-        # interpreter shuts down, when gloo's worker threads can no longer release the tensors
-        # of finished operations: the process aborts. Without its group the sharded module is
-        # unusable anyway, so the strategy lets go of it and frees the group now.
-        self._device_mesh = None
-        self._model = None
-        self._optimizers = []
-        gc.collect()
+        self.release_sharded_model([model] if model is not None else [])
 
 
 class FSDPPrecisionBase(MixedPrecisionBase):
@@ -382,7 +283,7 @@ class FSDPPrecisionBase(MixedPrecisionBase):
         Only the root casts its outputs back to float32: an inner group handing float32
         to the next layer would meet parameters gathered in half precision.
         """
-        return _fsdp2().MixedPrecisionPolicy(
+        return fsdp2().MixedPrecisionPolicy(
             param_dtype=self.dtype,
             reduce_dtype=torch.float32,
             output_dtype=torch.float32 if root else None,
@@ -390,13 +291,6 @@ class FSDPPrecisionBase(MixedPrecisionBase):
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _has_run(module: nn.Module) -> bool:
-    """Whether FSDP has initialised its per-step state on ``module``, which happens at the
-    first forward pass."""
-    get_state = getattr(module, "_get_fsdp_state", None)
-    return callable(get_state) and getattr(get_state(), "_is_root", None) is not None
 
 
 def _innermost_first(module: nn.Module) -> Iterator[tuple[str, nn.Module]]:
@@ -430,30 +324,3 @@ def _shared_outside(
         if inside and outside:
             return qualified(inside[0]), qualified(outside[0])
     return None
-
-
-def _parameter_names(module: nn.Module) -> dict[int, str]:
-    return {id(p): name for name, p in module.named_parameters()}
-
-
-def _check_rebindable(optimizer: Optimizer, names: Mapping[int, str]) -> None:
-    if any(optimizer.state.values()):
-        raise MisconfigurationError(
-            f"{type(optimizer).__name__} already holds state; FSDP replaces the module's parameters in "
-            "setup, so set up the optimizer before its first step and load its state afterwards"
-        )
-    for group in optimizer.param_groups:
-        for parameter in group["params"]:
-            if id(parameter) not in names:
-                raise MisconfigurationError(
-                    f"{type(optimizer).__name__} holds a parameter of shape {tuple(parameter.shape)} that "
-                    "is not part of the module being set up; FSDP can only shard the module's own parameters"
-                )
-
-
-def _rebind(
-    optimizer: Optimizer, names: Mapping[int, str], replacements: Mapping[str, nn.Parameter]
-) -> None:
-    # In place: some optimizers keep a reference to a group's parameter list.
-    for group in optimizer.param_groups:
-        group["params"][:] = [replacements[names[id(p)]] for p in group["params"]]

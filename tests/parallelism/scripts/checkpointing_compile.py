@@ -88,10 +88,14 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--runs", required=True, help="JSON list of [strategy, case]")
     args = parser.parse_args()
+    from milestones import reached
+
     report = {}
     for name, case in json.loads(args.runs):
-        strategy = stratlib.get_strategy(name, accelerator="cpu", devices=2, **CASES[case])
-        report[f"{name}/{case}"] = strategy.launch(train, case)
+        strategy = stratlib.get_strategy(
+            name, accelerator="cpu", devices=2, timeout=120, **CASES[case]
+        )
+        report[f"{name}/{case}"] = reached(args.out, f"{name}/{case}", strategy.launch(train, case))
     if os.environ.get("LOCAL_RANK", "0") == "0":
         (Path(args.out) / "result.json").write_text(json.dumps(report), encoding="utf-8")
     return 0

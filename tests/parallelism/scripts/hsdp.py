@@ -89,6 +89,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    from milestones import reached
+
     results = []
     for options in json.loads(args.cases):
         strategy = stratlib.get_strategy(
@@ -97,9 +99,12 @@ def main() -> int:
             devices=args.devices,
             num_nodes=args.num_nodes,
             auto_wrap_layers=["Linear"],
+            timeout=120,
             **options,
         )
-        results.append(strategy.launch(train, args.steps, args.out))
+        results.append(
+            reached(args.out, str(options), strategy.launch(train, args.steps, args.out))
+        )
     if os.environ.get("NODE_RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0":
         (Path(args.out) / "result.json").write_text(json.dumps(results), encoding="utf-8")
     return 0

@@ -197,14 +197,19 @@ def main() -> int:
             data_parallel_size=2,
             tensor_parallel_size=2,
             save_distributed_checkpoint=distributed,
+            timeout=120,
         )
 
-    report: dict[str, Any] = {"train": strategy(True).launch(train)}
+    from milestones import reached
+
+    report: dict[str, Any] = {"train": reached(args.out, "train", strategy(True).launch(train))}
     for kind, distributed in (("sharded", True), ("full", False)):
         path = str(Path(args.out) / ("sharded" if distributed else "full.ckpt"))
         report[kind] = {
-            "save": strategy(distributed).launch(save, path),
-            "resume": strategy(distributed).launch(resume, path),
+            "save": reached(args.out, f"save {kind}", strategy(distributed).launch(save, path)),
+            "resume": reached(
+                args.out, f"resume {kind}", strategy(distributed).launch(resume, path)
+            ),
         }
     if os.environ.get("LOCAL_RANK", "0") == "0":
         (Path(args.out) / "result.json").write_text(json.dumps(report), encoding="utf-8")
