@@ -44,6 +44,11 @@ from .pipeline_state import PipelineStateDicts
 
 #: Options that size Lightning's two dimensions.
 LIGHTNING_OPTIONS = ("data_parallel_size", "tensor_parallel_size")
+#: Options that take a function, and what the function does.
+CALLABLES = {
+    "parallelize_fn": "parallelize_fn(module, device_mesh) that returns the module",
+    "pipeline_fn": "pipeline_fn(module, stage_index, num_stages) that returns the stage's module",
+}
 
 
 class ModelParallelStrategyBase(PipelineStateDicts, ParallelStrategyBase):
@@ -189,10 +194,12 @@ class ModelParallelStrategyBase(PipelineStateDicts, ParallelStrategyBase):
                 "data_parallel_size/tensor_parallel_size (Lightning's two dimensions) or "
                 "dp_replicate/dp_shard/tp/pp/cp"
             )
-        for option in ("parallelize_fn", "pipeline_fn"):
+        for option, signature in CALLABLES.items():
             value = getattr(self, option)
             if value is not None and not callable(value):
-                raise MisconfigurationError(f"{option}={value!r} is not callable")
+                raise MisconfigurationError(
+                    f"{option}={value!r} is not callable; give a function {signature}"
+                )
         self._validate_pipeline()
 
     def _validate_pipeline(self) -> None:
@@ -269,15 +276,16 @@ class ModelParallelStrategyBase(PipelineStateDicts, ParallelStrategyBase):
     def parallelize(self, module: nn.Module) -> nn.Module:
         """Lay ``module`` (or a pipeline stage) out on the mesh: the user's ``parallelize_fn``,
         or ``fully_shard`` over the data dimensions."""
-        mesh, dims = self.device_mesh, self.parallel_dims()
+        dims = self.parallel_dims()
         data = dims.size("dp_cp") if dims.named else dims.size("data_parallel")
         fsdp_mesh = "device_mesh.fsdp_mesh" if dims.named else "device_mesh['data_parallel']"
+        if self.parallelize_fn is None and dims.named and dims.size("tp") > 1:
+            raise MisconfigurationError(
+                f"tp={dims.size('tp')} needs a parallelize_fn that applies tensor parallelism "
+                "over device_mesh['tp']"
+            )
+        mesh = self.device_mesh
         if self.parallelize_fn is None:
-            if dims.named and dims.size("tp") > 1:
-                raise MisconfigurationError(
-                    f"tp={dims.size('tp')} needs a parallelize_fn that applies tensor "
-                    "parallelism over device_mesh['tp']"
-                )
             if dims.named and data == 1:
                 return module  # nothing to shard over
             target = mesh.fsdp_mesh if dims.named else mesh["data_parallel"]
