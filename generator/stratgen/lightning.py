@@ -29,6 +29,7 @@ from stratcore.lightning.contract import (
     STRATEGY_NAMES,
     accelerator_base,
     imported_names,
+    strategy_adapter,
     strategy_base,
 )
 
@@ -156,10 +157,13 @@ def spec_modules(
                 )
             else:
                 strategy = entry.strategy
+                base = _base_name(entry.lightning_base, entries)
+                alias = f" as {base}" if base != entry.lightning_base else ""
                 imports.third_party.add(
-                    f"from {lightning}.strategies import {entry.lightning_base}"
+                    f"from {lightning}.strategies import {entry.lightning_base}{alias}"
                 )
-                imports.add_local(*ADAPTERS["strategy"])
+                adapter = strategy_adapter(strategy.wrapper)
+                imports.add_local(*adapter)
                 imports.add_local("", "strategies")
                 environments = []
                 for env_name, lightning_class in entry.environments:
@@ -180,13 +184,14 @@ def spec_modules(
                 classes.append(
                     PyClass(
                         strategy.class_name,
-                        [ADAPTERS["strategy"][1], entry.lightning_base],
+                        [adapter[1], base],
                         _doc(strategy.description, framework, entry.lightning_base, source),
                         attributes,
                     )
                 )
         names = [c.name for c in classes]
-        _check_no_shadowing(names, imported_names(), source)
+        aliased = {e.lightning_base for e in entries if isinstance(e, PluginStrategy)}
+        _check_no_shadowing(names, imported_names() - (aliased & set(names)), source)
         exported += [(module, name) for name in names]
         modules.append(
             PyModule(
@@ -199,6 +204,16 @@ def spec_modules(
             )
         )
     return modules, exported
+
+
+def _base_name(lightning_base: str, entries: list[Any]) -> str:
+    """The name a module imports a Lightning strategy under: its own, or
+    ``Lightning<Name>`` where a generated class of the module takes its name (the spec of
+    Lightning's ModelParallelStrategy may name its class ModelParallelStrategy too)."""
+    taken = {
+        e.class_name if isinstance(e, Accelerator) else e.strategy.class_name for e in entries
+    }
+    return f"Lightning{lightning_base}" if lightning_base in taken else lightning_base
 
 
 def _check_no_shadowing(names: list[str], imported: frozenset[str], source: str) -> None:

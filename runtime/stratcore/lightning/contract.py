@@ -33,6 +33,10 @@ STRATEGY_BASES: dict[tuple[str, str], dict[str, str]] = {
         "fabric": "SingleDeviceXLAStrategy",
     },
     ("parallel", "xla_fsdp"): {"fabric": "XLAFSDPStrategy"},
+    ("parallel", "model_parallel"): {
+        "pytorch": "ModelParallelStrategy",
+        "fabric": "ModelParallelStrategy",
+    },
 }
 
 #: Lightning strategies that refuse some accelerators: class -> (the Lightning accelerators it
@@ -153,8 +157,12 @@ ENVIRONMENTS_MODULE = "lightning.fabric.plugins.environments"
 ADAPTERS: dict[str, tuple[str, str]] = {
     "accelerator": ("stratcore.lightning.accelerators", "AcceleratorAdapter"),
     "strategy": ("stratcore.lightning.strategies", "StrategyAdapter"),
+    "model_parallel_strategy": ("stratcore.lightning.model_parallel", "ModelParallelAdapter"),
     "environment": ("stratcore.lightning.environments", "EnvironmentAdapter"),
 }
+#: Wrappers whose Lightning strategies derive from an adapter of their own (a kind of
+#: ``ADAPTERS``) instead of ``StrategyAdapter``.
+WRAPPER_ADAPTERS: dict[str, str] = {"model_parallel": "model_parallel_strategy"}
 REGISTER: tuple[str, str] = ("stratcore.lightning.registration", "register")
 
 #: Lightning's accelerator and strategy registries, per framework (in its ``accelerators`` and
@@ -167,13 +175,19 @@ REGISTRIES: dict[str, tuple[str, str]] = {
 
 def imported_names() -> frozenset[str]:
     """Every name a generated module of the Lightning target imports besides generated
-    classes: a spec class of the same name would shadow it."""
+    classes: a spec class of the same name would shadow it (but the Lightning strategy it
+    derives from, which the module then imports as ``Lightning<Name>``)."""
     names = {name for classes in STRATEGY_BASES.values() for name in classes.values()}
     names |= set(ENVIRONMENTS.values()) | {"ClusterEnvironment", "Accelerator"}
     names |= set(ACCELERATOR_BASES.values())
     names |= {name for _, name in ADAPTERS.values()}
     names |= {name for pair in REGISTRIES.values() for name in pair}
     return frozenset(names)
+
+
+def strategy_adapter(wrapper: str) -> tuple[str, str]:
+    """The adapter (module, class) a generated strategy of this wrapper derives from."""
+    return ADAPTERS[WRAPPER_ADAPTERS.get(wrapper, "strategy")]
 
 
 def strategy_base(framework: str, base: str, wrapper: str) -> str | None:

@@ -169,22 +169,55 @@ def assert_trains_like_one_process(
 # --- the scenario, in the processes Lightning starts -------------------------------------------
 
 
-def _shard(rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _shard(strategy: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """This process's share of the reference batch: by its data-parallel rank among the
+    data-parallel replicas (``distributed_sampler_kwargs``; processes of one tensor-parallel
+    group read the same share), or the whole batch for a single device."""
+    sampler = getattr(strategy, "distributed_sampler_kwargs", None) or {}
+    rank, replicas = sampler.get("rank", 0), sampler.get("num_replicas", 1)
     x, y = testing.reference_batch()
-    return testing.shard(x, rank, world), testing.shard(y, rank, world)
+    return testing.shard(x, rank, replicas), testing.shard(y, rank, replicas)
+
+
+def _is_model_parallel(strategy: Any) -> bool:
+    """Whether ``strategy`` is one of Lightning's ModelParallelStrategy classes, which lay
+    the model out on a device mesh themselves (``configure_model``, ``parallelize_fn``)."""
+    return any(cls.__name__ == "ModelParallelStrategy" for cls in type(strategy).__mro__[1:])
+
+
+def parallelize_reference(model: nn.Module, device_mesh: Any) -> nn.Module:
+    """The reference model on a ``(data_parallel, tensor_parallel)`` mesh: its first Linear
+    column-parallel and its last row-parallel over ``tensor_parallel``, ``fully_shard`` over
+    ``data_parallel``."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    plan = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+    parallelize_module(model, device_mesh["tensor_parallel"], plan)
+    fully_shard(model, mesh=device_mesh["data_parallel"])
+    return model
 
 
 def _write_report(
     folder: Path, rank: int, world_size: int, precision: str, model: nn.Module
 ) -> None:
     """One rank's report, written by the process that trained (a spawned one, too)."""
+    from torch.distributed.tensor import DTensor
+
+    values = [  # every rank gathers the parameters laid out on a mesh
+        v.full_tensor() if isinstance(v, DTensor) else v for v in model.state_dict().values()
+    ]
     report = {
         "rank": rank,
         "world_size": world_size,
         "precision": precision,
-        "dtype": str(next(model.parameters()).dtype),
+        "dtype": str(values[0].dtype),
         # float64 keeps every digit of float64 parameters and is exact for narrower ones.
-        "parameters": [p.detach().double().tolist() for p in model.state_dict().values()],
+        "parameters": [v.detach().double().tolist() for v in values],
     }
     (folder / f"rank{rank}.json").write_text(json.dumps(report), encoding="utf-8")
 
@@ -198,8 +231,12 @@ class _Reference(pl.LightningModule):
         self.model = testing.reference_model()
         self.folder = folder
 
+    def configure_model(self) -> None:
+        if _is_model_parallel(self.trainer.strategy):
+            parallelize_reference(self.model, self.device_mesh)
+
     def train_dataloader(self) -> DataLoader[Any]:
-        x, y = _shard(self.trainer.global_rank, self.trainer.world_size)
+        x, y = _shard(self.trainer.strategy)
         return DataLoader(TensorDataset(x, y), batch_size=len(x))
 
     def training_step(self, batch: list[torch.Tensor], index: int) -> torch.Tensor:
@@ -236,9 +273,14 @@ def _trainer(
 def _fabric_train(fabric: Any, steps: int, folder: Path) -> None:
     """The Fabric scenario, in every process ``fabric.launch`` runs it in."""
     model = testing.reference_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    wrapped, optimizer = fabric.setup(model, optimizer)
-    x, y = _shard(fabric.global_rank, fabric.world_size)
+    if _is_model_parallel(fabric.strategy):
+        # The strategy replaces the parameters: the optimizer comes after, as Fabric asks.
+        wrapped = fabric.setup_module(model)
+        optimizer = fabric.setup_optimizers(torch.optim.SGD(wrapped.parameters(), lr=LR))
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        wrapped, optimizer = fabric.setup(model, optimizer)
+    x, y = _shard(fabric.strategy)
     x, y = x.to(fabric.device), y.to(fabric.device)
     for _ in range(steps):
         optimizer.zero_grad()

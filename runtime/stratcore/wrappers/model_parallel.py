@@ -37,6 +37,7 @@ from .parallel_dims import (
     ParallelMesh,
     is_size,
     lightning_dims,
+    lightning_sizes,
     named_dims,
 )
 from .pipeline import SCHEDULES, Pipeline, PipelineModel, build_pipeline
@@ -119,19 +120,14 @@ class ModelParallelStrategyBase(PipelineStateDicts, ParallelStrategyBase):
     def parallel_sizes(self) -> tuple[int, int]:
         """Lightning's (data-parallel, tensor-parallel) sizes, 'auto' resolved."""
         world = self.world_size
-        if self.parallelize_fn is None:
-            tensor = 1 if self.tensor_parallel_size == "auto" else self.tensor_parallel_size
-            auto_data = (
-                world // int(tensor) if is_size(tensor) and world % int(tensor) == 0 else world
-            )
-        else:
-            tensor = (
-                self.num_processes
-                if self.tensor_parallel_size == "auto"
-                else self.tensor_parallel_size
-            )
-            auto_data = self.num_nodes
-        data = auto_data if self.data_parallel_size == "auto" else self.data_parallel_size
+        data, tensor = lightning_sizes(
+            self.data_parallel_size,
+            self.tensor_parallel_size,
+            world=world,
+            nodes=self.num_nodes,
+            processes_per_node=self.num_processes,
+            layout_given=self.parallelize_fn is not None,
+        )
         if not (is_size(data) and is_size(tensor)):
             self.validate_configuration()  # raises, naming the option
         sizes = (int(data), int(tensor))

@@ -107,6 +107,23 @@ class ParallelDims:
         return " x ".join(f"{n}={s}" for n, s in zip(self.names, self.sizes, strict=True))
 
 
+def lightning_sizes(
+    data: Any, tensor: Any, *, world: int, nodes: int, processes_per_node: int, layout_given: bool
+) -> tuple[Any, Any]:
+    """Lightning's two sizes with 'auto' resolved (values that are not sizes are returned
+    as they are, for the caller to refuse). 'auto' is what Lightning's ModelParallelStrategy
+    takes, the number of nodes (data) and the processes per node (tensor), when the user
+    lays the model out (``layout_given``); otherwise nothing is split over tensors, so the
+    tensor size is 1 and the data size takes the remaining processes."""
+    if layout_given:
+        tensor = processes_per_node if tensor == "auto" else tensor
+        auto_data: Any = nodes
+    else:
+        tensor = 1 if tensor == "auto" else tensor
+        auto_data = world // tensor if is_size(tensor) and world % tensor == 0 else world
+    return (auto_data if data == "auto" else data), tensor
+
+
 def lightning_dims(data: Any, tensor: Any) -> ParallelDims:
     return ParallelDims(LIGHTNING_DIMS, (int(data), int(tensor)))
 
