@@ -26,6 +26,7 @@ WORKER = "benchmarks.workers.parallel_step"
 ROWS = {
     "2d": ("step time: model_parallel 2x2", "hand-written TP x FSDP2"),
     "hsdp": ("step time: fsdp HYBRID_SHARD 2x2", "hand-written HSDP"),
+    "pp": ("step time: model_parallel pp 2 x dp 2", "hand-written 1F1B pipeline x FSDP2"),
 }
 STEP_TARGET = 1.03
 
@@ -76,7 +77,9 @@ def step_time(settings: Settings) -> Section:
         f"gloo, {config['threads']} intra-op thread per rank. model_parallel: column- then "
         "row-parallel layers over the tensor-parallel pairs and fully_shard across them, the "
         "same parallelize function on both sides; HSDP: every Linear a fully_shard group on a "
-        "(replicate, shard) mesh. Both sides train in the same 4 processes, one step of each per "
+        "(replicate, shard) mesh; pipeline: the layers cut in half into two stages, each "
+        "fully_shard over dp, the 1F1B schedule over 4 microbatches (pipeline_split against "
+        "PipelineStage and Schedule1F1B by hand). Both sides train in the same 4 processes, one step of each per "
         f"iteration in alternating order. {rounds} run(s) x {config['steps']} timed steps after "
         f"{config['warmup']} warm-up steps; measured = median over runs of rank 0's median "
         "step time; ratio = median of per-run ratios [min-max over runs]."

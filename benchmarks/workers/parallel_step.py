@@ -3,13 +3,18 @@ time every step of both.
 
 ``python -m benchmarks.workers.parallel_step --layout LAYOUT ... --out result.json``
 
-Two layouts:
+Three layouts:
 
 - ``2d``: 'model_parallel' against tensor parallelism over pairs of ranks (column-parallel
   then row-parallel Linear layers) and FSDP2 across the pairs, on a
   ``(data_parallel, tensor_parallel)`` DeviceMesh built by hand;
 - ``hsdp``: 'fsdp' with ``sharding_strategy='HYBRID_SHARD'`` against FSDP2 on a
-  ``(replicate, shard)`` mesh built by hand, every Linear layer a group of its own.
+  ``(replicate, shard)`` mesh built by hand, every Linear layer a group of its own;
+- ``pp``: 'model_parallel' with ``pp=2, dp_shard=2`` (the model cut in the middle by
+  ``pipeline_split``, the 1F1B schedule over MICROBATCHES microbatches) against the same
+  schedule written by hand with ``torch.distributed.pipelining``: a ``(pp, dp)`` mesh, each
+  stage's half of the layers sharded with ``fully_shard`` over ``dp`` in a ``PipelineStage``,
+  ``Schedule1F1B.step``.
 
 Both models train in the same four processes, which the stratlib strategy starts: each
 iteration runs one step of each, in alternating order, so the machine's load (this benchmark
@@ -30,9 +35,10 @@ from typing import Any
 
 from .ddp_step import _loss, make_batches, prepare_threads
 
-LAYOUTS = ("2d", "hsdp")
+LAYOUTS = ("2d", "hsdp", "pp")
 RANKS = 4
 MESH = (2, 2)
+MICROBATCHES = 4
 
 
 @dataclass(frozen=True)
@@ -95,8 +101,17 @@ def shard_hybrid(model: Any, mesh: Any) -> Any:
 
 
 def data_rank(layout: str, rank: int) -> int:
-    """Which batch a rank reads: the ranks of a tensor-parallel pair read the same one."""
-    return rank // MESH[1] if layout == "2d" else rank
+    """Which batch a rank reads: the ranks of a tensor-parallel pair, or the two stages of a
+    pipeline, read the same one."""
+    if layout == "2d":
+        return rank // MESH[1]
+    return rank % MESH[1] if layout == "pp" else rank
+
+
+def split_point(cfg: Config) -> int:
+    """The index of the Sequential's first module in the second pipeline stage: the second
+    half of the Linear layers."""
+    return 2 * cfg.depth  # Linear, ReLU, ... : entry 2 * depth starts the second half
 
 
 # --- the two sides ---------------------------------------------------------------------------
@@ -107,6 +122,8 @@ def by_hand(layout: str, cfg: Config) -> Any:
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
+    if layout == "pp":
+        return _pipeline_by_hand(cfg)
     if layout == "2d":
         mesh = init_device_mesh("cpu", MESH, mesh_dim_names=("data_parallel", "tensor_parallel"))
         model = parallelize(build_model(cfg), mesh)
@@ -123,6 +140,40 @@ def by_hand(layout: str, cfg: Config) -> Any:
     return step
 
 
+def _pipeline_by_hand(cfg: Config) -> Any:
+    """pp=2 x dp=2: this rank's half of the layers in a PipelineStage, fully_shard over dp,
+    the 1F1B schedule."""
+    import torch
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    mesh = init_device_mesh("cpu", MESH, mesh_dim_names=("pp", "dp"))
+    index = mesh["pp"].get_local_rank()
+    layers = list(build_model(cfg))
+    cut = split_point(cfg)
+    stage_module = nn.Sequential(*(layers[:cut] if index == 0 else layers[cut:]))
+    fully_shard(stage_module, mesh=mesh["dp"])
+    stage = PipelineStage(
+        stage_module, index, MESH[0], torch.device("cpu"), group=mesh["pp"].get_group()
+    )
+    schedule = Schedule1F1B(
+        stage, n_microbatches=MICROBATCHES, loss_fn=torch.nn.functional.mse_loss
+    )
+    optimizer = torch.optim.SGD(stage_module.parameters(), lr=0.01)
+
+    def step(inputs: Any, targets: Any) -> None:
+        if index == 0:
+            schedule.step(inputs)
+        else:
+            schedule.step(target=targets)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
 def through_stratlib(strategy: Any, cfg: Config) -> Any:
     import torch
 
@@ -131,7 +182,11 @@ def through_stratlib(strategy: Any, cfg: Config) -> Any:
     model, optimizer = strategy.setup(module, optimizer)
 
     def step(inputs: Any, targets: Any) -> None:
-        strategy.backward(_loss(model, inputs, targets))
+        if getattr(strategy, "pp", None):
+            loss = torch.nn.functional.mse_loss
+            strategy.forward_backward(model, inputs, target=targets, loss_fn=loss)
+        else:
+            strategy.backward(_loss(model, inputs, targets))
         strategy.optimizer_step(optimizer)
 
     return step
@@ -165,6 +220,15 @@ def run(layout: str, cfg: Config) -> dict[str, Any] | None:
             "parallelize_fn": parallelize,
             "data_parallel_size": MESH[0],
             "tensor_parallel_size": MESH[1],
+        }
+    elif layout == "pp":
+        name = "model_parallel"
+        options = {
+            "pp": MESH[0],
+            "dp_shard": MESH[1],
+            "pipeline_split": [str(split_point(cfg))],
+            "pipeline_schedule": "1F1B",
+            "microbatches": MICROBATCHES,
         }
     else:
         name = "fsdp"

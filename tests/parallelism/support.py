@@ -32,12 +32,23 @@ STALL = 300.0
 
 
 def run_nodes(
-    script: str, *args: str, out: Path, nodes: int = 1, stall: float = STALL, **extra: str
+    script: str,
+    *args: str,
+    out: Path,
+    nodes: int = 1,
+    stall: float = STALL,
+    cwd: Path | None = None,
+    **extra: str,
 ) -> list[tuple[int, str]]:
-    """Start ``scripts/<script> ... --out OUT`` once per node (NODE_RANK, MASTER_ADDR and
-    MASTER_PORT set when there are several); returns each one's exit code and stderr. The
-    job fails when it makes no progress for ``stall`` seconds, however long it takes."""
-    command = [sys.executable, str(SCRIPTS / script), *args, "--out", str(out)]
+    """Start ``scripts/<script> ... --out OUT`` (a script of the test's own: its path, and no
+    ``--out``) once per node, NODE_RANK, MASTER_ADDR and MASTER_PORT set when there are
+    several; returns each one's exit code and stderr (stdout goes to ``OUT/stdout-<node>.log``).
+    The job fails when it makes no progress for ``stall`` seconds (no milestone in
+    ``OUT/progress``, nothing written to stdout or stderr), however long it takes."""
+    path = SCRIPTS / script
+    command = [sys.executable, str(path), *args]
+    if path.parent == SCRIPTS:
+        command += ["--out", str(out)]
     port = str(free_port())
     processes, logs = [], []
     for node in range(nodes):
@@ -45,10 +56,11 @@ def run_nodes(
         env["PYTHONPATH"] = str(GENERATED)
         if nodes > 1:
             env.update(NODE_RANK=str(node), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        log = (out / f"stderr-{node}.log").open("w+", encoding="utf-8")
-        logs.append(log)
+        stdout = (out / f"stdout-{node}.log").open("w", encoding="utf-8")
+        stderr = (out / f"stderr-{node}.log").open("w+", encoding="utf-8")
+        logs += [stdout, stderr]
         processes.append(
-            subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
+            subprocess.Popen(command, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True)
         )
     progress = out / "progress"
     seen, since = None, time.monotonic()
@@ -67,9 +79,10 @@ def run_nodes(
             )
         time.sleep(0.5)
     outcomes = []
-    for process, log in zip(processes, logs, strict=True):
-        log.seek(0)
-        outcomes.append((process.returncode, log.read()))
+    for process, stderr in zip(processes, logs[1::2], strict=True):
+        stderr.seek(0)
+        outcomes.append((process.returncode, stderr.read()))
+    for log in logs:
         log.close()
     return outcomes
 
