@@ -25,6 +25,7 @@ EXPECTED_ROWS = [
     "launch to first step: ddp_spawn",
     "step time: model_parallel 2x2",
     "step time: fsdp HYBRID_SHARD 2x2",
+    "step time: model_parallel pp 2 x dp 2",
     "import stratlib (CPU)",
     "stratgen generate, fresh checkout, empty caches",
     "stratgen generate, no output, empty caches",

@@ -184,3 +184,14 @@ def test_a_default_layout_with_tensor_parallelism_needs_a_parallelize_fn() -> No
     strategy: Any = stratlib.get_strategy("model_parallel", accelerator="cpu", devices=4, tp=2)
     with pytest.raises(MisconfigurationError, match="tp=2 needs a parallelize_fn"):
         strategy.parallelize(nn.Linear(2, 2))
+
+
+def test_context_parallel_changes_nothing_without_a_cp_dimension() -> None:
+    from stratcore.wrappers.context_parallel import context_parallel
+
+    x = torch.arange(8.0).view(1, 8)
+    with context_parallel(None, torch.device("cpu"), [x], seq_dims=[1]):
+        assert x.shape == (1, 8)
+    with pytest.raises(MisconfigurationError, match="2 buffers and 1 seq_dims"):
+        with context_parallel(None, torch.device("cpu"), [x, x], seq_dims=[1]):
+            pass

@@ -377,5 +377,7 @@ class ModelParallelStrategyBase(PipelineStateDicts, ParallelStrategyBase):
 
     def teardown(self) -> None:
         roots = self._fsdp_roots()
+        if self._pipeline is not None:
+            self._pipeline.settle()
         self._pipeline = None
         self.release_sharded_model(roots)

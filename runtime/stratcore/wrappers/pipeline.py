@@ -23,6 +23,7 @@ model hold the model's own state dict, every stage's part of it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +31,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from ..exceptions import MisconfigurationError
@@ -190,6 +190,7 @@ class Pipeline:
         self._losses: list[torch.Tensor] = []
         #: The whole model's state-dict keys, in its order (full state dicts follow it).
         self.key_order: list[str] = []
+        self._pending: torch.Tensor | None = None
         schedule_class = getattr(pipelining, SCHEDULES[schedule_name])
         argument = stages if schedule_name in MULTI_STAGE else stages[0]
         self.schedule = schedule_class(argument, n_microbatches=microbatches, loss_fn=self._loss)
@@ -216,10 +217,9 @@ class Pipeline:
         """Forward and backward of one batch; the mean loss over its microbatches, on every
         process of the pipeline group."""
         self._check_batch(args)
-        plugin = self._precision
         self._loss_fn, self._losses = loss_fn, []
-        inputs = plugin.convert_input(tuple(args)) if self.first else ()
-        with plugin.forward_context():
+        inputs = self._inputs(tuple(args))
+        with self._forward_context():
             self.schedule.step(*inputs, target=target if self.last else None)
         device = self.stages[0].device
         if self.last:
@@ -229,25 +229,53 @@ class Pipeline:
         else:
             loss = torch.zeros((), device=device)
         self._loss_fn, self._losses = None, []
-        dist.all_reduce(loss, group=self.group)  # only the last stage holds the loss
-        return loss
+        return self._shared(loss)
+
+    def _shared(self, loss: torch.Tensor) -> torch.Tensor:
+        """The last stage's ``loss`` on every process of the pipeline group. The sum runs in
+        the background (a functional collective): the tensor waits for it when it is first
+        read, so that a step whose loss nobody reads costs no wait."""
+        import torch.distributed._functional_collectives as funcol
+
+        self.settle()
+        self._pending = funcol.all_reduce(loss, "sum", group=self.group)
+        return self._pending
+
+    def settle(self) -> None:
+        """Wait for the sum of the last loss, if it is still running."""
+        pending, self._pending = self._pending, None
+        wait = getattr(pending, "wait", None)
+        if callable(wait):
+            wait()
 
     def evaluate(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Forward passes only; the output on the process holding the last stage."""
         self._check_batch(args)
-        plugin = self._precision
-        inputs = plugin.convert_input(args) if self.first else ()
-        keywords = plugin.convert_input(kwargs) if self.first else {}
+        inputs = self._inputs(args)
+        keywords = self._inputs(kwargs) if self.first else {}
         # Without a target there is no loss to compute: the schedule skips it only when it
         # has no loss function.
         schedule, loss = self.schedule, self.schedule._loss_fn
         schedule._loss_fn = None
         try:
-            with torch.no_grad(), plugin.forward_context():
+            with torch.no_grad(), self._forward_context():
                 output = schedule.eval(*inputs, **keywords)
         finally:
             schedule._loss_fn = loss
-        return plugin.convert_output(output) if self.last else None
+        if not self.last:
+            return None
+        return self._precision.convert_output(output) if self._precision.wraps_forward else output
+
+    def _inputs(self, data: Any) -> Any:
+        """The inputs as the first stage takes them (converted by precision plugins that
+        wrap forward passes); the other stages receive theirs from the stage before."""
+        if not self.first:
+            return ()
+        return self._precision.convert_input(data) if self._precision.wraps_forward else data
+
+    def _forward_context(self) -> Any:
+        plugin = self._precision
+        return plugin.forward_context() if plugin.wraps_forward else contextlib.nullcontext()
 
 
 def build_stage(
