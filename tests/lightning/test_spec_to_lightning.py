@@ -7,7 +7,8 @@ default, and a job scheduler of its own. ``stratgen generate --target lightning`
 plugins for Lightning's Trainer and Fabric. Then:
 
 - the project's generated Lightning tests pass (registries; a Trainer and a Fabric loop on one
-  and on two CPU processes, like one process on the whole batch);
+  and on two CPU processes, like one process on the whole batch, also with a strategy that
+  extends 'model_parallel', on Lightning's ModelParallelStrategy);
 - an ordinary Lightning training script, which only imports the plugins and names them,
   trains on 2 CPU ranks started by Lightning, and on 2 ranks started by the scheduler, and
   ends with the weights of one process.
@@ -116,6 +117,13 @@ strategies:
     class_name: AcmeParallelStrategy
     extends: ddp
     description: DistributedDataParallel over Acme devices, one process per device.
+    accelerators: [acme]
+    cluster: [acme_job, torchelastic, lightning]
+
+  - name: acme_model_parallel
+    class_name: AcmeModelParallelStrategy
+    extends: model_parallel
+    description: FSDP2 and tensor parallelism over Acme devices.
     accelerators: [acme]
     cluster: [acme_job, torchelastic, lightning]
 """
@@ -229,6 +237,11 @@ def test_the_spec_yields_lightning_plugins_and_their_tests(project: Path) -> Non
     for framework in ("pytorch", "fabric"):
         module = (package / framework / "acme.py").read_text(encoding="utf-8")
         assert "class AcmeParallelStrategy(StrategyAdapter, DDPStrategy):" in module
+        # Its 'model_parallel' gets Lightning's ModelParallelStrategy (2D parallelism).
+        assert (
+            "class AcmeModelParallelStrategy(ModelParallelAdapter, ModelParallelStrategy):"
+            in module
+        )
         # Its devices are CPU processes: for Lightning, a CPU accelerator.
         assert "class AcmeAccelerator(AcceleratorAdapter, CPUAccelerator):" in module
         assert "AcmeJobEnvironment" in module
@@ -244,7 +257,7 @@ def test_the_spec_yields_lightning_plugins_and_their_tests(project: Path) -> Non
         timeout=600,
     )
     assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-2000:]
-    assert "6 passed" in ran.stdout, ran.stdout[-2000:]
+    assert "8 passed" in ran.stdout, ran.stdout[-2000:]
 
 
 def _check(reports: list[dict], environment: str) -> None:
