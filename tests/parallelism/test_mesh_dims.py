@@ -192,6 +192,8 @@ def test_context_parallel_changes_nothing_without_a_cp_dimension() -> None:
     x = torch.arange(8.0).view(1, 8)
     with context_parallel(None, torch.device("cpu"), [x], seq_dims=[1]):
         assert x.shape == (1, 8)
-    with pytest.raises(MisconfigurationError, match="2 buffers and 1 seq_dims"):
-        with context_parallel(None, torch.device("cpu"), [x, x], seq_dims=[1]):
-            pass
+    with (
+        pytest.raises(MisconfigurationError, match="2 buffers and 1 seq_dims"),
+        context_parallel(None, torch.device("cpu"), [x, x], seq_dims=[1]),
+    ):
+        pass

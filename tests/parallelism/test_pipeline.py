@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stratcore.exceptions import MisconfigurationError
-from stratcore.wrappers.pipeline import split_units, stage_count, stage_module
+from stratcore.wrappers.pipeline import pipeline_units, split_units, stage_count, stage_module
 from torch import nn
 
 import stratlib
@@ -259,3 +261,20 @@ def test_an_unknown_schedule_is_refused() -> None:
         stratlib.get_strategy(
             "model_parallel", accelerator="cpu", devices=4, pipeline_schedule="ZeroBubble"
         )
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sets(st.integers(1, 6), min_size=1, max_size=6))
+def test_any_cut_gives_stages_that_compose_to_the_model(cuts: set[int]) -> None:
+    model = PP.build_model()
+    names = [unit.name for unit in pipeline_units(model)]  # embed, layers.0-3, norm, head
+    stages = split_units(model, [names[i] for i in sorted(cuts)])
+    assert [unit.name for stage in stages for unit in stage] == names
+    units = [unit for stage in stages for unit in stage]
+    modules = [stage_module(model, units, stage) for stage in stages]
+    x, _ = PP.batch()
+    with torch.no_grad():
+        assert torch.equal(run_stages(modules, x), model(x))
+    held = [{name for name, _ in module.named_parameters()} for module in modules]
+    assert set.union(*held) == set(dict(model.named_parameters()))
+    assert sum(map(len, held)) == len(dict(model.named_parameters()))  # each in one stage
