@@ -238,7 +238,8 @@ class Pipeline:
         import torch.distributed._functional_collectives as funcol
 
         self.settle()
-        self._pending = funcol.all_reduce(loss, "sum", group=self.group)
+        # By the group's name: resolving the group object costs as much as the sum itself.
+        self._pending = funcol.all_reduce(loss, "sum", group=self.group.group_name)
         return self._pending
 
     def settle(self) -> None:
