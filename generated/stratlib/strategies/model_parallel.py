@@ -61,8 +61,8 @@ class ModelParallelStrategy(ModelParallelStrategyBase, ParallelStrategy):
             states; null or 'auto' is the processes the other dimensions leave.
         tp: Processes of a tensor-parallel group (null is 1); the parallelize_fn splits layers
             over device_mesh['tp'].
-        pp: Pipeline stages in turn held by as many processes (null is 1); needs pipeline_split
-            or pipeline_fn.
+        pp: Processes of a pipeline, which hold the model's stages in turn (null is 1); needs
+            pipeline_split or pipeline_fn.
         cp: Processes splitting each sequence for attention (context parallelism, CUDA only;
             null is 1).
         pipeline_fn: Function (module, stage_index, num_stages) -> the module of that pipeline
