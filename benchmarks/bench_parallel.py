@@ -54,12 +54,19 @@ def step_time(settings: Settings) -> Section:
     for layout, (name, baseline) in ROWS.items():
         ours: list[float] = []
         theirs: list[float] = []
+        alone: list[float] = []
         for _ in range(rounds):
             times = _run(layout, config)["step_times"]
             ours.append(median(times["stratlib"]))
             theirs.append(median(times["torch"]))
+            if "torch_schedule_alone" in times:
+                alone.append(median(times["torch_schedule_alone"]))
         ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
         ratio = median(ratios)
+        notes = ""
+        if alone:
+            bare = median([a / b for a, b in zip(ours, alone, strict=True)])
+            notes = f"{bare:.3f} against the schedule alone ({seconds(median(alone))})"
         section.rows.append(
             Row(
                 name=name,
@@ -69,6 +76,7 @@ def step_time(settings: Settings) -> Section:
                 spread=spread(ratios),
                 target=at_most(STEP_TARGET),
                 met=ratio <= STEP_TARGET,
+                notes=notes,
             )
         )
     section.details.append(
@@ -78,8 +86,10 @@ def step_time(settings: Settings) -> Section:
         "row-parallel layers over the tensor-parallel pairs and fully_shard across them, the "
         "same parallelize function on both sides; HSDP: every Linear a fully_shard group on a "
         "(replicate, shard) mesh; pipeline: the layers cut in half into two stages, each "
-        "fully_shard over dp, the 1F1B schedule over 4 microbatches (pipeline_split against "
-        "PipelineStage and Schedule1F1B by hand). Both sides train in the same 4 processes, one step of each per "
+        "fully_shard over dp, the 1F1B schedule over 4 microbatches (pipeline_split and "
+        "forward_backward against PipelineStage and Schedule1F1B by hand, both ending with the "
+        "last stage's loss summed over the pipeline group, which forward_backward returns on "
+        "every process; the notes compare with the schedule alone, without that sum). Both sides train in the same 4 processes, one step of each per "
         f"iteration in alternating order. {rounds} run(s) x {config['steps']} timed steps after "
         f"{config['warmup']} warm-up steps; measured = median over runs of rank 0's median "
         "step time; ratio = median of per-run ratios [min-max over runs]."

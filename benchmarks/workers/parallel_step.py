@@ -11,10 +11,12 @@ Three layouts:
 - ``hsdp``: 'fsdp' with ``sharding_strategy='HYBRID_SHARD'`` against FSDP2 on a
   ``(replicate, shard)`` mesh built by hand, every Linear layer a group of its own;
 - ``pp``: 'model_parallel' with ``pp=2, dp_shard=2`` (the model cut in the middle by
-  ``pipeline_split``, the 1F1B schedule over MICROBATCHES microbatches) against the same
-  schedule written by hand with ``torch.distributed.pipelining``: a ``(pp, dp)`` mesh, each
-  stage's half of the layers sharded with ``fully_shard`` over ``dp`` in a ``PipelineStage``,
-  ``Schedule1F1B.step``.
+  ``pipeline_split``, the 1F1B schedule over MICROBATCHES microbatches, ``forward_backward``)
+  against the same schedule written by hand with ``torch.distributed.pipelining``: a
+  ``(pp, dp)`` mesh, each stage's half of the layers sharded with ``fully_shard`` over ``dp``
+  in a ``PipelineStage``, ``Schedule1F1B.step``, then the last stage's loss summed over the
+  pipeline group, as ``forward_backward`` does so that every process has the loss; and the
+  schedule alone, without that sum (``torch_schedule_alone``).
 
 Both models train in the same four processes, which the stratlib strategy starts: each
 iteration runs one step of each, in alternating order, so the machine's load (this benchmark
@@ -140,10 +142,13 @@ def by_hand(layout: str, cfg: Config) -> Any:
     return step
 
 
-def _pipeline_by_hand(cfg: Config) -> Any:
+def _pipeline_by_hand(cfg: Config, share_loss: bool = True) -> Any:
     """pp=2 x dp=2: this rank's half of the layers in a PipelineStage, fully_shard over dp,
-    the 1F1B schedule."""
+    the 1F1B schedule. With ``share_loss``, each step ends as 'model_parallel''s does: the
+    last stage's mean loss summed over the pipeline group (a functional collective, read
+    lazily), so that the first stage has it too."""
     import torch
+    import torch.distributed._functional_collectives as funcol
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -155,19 +160,25 @@ def _pipeline_by_hand(cfg: Config) -> Any:
     cut = split_point(cfg)
     stage_module = nn.Sequential(*(layers[:cut] if index == 0 else layers[cut:]))
     fully_shard(stage_module, mesh=mesh["dp"])
-    stage = PipelineStage(
-        stage_module, index, MESH[0], torch.device("cpu"), group=mesh["pp"].get_group()
-    )
+    group = mesh["pp"].get_group()
+    stage = PipelineStage(stage_module, index, MESH[0], torch.device("cpu"), group=group)
     schedule = Schedule1F1B(
         stage, n_microbatches=MICROBATCHES, loss_fn=torch.nn.functional.mse_loss
     )
     optimizer = torch.optim.SGD(stage_module.parameters(), lr=0.01)
+    pending: list[Any] = []
 
     def step(inputs: Any, targets: Any) -> None:
+        losses: list[Any] = []
         if index == 0:
-            schedule.step(inputs)
+            schedule.step(inputs, losses=losses)
         else:
-            schedule.step(target=targets)
+            schedule.step(target=targets, losses=losses)
+        if share_loss:
+            if pending:
+                pending.pop().wait()
+            loss = torch.stack(losses).mean() if losses else torch.zeros(())
+            pending.append(funcol.all_reduce(loss, "sum", group=group.group_name))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -195,6 +206,8 @@ def through_stratlib(strategy: Any, cfg: Config) -> Any:
 def _paired(strategy: Any, layout: str, cfg: Config) -> dict[str, Any] | None:
     launched = prepare_threads(cfg)
     steps = {"stratlib": through_stratlib(strategy, cfg), "torch": by_hand(layout, cfg)}
+    if layout == "pp":  # the schedule alone, without the loss reaching the first stage
+        steps["torch_schedule_alone"] = _pipeline_by_hand(cfg, share_loss=False)
     batches = make_batches(cfg, data_rank(layout, strategy.global_rank))  # type: ignore[arg-type]
     times: dict[str, list[float]] = {name: [] for name in steps}
     for index in range(cfg.warmup + cfg.steps):
