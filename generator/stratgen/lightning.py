@@ -210,9 +210,7 @@ def _base_name(lightning_base: str, entries: list[Any]) -> str:
     """The name a module imports a Lightning strategy under: its own, or
     ``Lightning<Name>`` where a generated class of the module takes its name (the spec of
     Lightning's ModelParallelStrategy may name its class ModelParallelStrategy too)."""
-    taken = {
-        e.class_name if isinstance(e, Accelerator) else e.strategy.class_name for e in entries
-    }
+    taken = {e.class_name if isinstance(e, Accelerator) else e.strategy.class_name for e in entries}
     return f"Lightning{lightning_base}" if lightning_base in taken else lightning_base
 
 
