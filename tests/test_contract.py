@@ -166,10 +166,12 @@ def test_plain_vocabularies_match_the_runtime() -> None:
     import torch
     from stratcore import accelerator, collectives, environment, precision
 
-    assert accelerator.PRECISIONS == contract.PRECISIONS
-    assert precision.PRECISIONS == contract.PRECISIONS
-    assert precision.PRECISION_ALIASES == contract.PRECISION_ALIASES
-    assert collectives.REDUCE_OPS == contract.REDUCE_OPS
+    # The runtime imports the contract's vocabularies rather than restating them.
+    assert accelerator.PRECISIONS is contract.PRECISIONS
+    assert precision.PRECISIONS is contract.PRECISIONS
+    assert precision.PRECISION_ALIASES is contract.PRECISION_ALIASES
+    assert collectives.REDUCE_OPS is contract.REDUCE_OPS
+    assert accelerator.Accelerator.default_precision == contract.DEFAULT_PRECISION
     assert all(isinstance(getattr(torch, name, None), torch.dtype) for name in contract.DTYPES)
     assert set(environment.PARSERS) == set(contract.VALUE_PARSERS)
     base = environment.ClusterEnvironmentBase()
@@ -193,10 +195,6 @@ def test_plumbing_is_what_the_runtime_bases_take(base: str) -> None:
     assert cls is not None
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
     assert tuple(p.name for p in parameters) == contract.PLUMBING[base]
-    for parameter in parameters:
-        annotation, default, _ = contract.PLUMBING_PARAMS[parameter.name]
-        assert parameter.annotation == annotation
-        assert repr(parameter.default) == default
 
 
 def test_package_exports_exist() -> None:
@@ -216,10 +214,17 @@ def test_every_runtime_launcher_is_named() -> None:
 
 
 def test_every_runtime_strategy_base_is_named() -> None:
+    """Every strategy base of the runtime is a base or wrapper a spec can name, or shared by
+    bases that are (``OneProcessStrategyBase``, under DataParallel's and the IPUs')."""
     from stratcore.strategy import StrategyBase
 
     refs = [*contract.BASES.values(), *wrapper_refs().values()]
-    assert unnamed(runtime_subclasses(StrategyBase), refs) == []
+    named = [cls for cls in map(resolve, refs) if cls is not None]
+    shared = {base for cls in named for base in cls.__mro__[1:]}
+    assert unnamed(runtime_subclasses(StrategyBase) - shared, refs) == []
+    assert [cls.__name__ for cls in runtime_subclasses(StrategyBase) & shared - set(named)] == [
+        "OneProcessStrategyBase"
+    ]
 
 
 def test_every_runtime_precision_base_is_named() -> None:

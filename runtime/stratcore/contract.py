@@ -61,6 +61,8 @@ PrecisionName = Literal[
     "transformer-engine-float16",
 ]
 PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
+#: The precision of an accelerator (and so of its strategies) whose spec names no default.
+DEFAULT_PRECISION = "32-true"
 
 #: What users may type for a precision, and the canonical name it stands for.
 PRECISION_ALIASES: dict[str, str] = {
@@ -176,6 +178,10 @@ BASES: dict[str, Ref] = {
     "single_device": ("stratcore.single_device", "SingleDeviceStrategyBase"),
     "parallel": ("stratcore.parallel", "ParallelStrategyBase"),
 }
+#: The base kind of the root strategy spec, from which every other strategy derives.
+ROOT_BASE = "strategy"
+#: The kinds a strategy spec chooses from (the root's belongs to the root spec alone).
+STRATEGY_KINDS: tuple[str, ...] = tuple(kind for kind in BASES if kind != ROOT_BASE)
 
 #: Options every parallel strategy's runtime base reads, with their types.
 PARALLEL_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -301,6 +307,13 @@ LAUNCHERS: dict[str, Ref] = {
 }
 
 
+#: Launchers that start a process per device (or, 'external', find them started) for any
+#: wrapper: the rest run in the calling process ('none') or come with their engine.
+GENERAL_LAUNCHERS: tuple[str, ...] = tuple(
+    name for name, (module, _) in LAUNCHERS.items() if module == LAUNCHER_ROOT[0] and name != "none"
+)
+
+
 def core_read_options() -> frozenset[str]:
     """Options the runtime itself reads (a spec may declare them, with a matching type)."""
     return frozenset(PARALLEL_OPTIONS) | {o for w in WRAPPERS.values() for o in w.options}
@@ -323,20 +336,8 @@ PLUMBING: dict[str, tuple[str, ...]] = {
     ),
 }
 
-#: Every constructor argument of the runtime: (annotation, default, the runtime class the
-#: annotation names or None).
-PLUMBING_PARAMS: dict[str, tuple[str, str, Ref | None]] = {
-    "accelerator": ("Accelerator | None", "None", ACCELERATOR_ROOT),
-    "device": ("torch.device | str | int | None", "None", None),
-    "parallel_devices": ("list[torch.device] | None", "None", None),
-    "cluster_environment": ("ClusterEnvironmentBase | None", "None", ENVIRONMENT_ROOT),
-    "checkpoint_io": ("CheckpointIO | None", "None", ("stratcore.checkpoint_io", "CheckpointIO")),
-    "precision_plugin": ("PrecisionBase | None", "None", PRECISION_ROOT),
-    "num_nodes": ("int", "1", None),
-}
-
 #: Names of every constructor argument of the runtime (``factory.strategy_options`` skips them).
-PLUMBING_NAMES: frozenset[str] = frozenset(PLUMBING_PARAMS)
+PLUMBING_NAMES: frozenset[str] = frozenset(name for names in PLUMBING.values() for name in names)
 
 # --- precision plugins ---------------------------------------------------------------------------
 

@@ -17,28 +17,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from .contract import DEFAULT_PRECISION, PRECISION_ALIASES, PRECISIONS
 from .exceptions import MisconfigurationError
 from .imports import Requirement, import_object, require
-
-PRECISIONS = (
-    "64-true",
-    "32-true",
-    "16-mixed",
-    "bf16-mixed",
-    "16-true",
-    "bf16-true",
-    "transformer-engine",
-    "transformer-engine-float16",
-)
-PRECISION_ALIASES = {
-    "64": "64-true",
-    "32": "32-true",
-    "16": "16-mixed",
-    "bf16": "bf16-mixed",
-    "double": "64-true",
-    "half": "16-true",
-}
-
 
 def canonical_precision(value: Any) -> str:
     """'16' -> '16-mixed', 32 -> '32-true', ...; raises for anything else."""
@@ -99,7 +80,7 @@ class PrecisionBase:
     """Full float32 precision, and the interface every precision plugin implements."""
 
     name: ClassVar[str | None] = None
-    modes: ClassVar[tuple[str, ...]] = ("32-true",)
+    modes: ClassVar[tuple[str, ...]] = (DEFAULT_PRECISION,)
     wrappers: ClassVar[tuple[str, ...]] = ()
     accelerators: ClassVar[tuple[str, ...]] = ()
     grad_scaler: ClassVar[str | None] = None

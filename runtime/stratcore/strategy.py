@@ -24,8 +24,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from .accelerator import PRECISIONS, Accelerator
+from .accelerator import Accelerator
 from .checkpoint_io import CheckpointIO, PathLike, TorchCheckpointIO
+from .contract import PRECISIONS
 from .checkpoint_state import (
     keyed_by_name,
     load_sharded_state,
@@ -54,6 +55,9 @@ class StrategyBase(ABC):
     wrapper: ClassVar[str] = "none"
     #: How processes start: the launcher class, made with the strategy into ``launcher``.
     launcher_class: ClassVar[type[Launcher]] = InlineLauncher
+    #: Whether one process per node drives every device of the node (a single-device
+    #: strategy's one process; DataParallel) rather than one process per device.
+    one_process_per_node: ClassVar[bool] = True
     #: Collective backend; None to use the accelerator's.
     backend: ClassVar[CollectiveBackend | None] = None
     default_precision: ClassVar[str | None] = None
