@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 from pathlib import Path
 
 from .factcache import remembered, runtime_dir
@@ -90,17 +91,29 @@ def class_annotations(
 def _class_annotations(
     module: str, class_name: str
 ) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
-    path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    known = _module_names(tree, module)
+    cls, known = _class_source(module, class_name)
     result: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     for node in cls.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names = sorted({n.id for n in ast.walk(node.annotation) if isinstance(n, ast.Name)})
             needs = tuple((known[n], n) for n in names if n in known)
             result[node.target.id] = (ast.unparse(node.annotation), needs)
     return result
+
+
+def _class_source(module: str, class_name: str) -> tuple[ast.ClassDef, dict[str, str]]:
+    """The definition of a runtime class, found from a module that defines it or re-exports it
+    (``stratcore.launchers``), and the names its module imports or defines."""
+    folder = runtime_dir().parent.joinpath(*module.split("."))
+    path = folder / "__init__.py" if folder.is_dir() else folder.with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    known = _module_names(tree, module if path.name != "__init__.py" else f"{module}.__init__")
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return node, known
+    if known.get(class_name, module) == module:
+        raise LookupError(f"{module} neither defines nor imports {class_name}")
+    return _class_source(known[class_name], class_name)
 
 
 @dataclass(frozen=True)
@@ -120,6 +133,8 @@ def _constant(node: ast.expr, known: dict[str, str]) -> object:
         return getattr(contract, node.id)
     if isinstance(node, ast.Name) and node.id in known:
         return Reference(known[node.id], node.id)
+    if isinstance(node, ast.Tuple):
+        return tuple(_constant(item, known) for item in node.elts)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         value_type = contract.VALUE_TYPES.get(node.func.id)
         if value_type is not None and value_type[0] == "stratcore.contract" and not node.args:
@@ -140,10 +155,7 @@ def class_defaults(module: str, class_name: str) -> dict[str, object]:
 
 
 def _class_defaults(module: str, class_name: str) -> dict[str, object]:
-    path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    known = _module_names(tree, module)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    cls, known = _class_source(module, class_name)
     result: dict[str, object] = {}
     for node in cls.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
@@ -152,3 +164,49 @@ def _class_defaults(module: str, class_name: str) -> dict[str, object]:
             except (ValueError, TypeError, SyntaxError):
                 continue
     return result
+
+
+def _bases(module: str, class_name: str) -> list[tuple[str, str]]:
+    """The runtime classes ``class_name`` of ``module`` derives from, in order (classes from
+    outside the runtime, such as ``ABC``, left out)."""
+    cls, known = _class_source(module, class_name)
+    found = []
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and known.get(base.id, "").startswith("stratcore"):
+            found.append((known[base.id], base.id))
+    return found
+
+
+@cache
+def class_mro(module: str, class_name: str) -> tuple[tuple[str, str], ...]:
+    """The method resolution order of a runtime class, among runtime classes."""
+    return remembered(
+        f"class_mro:{module}:{class_name}",
+        lambda: _merge([(module, class_name)], _bases(module, class_name)),
+    )
+
+
+def _merge(head: list[tuple[str, str]], bases: list[tuple[str, str]]) -> tuple[Any, ...]:
+    """``head`` followed by the C3 merge of the MROs of ``bases`` and ``bases`` themselves."""
+    sequences = [list(class_mro(*base)) for base in bases] + [list(bases)]
+    order = list(head)
+    while any(sequences):
+        for sequence in sequences:
+            candidate = sequence[0] if sequence else None
+            if candidate is not None and not any(candidate in s[1:] for s in sequences):
+                break
+        else:
+            raise TypeError(f"no consistent method resolution order for {head or bases}")
+        order.append(candidate)
+        sequences = [s[1:] if s and s[0] == candidate else s for s in sequences]
+    return tuple(order)
+
+
+def inherited_fact(bases: list[tuple[str, str]], attribute: str) -> object:
+    """The value a class deriving from the runtime classes ``bases`` (in that order) has for
+    the class attribute ``attribute``, as Python would find it."""
+    for module, class_name in _merge([], bases):
+        defaults = class_defaults(module, class_name)
+        if attribute in defaults:
+            return defaults[attribute]
+    raise KeyError(f"no class among {bases} sets {attribute!r}")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 LINE_LENGTH = 100
 #: The layout of a cache entry (see ``speccache.wrap``): the key and a hash of the text.
-_LAYOUT = b"stratgen-black-v2"
+_LAYOUT = b"stratgen-black-v3"
 
 
 class FormatError(Exception):
@@ -149,10 +149,15 @@ PARALLEL_FROM = 8
 
 
 def _format_one(source: str, mode: Any) -> str | Exception:
+    """black's formatting of ``source``, in one pass: ``black.format_str`` formats its own
+    output a second time, which only matters for code whose optional trailing commas black
+    turns into magic ones, and generated code never has them (``tests/test_format_once.py``
+    checks that one pass leaves nothing for a second to change)."""
     import black
 
+    once = getattr(black, "_format_str_once", None) or black.format_str
     try:
-        return str(black.format_str(source, mode=mode))
+        return str(once(source, mode=mode))
     except Exception as exc:  # black raises several types for invalid code
         return exc
 
@@ -200,7 +205,7 @@ def _format_sources(sources: list[str], mode: Any) -> list[str | Exception]:
 
 def black_mode() -> str:
     """black's version and the mode stratgen runs it in, as formatter keys begin."""
-    return f"stratgen-black-v2|{LINE_LENGTH}|py311|{_black_version()}"
+    return f"stratgen-black-v3|{LINE_LENGTH}|py311|{_black_version()}"
 
 
 _VERSION: str | None = None

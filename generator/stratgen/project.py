@@ -401,6 +401,7 @@ class Project:
 
 def select(catalog: Catalog) -> Selection:
     """Everything from the project's own specs, plus the built-in entries they rely on."""
+    from .catalog import BASE_SPECS
     from .render import Selection
 
     local_files = {s.path for s in catalog.sources if not s.builtin}
@@ -411,7 +412,7 @@ def select(catalog: Catalog) -> Selection:
         return item.source.path in local_files
 
     strategies: dict[str, None] = {}
-    for name in ("strategy", "single_device", "parallel"):
+    for name in BASE_SPECS:
         strategies[name] = None
     for strategy in catalog.strategies.values():
         if local(strategy):

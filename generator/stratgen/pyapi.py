@@ -206,7 +206,9 @@ class Param:
 
 @dataclass
 class Init:
-    positional: list[Param]
+    """``__init__(self, *args, <keyword_only>, **kwargs)``: passes ``super_args`` and the rest
+    on to the base, then sets ``assignments``."""
+
     keyword_only: list[Param]
     super_args: list[tuple[str, str]]
     assignments: list[tuple[str, str]]

@@ -413,6 +413,13 @@ def _tests(
         item = _test_module(template, catalog, selection, chosen, source, package, tests_dir, memo)
         if item is not None:
             files.append(item)
+    baselines = testcases.baseline_expectations(catalog, selection.accelerators)
+    shared = renderer.template("tests/accelerator_expectations.py.j2").render(
+        header=header("the accelerator specs"),
+        expectations=baselines,
+        uses=["Expectation", *(["PRECISIONS"] if any("=PRECISIONS" in e for _, e in baselines) else [])],
+    )
+    files.append(RenderedFile(f"{tests_dir}/accelerator_expectations.py", shared, True))
     package_parent = os.path.relpath(package_dir.rsplit("/", 1)[0] or ".", tests_dir)
     conftest = renderer.template("tests/conftest.py.j2").render(
         header=header("stratgen's test template"),
@@ -435,7 +442,7 @@ def _test_module(
 ) -> RenderedFile | None:
     """The test module of one spec file, if it declares anything selected. It is a function of
     the entries it tests and of what their test facts read of the catalog
-    (``testcases.strategy_test_facts``: the accelerators a strategy runs on, every precision
+    (``testcases.test_tables``: the accelerators a strategy runs on, every precision
     plugin): the memo keeps it under those (``tests/test_render_memo.py`` checks that they
     are all it reads)."""
     spec = source.spec
@@ -473,23 +480,13 @@ def _test_module(
         key, done = _recall(memo, f"template:{template.name}|{path}", (inputs, named, everywhere))
         if done is not None and done.path == path:
             return RenderedFile(done.path, "", True, key, done)
-    imports = [s.class_name for s in strategies] + [p.class_name for p in plugins]
-    imports += [e.class_name for e in envs]
-    if accelerator is not None:
-        imports.append(accelerator.class_name)
+    tables = testcases.test_tables(
+        catalog, strategies, accelerator, envs, plugins, selection.accelerators
+    )
     text = template.render(
         header=header(source.path),
         package=package,
         source=source,
-        imports=sorted(set(imports)),
-        uses_tmp_path=any(not s.abstract for s in strategies) or any(not e.abstract for e in envs),
-        builds_strategies=any(not s.abstract for s in strategies),
-        uses_registry=bool(accelerator or plugins or envs) or any(s.abstract for s in strategies),
-        strategies=[
-            testcases.strategy_test_facts(catalog, s, selection.accelerators) for s in strategies
-        ],
-        accelerator=accelerator,
-        precision_plugins=plugins,
-        environments=[testcases.environment_test_case(e) for e in envs],
+        tables=tables,
     )
     return RenderedFile(path, text, True, key)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stratcore.contract import DEFAULT_PRECISION, GENERAL_LAUNCHERS, STRATEGY_KINDS
+
 from .errors import StratgenError, did_you_mean
 from .files import atomic_write
 from .model import PRECISIONS, PRECISION_ALIASES
@@ -27,8 +29,7 @@ EXIT_OK = 0
 Ask = Callable[[str], str]
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-BASES = ("parallel", "single_device")
-LAUNCHERS = ("popen", "spawn", "fork", "forkserver", "external")
+BASES = tuple(sorted(STRATEGY_KINDS))
 
 
 def new_spec(
@@ -188,7 +189,7 @@ def spec_answers(
             "How processes start: popen (the script again for each rank), spawn, fork, "
             "forkserver, external (torchrun, srun)",
             "popen",
-            lambda value: _check_choice(value, "launcher", LAUNCHERS),
+            lambda value: _check_choice(value, "launcher", GENERAL_LAUNCHERS),
         )
         backend = questions.answer(
             "backend",
@@ -213,7 +214,7 @@ def spec_answers(
     precision = questions.answer(
         "precision",
         f"Default precision ({', '.join(supported)})",
-        "32-true" if "32-true" in supported else supported[0],
+        DEFAULT_PRECISION if DEFAULT_PRECISION in supported else supported[0],
         lambda value: _check_precision(value, supported, accelerator),
     )
     return SpecAnswers(
