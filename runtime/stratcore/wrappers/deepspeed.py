@@ -477,7 +477,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
                 with_optimizer = True
         return keys, with_optimizer
 
-    def _save_sharded(self, checkpoint: Mapping[str, Any], filepath: PathLike) -> None:
+    def save_sharded_checkpoint(self, checkpoint: Mapping[str, Any], filepath: PathLike) -> None:
         from ..sharded_checkpoint import TAG, deepspeed_record
 
         engine = self._engine
@@ -488,13 +488,13 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
                 continue
             meta[key] = value.state_dict() if is_stateful(value) else value
         modules = [k for k in keys if isinstance(checkpoint[k], nn.Module)]
-        self._sharded_saver.save_with(
+        self.sharded_saver.save_with(
             lambda folder: engine.save_checkpoint(str(folder), tag=TAG),
             deepspeed_record(keys, meta, module=modules[0] if modules else None),
             filepath,
         )
 
-    def _load_sharded(
+    def load_sharded_checkpoint(
         self,
         filepath: PathLike,
         state: nn.Module | Optimizer | MutableMapping[str, Any] | None,
@@ -504,7 +504,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
 
         record = read_meta(filepath)
         if record.get("engine") != "deepspeed" or not isinstance(state, MutableMapping):
-            return super()._load_sharded(filepath, state, strict)
+            return super().load_sharded_checkpoint(filepath, state, strict)
         check_entries(filepath, record, state, strict)
         keys, with_optimizer = self._engine_entries(state)
         if keys:
