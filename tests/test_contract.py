@@ -213,24 +213,34 @@ def test_every_runtime_launcher_is_named() -> None:
     assert unnamed(classes, contract.LAUNCHERS.values()) == []
 
 
+def shared_bases(refs: Iterable[Ref]) -> set[type]:
+    """Runtime classes that named classes derive from (the bases they share)."""
+    named = [cls for cls in map(resolve, refs) if cls is not None]
+    return {base for cls in named for base in cls.__mro__[1:]}
+
+
 def test_every_runtime_strategy_base_is_named() -> None:
     """Every strategy base of the runtime is a base or wrapper a spec can name, or shared by
     bases that are (``OneProcessStrategyBase``, under DataParallel's and the IPUs')."""
     from stratcore.strategy import StrategyBase
 
     refs = [*contract.BASES.values(), *wrapper_refs().values()]
-    named = [cls for cls in map(resolve, refs) if cls is not None]
-    shared = {base for cls in named for base in cls.__mro__[1:]}
-    assert unnamed(runtime_subclasses(StrategyBase) - shared, refs) == []
-    assert [cls.__name__ for cls in runtime_subclasses(StrategyBase) & shared - set(named)] == [
-        "OneProcessStrategyBase"
+    classes = runtime_subclasses(StrategyBase)
+    assert unnamed(classes - shared_bases(refs), refs) == []
+    assert unnamed(classes & shared_bases(refs), refs) == [
+        "stratcore.parallel.OneProcessStrategyBase"
     ]
 
 
 def test_every_runtime_precision_base_is_named() -> None:
+    """Every precision base is a kind a spec can name, or shared by kinds that are
+    (``CastPrecisionBase``, under the double and half kinds)."""
     from stratcore.precision import PrecisionBase
 
-    assert unnamed(runtime_subclasses(PrecisionBase), contract.PRECISION_KINDS.values()) == []
+    refs = list(contract.PRECISION_KINDS.values())
+    classes = runtime_subclasses(PrecisionBase)
+    assert unnamed(classes - shared_bases(refs), refs) == []
+    assert unnamed(classes & shared_bases(refs), refs) == ["stratcore.precision.CastPrecisionBase"]
 
 
 def test_precision_scoring_prefers_the_wrapper_then_the_accelerator() -> None:

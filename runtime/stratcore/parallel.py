@@ -306,10 +306,6 @@ class ParallelStrategyBase(StrategyBase):
             else:
                 dist.barrier()
 
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        return {"num_replicas": self.world_size, "rank": self.global_rank}
-
     @contextlib.contextmanager
     def block_backward_sync(self) -> Generator[None, None, None]:
         no_sync = getattr(self._model, "no_sync", None)
@@ -329,36 +325,23 @@ class ParallelStrategyBase(StrategyBase):
 
 class OneProcessStrategyBase(ParallelStrategyBase):
     """One process drives every device (DataParallel, PopTorch's replicas on IPUs): no process
-    group, no launched processes, rank 0 of a world of one; the subclass wraps or compiles the
-    model."""
+    group, no launched processes, rank 0 of a world of one (as ``StrategyBase`` says); the
+    subclass wraps or compiles the model."""
 
     one_process_per_node: ClassVar[bool] = True
+    global_rank = StrategyBase.global_rank
+    local_rank = StrategyBase.local_rank
+    world_size = StrategyBase.world_size
 
     @property
     def root_device(self) -> torch.device:
         return self.parallel_devices[0]
-
-    @property
-    def global_rank(self) -> int:
-        return 0
-
-    @property
-    def local_rank(self) -> int:
-        return 0
-
-    @property
-    def world_size(self) -> int:
-        return 1
 
     def configure_ranks(self) -> None:
         """Nothing to tell the environment: there is one process."""
 
     def setup_distributed(self) -> None:
         """One process needs no process group."""
-
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        return {"num_replicas": 1, "rank": 0}
 
 
 _release_registered = False

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from .contract import DEFAULT_PRECISION, PRECISION_ALIASES, PRECISIONS
+from .contract import DEFAULT_PRECISION, PRECISIONS, PRECISION_ALIASES
 from .exceptions import MisconfigurationError
 from .imports import Requirement, import_object, require
+
 
 def canonical_precision(value: Any) -> str:
     """'16' -> '16-mixed', 32 -> '32-true', ...; raises for anything else."""
@@ -152,29 +153,15 @@ class PrecisionBase:
         return f"{type(self).__name__}(precision={self.precision!r})"
 
 
-class DoublePrecisionBase(PrecisionBase):
-    """float64 parameters, inputs and computations."""
-
-    wraps_forward = True
-
-    def convert_module(self, module: nn.Module) -> nn.Module:
-        return module.double()
-
-    def convert_input(self, data: Any) -> Any:
-        return apply_to_tensors(data, _cast_floating(torch.float64))
-
-    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        return default_dtype(torch.float64)
-
-
-class HalfPrecisionBase(PrecisionBase):
-    """float16 or bfloat16 parameters and inputs, without autocast."""
+class CastPrecisionBase(PrecisionBase):
+    """Parameters and floating-point inputs in ``dtype``, and so every computation, without
+    autocast (DoublePrecisionBase, HalfPrecisionBase)."""
 
     wraps_forward = True
 
     @property
     def dtype(self) -> torch.dtype:
-        return torch.bfloat16 if self.precision.startswith("bf16") else torch.float16
+        raise NotImplementedError
 
     def convert_module(self, module: nn.Module) -> nn.Module:
         return module.to(dtype=self.dtype)
@@ -184,6 +171,22 @@ class HalfPrecisionBase(PrecisionBase):
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return default_dtype(self.dtype)
+
+
+class DoublePrecisionBase(CastPrecisionBase):
+    """float64 parameters, inputs and computations."""
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float64
+
+
+class HalfPrecisionBase(CastPrecisionBase):
+    """float16 or bfloat16 parameters and inputs, without autocast."""
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.precision.startswith("bf16") else torch.float16
 
 
 class MixedPrecisionBase(PrecisionBase):

@@ -47,8 +47,8 @@ from lightning.pytorch.strategies import ParallelStrategy as TrainerParallelStra
 from lightning.pytorch.strategies import Strategy as TrainerStrategy  # noqa: E402
 
 from .. import collectives  # noqa: E402
-from ..contract import DEFAULT_PRECISION, PRECISIONS  # noqa: E402
 from ..collectives import CollectiveBackend, normalize_reduce_op  # noqa: E402
+from ..contract import DEFAULT_PRECISION, PRECISIONS  # noqa: E402
 from ..exceptions import MisconfigurationError  # noqa: E402
 from ..imports import import_object  # noqa: E402
 from ..parallel import ParallelStrategyBase, creating_process_group  # noqa: E402

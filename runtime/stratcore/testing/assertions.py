@@ -123,9 +123,9 @@ def assert_checkpoint_round_trip(result: dict[str, Any]) -> None:
     ``load_checkpoint`` returned the one entry the state did not name (its documented
     behaviour); the file (or a sharded checkpoint's folder) exists and rank 0 reported."""
     expected = {"restored": True, "remaining": {"step": 1}, "exists": True, "rank": 0}
-    assert result == expected, (
-        f"the checkpoint did not restore the saved state: {result} (expected {expected})"
-    )
+    assert (
+        result == expected
+    ), f"the checkpoint did not restore the saved state: {result} (expected {expected})"
 
 
 def assert_hooks_called(calls: dict[str, int], steps: int, expected: Expectation) -> None:

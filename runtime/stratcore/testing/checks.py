@@ -14,16 +14,8 @@ from typing import Any
 
 from ..exceptions import MisconfigurationError, MissingDependencyError
 from ..registry import registry_of
+from . import devices
 from .assertions import assert_options, assert_precision_plugin_trains, assert_precisions
-from .devices import (
-    assert_detection_priority,
-    assert_device_parsing,
-    assert_devices_addressed,
-    assert_visible_devices_named,
-    environment_values,
-    expected_values,
-    set_environment,
-)
 from .expectations import available_or_skip, runnable_or_skip, unavailable_plugin_reason
 from .jobs import ScenarioJobs
 from .processes import assert_job_stopped, run_failure_scenario
@@ -54,7 +46,7 @@ def check_strategy(row: StrategyRow, case: str, monkeypatch: Any) -> None:
         expected = row.expectation(accelerator)
         assert_precisions(row.cls, accelerator, expected.devices, expected)
     elif case == "detects_cluster_environments_in_order":
-        assert_detection_priority(row.cls, monkeypatch)
+        devices.assert_detection_priority(row.cls, monkeypatch)
     else:
         raise ValueError(f"no strategy case {case!r}")
 
@@ -82,14 +74,14 @@ def check_accelerator(row: AcceleratorRow, case: str, monkeypatch: Any) -> None:
         found = registry_of(cls).accelerators.get(row.name)
         assert found is cls, f"accelerator={row.name!r} selects {found!r}, not {cls.__name__}"
     elif case == "gives_processes_their_devices":
-        assert_devices_addressed(cls, device_type=row.device_type, indexed=row.indexed)
+        devices.assert_devices_addressed(cls, device_type=row.device_type, indexed=row.indexed)
     elif case == "parses_devices":
         available_or_skip(cls)
-        assert_device_parsing(cls, indexed=row.indexed, counted=row.counted)
+        devices.assert_device_parsing(cls, indexed=row.indexed, counted=row.counted)
     elif case == "names_its_visible_devices_variable":
         assert row.visible_devices_env is not None, f"{row.name} names no such variable"
         available_or_skip(cls)
-        assert_visible_devices_named(cls, row.visible_devices_env, monkeypatch)
+        devices.assert_visible_devices_named(cls, row.visible_devices_env, monkeypatch)
     elif case == "absent_is_a_clear_error":
         import pytest
 
@@ -121,14 +113,14 @@ def _assert_environment_detected(row: EnvironmentRow, monkeypatch: Any, folder: 
     cls = row.cls
     found = registry_of(cls).cluster_environments.get(row.name)
     assert found is cls, f"{cls.__name__} is not registered as {row.name!r} ({found!r} is)"
-    set_environment(monkeypatch, folder, dict(row.environ), files=dict(row.files))
+    devices.set_environment(monkeypatch, folder, dict(row.environ), files=dict(row.files))
     assert cls.detect(), f"{cls.__name__} is not detected although its variables are set"
     environment = cls()
-    values = environment_values(environment)
-    assert values == expected_values(dict(row.expected)), f"read {values}"
-    assert environment.creates_processes_externally is row.external, (
-        f"{cls.__name__} is wrong about who starts the processes"
-    )
+    values = devices.environment_values(environment)
+    assert values == devices.expected_values(dict(row.expected)), f"read {values}"
+    assert (
+        environment.creates_processes_externally is row.external
+    ), f"{cls.__name__} is wrong about who starts the processes"
 
 
 def _assert_environment_not_detected(
@@ -140,7 +132,7 @@ def _assert_environment_not_detected(
         files.pop(variable, None)
     else:
         environ[variable] = value
-    set_environment(monkeypatch, folder, environ, files=files)
+    devices.set_environment(monkeypatch, folder, environ, files=files)
     assert not row.cls.detect(), f"{row.cls.__name__} detected with {variable}={value!r}"
 
 
@@ -151,9 +143,9 @@ def check_precision_plugin(row: PrecisionPluginRow, precision: str | None) -> No
     """With ``precision`` None: the plugin is among the selectable ones. Else one training step
     in ``precision`` through a single-device strategy with the plugin."""
     if precision is None:
-        assert row.cls in registry_of(row.cls).precision_plugins, (
-            f"{row.cls.__name__} is not among the selectable plugins"
-        )
+        assert (
+            row.cls in registry_of(row.cls).precision_plugins
+        ), f"{row.cls.__name__} is not among the selectable plugins"
         return
     reason = unavailable_plugin_reason(row.cls)
     if reason is not None:

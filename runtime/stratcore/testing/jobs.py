@@ -58,9 +58,17 @@ def job_cases(folder: Path, variant: str | None) -> list[dict[str, Any]]:
     """The cases of one strategy's job, in the order it runs them; training in ``variant`` is a
     launch of a strategy built for that precision."""
     cases: list[dict[str, Any]] = [
-        {"case": "strategy_api_and_collectives", "scenario": "api", "args": {"folder": str(folder)}},
+        {
+            "case": "strategy_api_and_collectives",
+            "scenario": "api",
+            "args": {"folder": str(folder)},
+        },
         {"case": "trains_like_one_process", "scenario": "train", "args": {"steps": STEPS}},
-        {"case": "checkpoint_round_trip", "scenario": "checkpoint", "args": {"folder": str(folder)}},
+        {
+            "case": "checkpoint_round_trip",
+            "scenario": "checkpoint",
+            "args": {"folder": str(folder)},
+        },
     ]
     if variant is not None:
         cases.append(

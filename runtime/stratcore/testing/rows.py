@@ -157,7 +157,10 @@ RUN_CASES = (
     "checkpoint_round_trip",
 )
 #: What a generated test checks of a strategy besides its names and real runs.
-STRATEGY_CASES = ("runs_its_precisions_and_refuses_the_others", "detects_cluster_environments_in_order")
+STRATEGY_CASES = (
+    "runs_its_precisions_and_refuses_the_others",
+    "detects_cluster_environments_in_order",
+)
 #: What a generated test checks of an accelerator, each a case of its own.
 ACCELERATOR_CASES = (
     "is_registered_under_its_name",

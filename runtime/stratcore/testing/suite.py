@@ -22,29 +22,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from .checks import (
-    assert_abstract_base,
-    assert_registry_name,
-    check_accelerator,
-    check_environment,
-    check_precision_plugin,
-    check_real_run,
-    check_strategy,
-)
+from . import checks
+from . import rows as tables
 from .jobs import ScenarioJobs
-from .rows import (
-    AcceleratorRow,
-    EnvironmentRow,
-    PrecisionPluginRow,
-    StrategyRow,
-    accelerator_params,
-    class_params,
-    environment_params,
-    plugin_params,
-    real_run_params,
-    registry_params,
-    strategy_params,
-)
+from .rows import AcceleratorRow, EnvironmentRow, PrecisionPluginRow, StrategyRow
 
 #: What a method is parametrized by: its argument names, and the parameters of the rows.
 Table = tuple[tuple[str, ...], Callable[[Sequence[Any]], list[Any]]]
@@ -77,21 +58,21 @@ class StrategyTests(_Table):
 
     rows: ClassVar[Sequence[StrategyRow]] = ()
 
-    @_over(("row", "name", "options"), registry_params)
+    @_over(("row", "name", "options"), tables.registry_params)
     def test_registry_name(self, row: StrategyRow, name: str, options: dict[str, Any]) -> None:
         """The registry name builds the strategy with its options."""
-        assert_registry_name(row, name, options)
+        checks.assert_registry_name(row, name, options)
 
-    @_over(("row", "case"), strategy_params)
+    @_over(("row", "case"), tables.strategy_params)
     def test_strategy(self, row: StrategyRow, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-        check_strategy(row, case, monkeypatch)
+        checks.check_strategy(row, case, monkeypatch)
 
     @pytest.mark.slow
-    @_over(("row", "case"), real_run_params)
+    @_over(("row", "case"), tables.real_run_params)
     def test_real_run(
         self, row: StrategyRow, case: str, scenario_jobs: ScenarioJobs, tmp_path: Path
     ) -> None:
-        check_real_run(row, case, scenario_jobs, tmp_path)
+        checks.check_real_run(row, case, scenario_jobs, tmp_path)
 
 
 class AcceleratorTests(_Table):
@@ -100,11 +81,11 @@ class AcceleratorTests(_Table):
 
     rows: ClassVar[Sequence[AcceleratorRow]] = ()
 
-    @_over(("row", "case"), accelerator_params)
+    @_over(("row", "case"), tables.accelerator_params)
     def test_accelerator(
         self, row: AcceleratorRow, case: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        check_accelerator(row, case, monkeypatch)
+        checks.check_accelerator(row, case, monkeypatch)
 
 
 class EnvironmentTests(_Table):
@@ -113,7 +94,7 @@ class EnvironmentTests(_Table):
 
     rows: ClassVar[Sequence[EnvironmentRow]] = ()
 
-    @_over(("row", "variable", "value"), environment_params)
+    @_over(("row", "variable", "value"), tables.environment_params)
     def test_environment(
         self,
         row: EnvironmentRow,
@@ -122,7 +103,7 @@ class EnvironmentTests(_Table):
         monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path,
     ) -> None:
-        check_environment(row, variable, value, monkeypatch, tmp_path)
+        checks.check_environment(row, variable, value, monkeypatch, tmp_path)
 
 
 class PrecisionPluginTests(_Table):
@@ -130,9 +111,9 @@ class PrecisionPluginTests(_Table):
 
     rows: ClassVar[Sequence[PrecisionPluginRow]] = ()
 
-    @_over(("row", "precision"), plugin_params)
+    @_over(("row", "precision"), tables.plugin_params)
     def test_precision_plugin(self, row: PrecisionPluginRow, precision: str | None) -> None:
-        check_precision_plugin(row, precision)
+        checks.check_precision_plugin(row, precision)
 
 
 class AbstractBaseTests(_Table):
@@ -141,6 +122,6 @@ class AbstractBaseTests(_Table):
 
     rows: ClassVar[Sequence[type[Any]]] = ()
 
-    @_over(("cls",), class_params)
+    @_over(("cls",), tables.class_params)
     def test_abstract_base(self, cls: type[Any]) -> None:
-        assert_abstract_base(cls)
+        checks.assert_abstract_base(cls)
