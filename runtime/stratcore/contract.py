@@ -347,7 +347,7 @@ PRECISION_KINDS: dict[str, Ref] = {
     "double": ("stratcore.precision", "DoublePrecisionBase"),
     "mixed": ("stratcore.precision", "MixedPrecisionBase"),
     "half": ("stratcore.precision", "HalfPrecisionBase"),
-    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedPrecisionBase"),
+    "deepspeed": ("stratcore.wrappers.deepspeed_precision", "DeepSpeedPrecisionBase"),
     "fsdp_mixed": ("stratcore.wrappers.fsdp", "FSDPPrecisionBase"),
     "xla": ("stratcore.wrappers.xla", "XLAPrecisionBase"),
     "ipu": ("stratcore.ipu", "IPUPrecisionBase"),
