@@ -377,8 +377,9 @@ def test_a_test_module_reads_of_the_catalog_only_what_its_key_holds() -> None:
     import dataclasses
 
     from stratgen import render
-    from stratgen.project import resource_dir, select
+    from stratgen.project import resource_dir
     from stratgen.resolve import resolve
+    from stratgen.selection import select
 
     project = Project(load_config(REPO))
     catalog = resolve(project.sources())

@@ -3,7 +3,7 @@
 """What each accelerator's spec says a strategy does on it, where the strategy declares no
 precision, backend or wrapper of its own: the rows of the test modules refer to these."""
 
-from stratcore.testing import Expectation, PRECISIONS
+from stratcore.testing import PRECISIONS, Expectation
 
 ON_CPU = Expectation(
     default_precision="32-true",

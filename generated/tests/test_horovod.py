@@ -3,7 +3,7 @@
 """Tests of what specs/horovod.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from stratcore.testing import EnvironmentRow, Expectation, PRECISIONS, StrategyRow
+from stratcore.testing import PRECISIONS, EnvironmentRow, Expectation, StrategyRow
 from stratcore.testing.suite import EnvironmentTests, StrategyTests
 
 from stratlib import HorovodEnvironment, HorovodStrategy

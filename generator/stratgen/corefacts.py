@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from .factcache import remembered, runtime_dir
 

@@ -13,12 +13,9 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .speccache import unwrap, wrap
-
-if TYPE_CHECKING:
-    from .blackhelper import BlackHelper
 
 LINE_LENGTH = 100
 #: The layout of a cache entry (see ``speccache.wrap``): the key and a hash of the text.
@@ -46,20 +43,6 @@ class Formatter:
         self.cache = (cache or cache_dir()) if use_cache else None
         self.hits = 0
         self.misses = 0
-        self.helper: BlackHelper | None = None
-
-    def start_helper(self) -> None:
-        """Have black imported in a second process meanwhile (see ``blackhelper``), for the
-        few files the next ``format_all`` may not find formatted."""
-        if self.helper is None:
-            from .blackhelper import BlackHelper
-
-            self.helper = BlackHelper.start()
-
-    def stop_helper(self) -> None:
-        if self.helper is not None:
-            self.helper.close()
-            self.helper = None
 
     def _black(self) -> Any:
         import black  # imported on first use: a warm cache never pays for it
@@ -100,12 +83,8 @@ class Formatter:
         self.misses += len(missing)
         if missing:
             sources = [items[i][0] for i in missing]
-            outcomes: list[str] | list[str | Exception] | None = None
-            if self.helper is not None and len(sources) < PARALLEL_FROM:
-                outcomes = self.helper.format(sources, LINE_LENGTH, _black_version())
-            if outcomes is None:
-                self._black()
-                outcomes = _format_sources(sources, self._mode)
+            self._black()
+            outcomes = _format_sources(sources, self._mode)
             for index, outcome in zip(missing, outcomes, strict=True):
                 if isinstance(outcome, Exception):
                     name = items[index][1]

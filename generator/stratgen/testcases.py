@@ -22,7 +22,7 @@ from stratcore.contract import (
 from .catalog import Accelerator, Catalog, ClusterEnvironment, PrecisionPlugin, Strategy
 from .corefacts import inherited_fact
 from .model import Condition, ValueSource
-from .pyapi import literal
+from .pyapi import literal, sorted_names
 
 
 def processes_per_node(strategy: Strategy) -> int:
@@ -57,13 +57,11 @@ class TestTables:
     classes: set[str] = field(default_factory=set)
     #: the names of ``stratcore.testing`` the tables are written with
     uses: set[str] = field(default_factory=set)
-    #: the names of the entries of each table ('strategies', ...), for the classes' docstrings
-    names: dict[str, list[str]] = field(default_factory=dict)
 
-    def listed(self, table: str) -> str:
-        """The entries of a table as a phrase: 'ddp', 'ddp and dp', 'ddp, dp and ddp2'."""
-        names = self.names.get(table, [])
-        return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    @property
+    def testing_names(self) -> list[str]:
+        """What the module imports from ``stratcore.testing``, in isort's order."""
+        return sorted_names(self.uses)
 
     @property
     def suites(self) -> list[str]:
@@ -211,17 +209,13 @@ def test_tables(
 ) -> TestTables:
     """The tables of one spec file's test module; ``accelerators`` are those the package has."""
     tables = TestTables()
-    tables.classes.update(
-        entry.class_name
-        for entry in [*strategies, *([accelerator] if accelerator else []), *environments, *plugins]
-    )
-    tables.names = {
-        "strategies": [s.name for s in strategies if not s.abstract],
-        "accelerators": [accelerator.name] if accelerator else [],
-        "environments": [e.name for e in environments if not e.abstract],
-        "plugins": [p.name for p in plugins if not p.abstract],
-        "abstract": [e.class_name for e in [*strategies, *environments, *plugins] if e.abstract],
-    }
+    entries: list[Strategy | Accelerator | ClusterEnvironment | PrecisionPlugin] = [
+        *strategies,
+        *([accelerator] if accelerator else []),
+        *environments,
+        *plugins,
+    ]
+    tables.classes.update(entry.class_name for entry in entries)
     _strategy_rows(catalog, strategies, accelerators, tables)
     if accelerator is not None:
         tables.accelerators.append(_accelerator_row(accelerator))
