@@ -3,7 +3,7 @@
 """Tests of what specs/bagua.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_CUDA
+from spec_facts import BAGUA_OPTIONS, ON_CUDA
 from stratcore.testing import EnvironmentRow, StrategyRow
 from stratcore.testing.suite import EnvironmentTests, StrategyTests
 
@@ -17,13 +17,7 @@ class TestStrategies(StrategyTests):
             BaguaStrategy,
             expected={"cuda": ON_CUDA},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "algorithm": "gradient_allreduce",
-                "flatten": True,
-                "algorithm_kwargs": None,
-            },
+            options=BAGUA_OPTIONS,
             presets={
                 "bagua": {},
                 "bagua_bytegrad": {"algorithm": "bytegrad"},

@@ -3,7 +3,7 @@
 """Tests of what specs/ddp.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_CPU, ON_CUDA
+from spec_facts import DDP_OPTIONS, DDP_SPAWN_OPTIONS, ON_CPU, ON_CUDA, PARALLEL_OPTIONS
 from stratcore.testing import StrategyRow
 from stratcore.testing.suite import StrategyTests
 
@@ -17,14 +17,7 @@ class TestStrategies(StrategyTests):
             DDPStrategy,
             expected={"cuda": ON_CUDA, "cpu": ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "find_unused_parameters": False,
-                "static_graph": False,
-                "gradient_as_bucket_view": False,
-                "bucket_cap_mb": None,
-            },
+            options=DDP_OPTIONS,
             presets={
                 "ddp": {},
                 "ddp_find_unused_parameters_true": {"find_unused_parameters": True},
@@ -37,15 +30,7 @@ class TestStrategies(StrategyTests):
             DDPSpawnStrategy,
             expected={"cuda": ON_CUDA, "cpu": ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "find_unused_parameters": False,
-                "static_graph": False,
-                "gradient_as_bucket_view": False,
-                "bucket_cap_mb": None,
-                "start_method": "spawn",
-            },
+            options=DDP_SPAWN_OPTIONS,
             presets={
                 "ddp_spawn": {},
                 "ddp_fork": {"start_method": "fork"},
@@ -76,7 +61,7 @@ class TestStrategies(StrategyTests):
             DataParallelStrategy,
             expected={"cuda": ON_CUDA, "cpu": ON_CPU},
             devices=1,
-            options={"timeout": 1800.0, "process_group_backend": None},
+            options=PARALLEL_OPTIONS,
             presets={"dp": {}},
             parallel=True,
         ),
@@ -85,14 +70,7 @@ class TestStrategies(StrategyTests):
             DDP2Strategy,
             expected={"cuda": ON_CUDA, "cpu": ON_CPU},
             devices=1,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "find_unused_parameters": False,
-                "static_graph": False,
-                "gradient_as_bucket_view": False,
-                "bucket_cap_mb": None,
-            },
+            options=DDP_OPTIONS,
             presets={"ddp2": {}},
             parallel=True,
         ),

@@ -3,6 +3,7 @@
 """Tests of what specs/deepspeed.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
+from spec_facts import DEEPSPEED_OPTIONS
 from stratcore.testing import Expectation, PrecisionPluginRow, StrategyRow
 from stratcore.testing.suite import PrecisionPluginTests, StrategyTests
 
@@ -29,19 +30,7 @@ class TestStrategies(StrategyTests):
             DeepSpeedStrategy,
             expected={"cuda": DEEPSPEED_ON_CUDA, "cpu": DEEPSPEED_ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "zero_stage": 2,
-                "offload_optimizer": False,
-                "offload_parameters": False,
-                "offload_optimizer_device": "cpu",
-                "offload_params_device": "cpu",
-                "nvme_path": None,
-                "config": None,
-                "logging_batch_size_per_gpu": None,
-                "state_dict_type": "full",
-            },
+            options=DEEPSPEED_OPTIONS,
             presets={
                 "deepspeed": {},
                 "deepspeed_stage_1": {"zero_stage": 1},

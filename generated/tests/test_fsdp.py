@@ -3,7 +3,7 @@
 """Tests of what specs/fsdp.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_CPU, ON_CUDA
+from spec_facts import DDP_FULLY_SHARDED_OPTIONS, FSDP_OPTIONS, ON_CPU, ON_CUDA
 from stratcore.testing import PrecisionPluginRow, StrategyRow
 from stratcore.testing.suite import PrecisionPluginTests, StrategyTests
 
@@ -17,18 +17,7 @@ class TestStrategies(StrategyTests):
             FSDPStrategy,
             expected={"cuda": ON_CUDA, "cpu": ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "auto_wrap_min_params": None,
-                "auto_wrap_layers": None,
-                "cpu_offload": False,
-                "reshard_after_forward": None,
-                "sharding_strategy": "FULL_SHARD",
-                "device_mesh": None,
-                "activation_checkpointing_policy": None,
-                "state_dict_type": "full",
-            },
+            options=FSDP_OPTIONS,
             presets={"fsdp": {}, "fsdp_cpu_offload": {"cpu_offload": True}},
             parallel=True,
         ),
@@ -37,13 +26,7 @@ class TestStrategies(StrategyTests):
             DDPFullyShardedStrategy,
             expected={"cuda": ON_CUDA},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "auto_wrap_min_params": None,
-                "cpu_offload": False,
-                "reshard_after_forward": True,
-            },
+            options=DDP_FULLY_SHARDED_OPTIONS,
             presets={"ddp_fully_sharded": {}},
             parallel=True,
         ),

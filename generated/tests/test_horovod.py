@@ -3,6 +3,7 @@
 """Tests of what specs/horovod.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
+from spec_facts import HOROVOD_OPTIONS
 from stratcore.testing import PRECISIONS, EnvironmentRow, Expectation, StrategyRow
 from stratcore.testing.suite import EnvironmentTests, StrategyTests
 
@@ -24,12 +25,7 @@ class TestStrategies(StrategyTests):
             HorovodStrategy,
             expected={"cuda": HOROVOD_ON_CUDA, "cpu": HOROVOD_ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "backward_passes_per_step": 1,
-                "gradient_compression": "none",
-            },
+            options=HOROVOD_OPTIONS,
             presets={"horovod": {}},
             parallel=True,
         ),

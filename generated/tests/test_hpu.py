@@ -3,7 +3,7 @@
 """Tests of what specs/hpu.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_HPU
+from spec_facts import DDP_OPTIONS, ON_HPU
 from stratcore.testing import AcceleratorRow, StrategyRow
 from stratcore.testing.suite import AcceleratorTests, StrategyTests
 
@@ -24,14 +24,7 @@ class TestStrategies(StrategyTests):
             HPUParallelStrategy,
             expected={"hpu": ON_HPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "find_unused_parameters": False,
-                "static_graph": False,
-                "gradient_as_bucket_view": False,
-                "bucket_cap_mb": None,
-            },
+            options=DDP_OPTIONS,
             presets={"hpu_parallel": {}},
             parallel=True,
         ),

@@ -3,7 +3,7 @@
 """Tests of what specs/ipu.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_IPU
+from spec_facts import IPU_OPTIONS, ON_IPU
 from stratcore.testing import AcceleratorRow, PrecisionPluginRow, StrategyRow
 from stratcore.testing.suite import AcceleratorTests, PrecisionPluginTests, StrategyTests
 
@@ -17,14 +17,7 @@ class TestStrategies(StrategyTests):
             IPUStrategy,
             expected={"ipu": ON_IPU},
             devices=1,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "device_iterations": 1,
-                "gradient_accumulation": 1,
-                "autoreport_dir": None,
-                "training_opts": None,
-            },
+            options=IPU_OPTIONS,
             presets={"ipu": {}},
             parallel=True,
         ),

@@ -3,7 +3,7 @@
 """Tests of what specs/model_parallel.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_CPU, ON_CUDA
+from spec_facts import MODEL_PARALLEL_OPTIONS, ON_CPU, ON_CUDA
 from stratcore.testing import StrategyRow
 from stratcore.testing.suite import StrategyTests
 
@@ -17,15 +17,7 @@ class TestStrategies(StrategyTests):
             ModelParallelStrategy,
             expected={"cuda": ON_CUDA, "cpu": ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "parallelize_fn": None,
-                "data_parallel_size": "auto",
-                "tensor_parallel_size": "auto",
-                "save_distributed_checkpoint": True,
-                "activation_checkpointing_policy": None,
-            },
+            options=MODEL_PARALLEL_OPTIONS,
             presets={"model_parallel": {}},
             parallel=True,
         ),

@@ -3,7 +3,7 @@
 """Tests of what specs/sharded.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_CPU, ON_CUDA
+from spec_facts import DDP_SHARDED_OPTIONS, DDP_SHARDED_SPAWN_OPTIONS, ON_CPU, ON_CUDA
 from stratcore.testing import PrecisionPluginRow, StrategyRow
 from stratcore.testing.suite import PrecisionPluginTests, StrategyTests
 
@@ -17,12 +17,7 @@ class TestStrategies(StrategyTests):
             DDPShardedStrategy,
             expected={"cuda": ON_CUDA, "cpu": ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "reduce_buffer_size": 8388608,
-                "broadcast_buffers": True,
-            },
+            options=DDP_SHARDED_OPTIONS,
             presets={"ddp_sharded": {}},
             parallel=True,
         ),
@@ -31,13 +26,7 @@ class TestStrategies(StrategyTests):
             DDPSpawnShardedStrategy,
             expected={"cuda": ON_CUDA, "cpu": ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "reduce_buffer_size": 8388608,
-                "broadcast_buffers": True,
-                "start_method": "spawn",
-            },
+            options=DDP_SHARDED_SPAWN_OPTIONS,
             presets={"ddp_sharded_spawn": {}},
             parallel=True,
         ),

@@ -3,7 +3,7 @@
 """Tests of what specs/xla.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_TPU
+from spec_facts import ON_TPU, SINGLE_TPU_OPTIONS, TPU_SPAWN_OPTIONS
 from stratcore.testing import AcceleratorRow, EnvironmentRow, PrecisionPluginRow, StrategyRow
 from stratcore.testing.suite import (
     AcceleratorTests,
@@ -30,7 +30,7 @@ class TestStrategies(StrategyTests):
             SingleTPUStrategy,
             expected={"tpu": ON_TPU},
             devices=1,
-            options={"debug": False},
+            options=SINGLE_TPU_OPTIONS,
             presets={"single_tpu": {}, "single_xla": {}},
         ),
         StrategyRow(
@@ -38,13 +38,7 @@ class TestStrategies(StrategyTests):
             TPUSpawnStrategy,
             expected={"tpu": ON_TPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "start_method": "fork",
-                "sync_module_states": True,
-                "debug": False,
-            },
+            options=TPU_SPAWN_OPTIONS,
             presets={
                 "tpu_spawn": {},
                 "xla": {},
@@ -58,13 +52,7 @@ class TestStrategies(StrategyTests):
             XLAFSDPStrategy,
             expected={"tpu": ON_TPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "start_method": "fork",
-                "sync_module_states": True,
-                "debug": False,
-            },
+            options=TPU_SPAWN_OPTIONS,
             presets={"xla_fsdp": {}},
             parallel=True,
         ),

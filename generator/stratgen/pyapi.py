@@ -242,6 +242,7 @@ class PyModule:
     imports: Imports
     classes: list[PyClass]
     body: list[str] = field(default_factory=list)  # module-level assignments
+    tail: list[str] = field(default_factory=list)  # module-level assignments after the classes
     all_names: list[str] = field(default_factory=list)
 
     @property

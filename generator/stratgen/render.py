@@ -327,15 +327,17 @@ def _tests(
         if item is not None:
             files.append(item)
     baselines = testcases.baseline_expectations(catalog, selection.accelerators)
-    shared = renderer.template("tests/accelerator_expectations.py.j2").render(
-        header=header("the accelerator specs"),
+    strategies = [catalog.strategies[name] for name in selection.strategies]
+    shared = renderer.template("tests/spec_facts.py.j2").render(
+        header=header("the specs"),
         expectations=baselines,
+        options=testcases.shared_options(strategies),
         uses=[
             *(["PRECISIONS"] if any("=PRECISIONS" in e for _, e in baselines) else []),
             "Expectation",
         ],
     )
-    files.append(RenderedFile(f"{tests_dir}/accelerator_expectations.py", shared, True))
+    files.append(RenderedFile(f"{tests_dir}/spec_facts.py", shared, True))
     package_parent = os.path.relpath(package_dir.rsplit("/", 1)[0] or ".", tests_dir)
     conftest = renderer.template("tests/conftest.py.j2").render(
         header=header("stratgen's test template"),

@@ -43,9 +43,9 @@ class TestTables:
     list of ``stratcore.testing.rows`` constructor calls."""
 
     #: (constant name, ``Expectation(...)``) of the module's own strategies, where what they do
-    #: on an accelerator differs from what ``accelerator_expectations`` says of it
+    #: on an accelerator differs from what ``spec_facts`` says of it
     expectations: list[tuple[str, str]] = field(default_factory=list)
-    #: the constants of ``accelerator_expectations`` the rows refer to
+    #: the constants of ``spec_facts`` the rows refer to
     shared: set[str] = field(default_factory=set)
     strategies: list[str] = field(default_factory=list)
     accelerators: list[str] = field(default_factory=list)
@@ -128,10 +128,52 @@ def _expectation(catalog: Catalog, strategy: Strategy | None, accelerator_name: 
 
 
 def baseline_expectations(catalog: Catalog, accelerators: Iterable[str]) -> list[tuple[str, str]]:
-    """(constant name, ``testing.Expectation(...)``) for each accelerator: what a strategy that
-    declares nothing of its own does there, shared by the test modules
-    (``accelerator_expectations``)."""
+    """(constant name, ``Expectation(...)``) for each accelerator: what a strategy that
+    declares nothing of its own does there, shared by the test modules (``spec_facts``)."""
     return [(f"ON_{_constant(name)}", _expectation(catalog, None, name)) for name in accelerators]
+
+
+def _changed_options(strategy: Strategy) -> dict[str, Any]:
+    """The options a strategy declares, or gives another default than its parent's."""
+    inherited = strategy.parent.options if strategy.parent is not None else {}
+    return {
+        name: option.default
+        for name, option in strategy.options.items()
+        if name not in inherited or inherited[name].default != option.default
+    }
+
+
+def options_name(strategy: Strategy) -> str:
+    """The constant of ``spec_facts`` that holds a strategy's options: its own where it
+    declares any (or changes a default), else its parent's."""
+    while not _changed_options(strategy) and strategy.parent is not None:
+        strategy = strategy.parent
+    return f"{_constant(strategy.name)}_OPTIONS"
+
+
+def shared_options(strategies: Iterable[Strategy]) -> list[tuple[str, str]]:
+    """(constant name, dict literal) of the options of every strategy that declares some, a
+    parent's before its children's: each built from its parent's and the options it declares
+    or gives another default, shared by the test modules (``spec_facts``)."""
+    found: dict[str, str] = {}
+
+    def add(strategy: Strategy) -> None:
+        name = options_name(strategy)
+        if name in found or not strategy.options:
+            return
+        owner = strategy
+        while not _changed_options(owner) and owner.parent is not None:
+            owner = owner.parent
+        parent = owner.parent
+        items = [f"{literal(k)}: {literal(v)}" for k, v in _changed_options(owner).items()]
+        if parent is not None and parent.options:
+            add(parent)
+            items.insert(0, f"**{options_name(parent)}")
+        found[name] = "{" + ", ".join(items) + "}"
+
+    for strategy in strategies:
+        add(strategy)
+    return list(found.items())
 
 
 def _constant(text: str) -> str:
@@ -163,14 +205,14 @@ def _strategy_rows(
                 )
                 expected.append((name, constant))
         devices = processes_per_node(strategy)
-        defaults = {name: option.default for name, option in strategy.options.items()}
         presets = {strategy.name: {}, **strategy.aliases}
         keywords = [
             ("expected", "{" + ", ".join(f"{literal(a)}: {c}" for a, c in expected) + "}"),
             ("devices", str(devices)),
         ]
-        if defaults:
-            keywords.append(("options", literal(defaults)))
+        if strategy.options:
+            keywords.append(("options", options_name(strategy)))
+            tables.shared.add(options_name(strategy))
         keywords.append(("presets", literal(presets)))
         if strategy.base == "parallel":
             keywords.append(("parallel", "True"))

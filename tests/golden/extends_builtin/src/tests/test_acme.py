@@ -3,7 +3,7 @@
 """Tests of what specs/acme.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_CPU
+from spec_facts import ACME_DDP_OPTIONS, ON_CPU
 from stratcore.testing import StrategyRow
 from stratcore.testing.suite import StrategyTests
 
@@ -17,15 +17,7 @@ class TestStrategies(StrategyTests):
             AcmeDDPStrategy,
             expected={"cpu": ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "process_group_backend": None,
-                "find_unused_parameters": True,
-                "static_graph": False,
-                "gradient_as_bucket_view": False,
-                "bucket_cap_mb": None,
-                "warmup_steps": 10,
-            },
+            options=ACME_DDP_OPTIONS,
             presets={
                 "acme_ddp": {},
                 "acme_ddp_static": {"static_graph": True, "find_unused_parameters": False},

@@ -3,7 +3,7 @@
 """Tests of what specs/hostile.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_CPU
+from spec_facts import HOSTILE_OPTIONS, ON_CPU
 from stratcore.testing import EnvironmentRow, StrategyRow
 from stratcore.testing.suite import EnvironmentTests, StrategyTests
 
@@ -17,7 +17,7 @@ class TestStrategies(StrategyTests):
             HostileStrategy,
             expected={"cpu": ON_CPU},
             devices=1,
-            options={"level": '""" + __import__(\'os\').getcwd() + """', "choice": "a'b"},
+            options=HOSTILE_OPTIONS,
             presets={"hostile": {}, "hostile_quoted": {"level": "'''\"\"\"'''\\"}},
         ),
         StrategyRow(
@@ -25,7 +25,7 @@ class TestStrategies(StrategyTests):
             HostileIndentedStrategy,
             expected={"cpu": ON_CPU},
             devices=1,
-            options={"level": '""" + __import__(\'os\').getcwd() + """', "choice": "a'b"},
+            options=HOSTILE_OPTIONS,
             presets={"hostile_indented": {}},
         ),
     ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # Import the package from this checkout even when it is not installed, and the module the test
-# modules share (accelerator_expectations) whichever way pytest imports them.
+# modules share (spec_facts) whichever way pytest imports them.
 sys.path.insert(0, str((Path(__file__).parent / "..").resolve()))
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -3,7 +3,7 @@
 """Tests of what specs/base.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_CPU
+from spec_facts import ON_CPU
 from stratcore.testing import AcceleratorRow, EnvironmentRow, PrecisionPluginRow, StrategyRow
 from stratcore.testing.suite import (
     AbstractBaseTests,

@@ -3,7 +3,7 @@
 """Tests of what specs/local.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from accelerator_expectations import ON_NPU
+from spec_facts import NPU_PARALLEL_OPTIONS, ON_NPU
 from stratcore.testing import (
     AcceleratorRow,
     EnvironmentRow,
@@ -49,17 +49,7 @@ class TestStrategies(StrategyTests):
             NPUParallelStrategy,
             expected={"npu": ON_NPU, "cpu": NPU_PARALLEL_ON_CPU},
             devices=2,
-            options={
-                "timeout": 1800.0,
-                "compile": False,
-                "buckets": 4,
-                "ratio": 0.5,
-                "mode": "eager",
-                "cache_dir": None,
-                "config": None,
-                "layers": None,
-                "extra": None,
-            },
+            options=NPU_PARALLEL_OPTIONS,
             presets={"npu_parallel": {}, "npu_parallel_graph": {"mode": "graph", "compile": True}},
             parallel=True,
         ),
