@@ -40,14 +40,15 @@ def _public_names(tree: ast.Module) -> set[str]:
 
 @cache
 def strategy_attributes() -> frozenset[str]:
-    """Public attribute names of the core's strategy classes and mixins."""
+    """Public attribute names of the core's strategy classes and the bases they share
+    (``CheckpointingBase``)."""
     return remembered("strategy_attributes", _strategy_attributes)
 
 
 def _strategy_attributes() -> frozenset[str]:
     core = runtime_dir()
-    paths = [core / "strategy.py", core / "single_device.py", core / "parallel.py"]
-    paths += sorted((core / "wrappers").glob("*.py"))
+    paths = [core / "strategy.py", core / "checkpoint_state.py", core / "single_device.py"]
+    paths += [core / "parallel.py", core / "ipu.py", *sorted((core / "wrappers").glob("*.py"))]
     names: set[str] = set()
     for path in paths:
         if path.is_file():
