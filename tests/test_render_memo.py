@@ -100,11 +100,11 @@ def _edit_description(root: Path) -> None:
 
 def _edit_inherited_option(root: Path) -> None:
     """The default of an option of ddp (specs/ddp.yaml), which hpu_parallel (specs/hpu.yaml)
-    inherits: the options hpu_parallel's tests expect change."""
+    inherits: ddp's constructor and the options the tests expect change."""
     _replace(
         root / "specs" / "ddp.yaml",
-        "default: null\n        doc: Size of the gradient buckets",
-        "default: 25.0\n        doc: Size of the gradient buckets",
+        "bucket_cap_mb:\n        doc: Size of the gradient buckets",
+        "bucket_cap_mb:\n        default: 25.0\n        doc: Size of the gradient buckets",
     )
 
 
@@ -148,7 +148,7 @@ def _add_spec(root: Path) -> None:
 EDITS: dict[str, tuple[Callable[[Path], None], str, bool]] = {
     # edit: (how, a file it must change, whether remembered files change)
     "description": (_edit_description, MODULE, True),
-    "inherited option": (_edit_inherited_option, "generated/tests/test_hpu.py", True),
+    "inherited option": (_edit_inherited_option, "generated/stratlib/strategies/ddp.py", True),
     "parent renamed": (_rename_parent, MODULE, True),
     "module template": (_edit_template, MODULE, True),
     "test template": (_edit_test_template, "generated/tests/test_hpu.py", True),

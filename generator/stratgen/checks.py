@@ -158,7 +158,7 @@ def check_option(
         )
     if keyword.iskeyword(name):
         problems.add(option.loc, opt_path, f"{name!r} is a Python keyword")
-    if option.default is not None and not value_fits(option.default, option.types):
+    if option.default is not None and option.types and not value_fits(option.default, option.types):
         problems.add(
             option.locs.get("default", option.loc),
             f"{opt_path}.default",

@@ -211,3 +211,66 @@ def inherited_fact(bases: list[tuple[str, str]], attribute: str) -> object:
         if attribute in defaults:
             return defaults[attribute]
     raise KeyError(f"no class among {bases} sets {attribute!r}")
+
+
+def runtime_bases(base: str, wrapper: str) -> list[tuple[str, str]]:
+    """The runtime classes a strategy of ``base`` and ``wrapper`` derives from, in order: its
+    wrapper's base class (if any), then its base kind's."""
+    from stratcore.contract import BASES, WRAPPERS
+
+    wrapped = WRAPPERS[wrapper].base
+    return [wrapped, BASES[base]] if wrapped is not None else [BASES[base]]
+
+
+#: Option types of the plain annotations of the runtime's option attributes.
+_ANNOTATION_TYPES = {"bool": "bool", "int": "int", "float": "float", "str": "str", "Any": "any"}
+
+
+def _split_union(annotation: str) -> list[str]:
+    """The members of ``A | B[C | D] | None``, brackets respected."""
+    parts, depth, current = [], 0, ""
+    for char in annotation:
+        depth += char in "[("
+        depth -= char in "])"
+        if char == "|" and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [*parts, current.strip()]
+
+
+def option_types(annotation: str) -> tuple[str, ...] | None:
+    """The option types (``contract.OPTION_TYPES``) an annotation of the runtime allows, None
+    besides; None where a member has no option type (a ``Literal``, a class)."""
+    members = [m for m in _split_union(annotation) if m != "None"]
+    if "str" in members and "os.PathLike[str]" in members:
+        members = [m for m in members if m != "os.PathLike[str]"]
+        members[members.index("str")] = "path"
+    types = []
+    for member in members:
+        if member in _ANNOTATION_TYPES:
+            types.append(_ANNOTATION_TYPES[member])
+        elif member == "path" or member.startswith(("Mapping[", "Sequence[", "Callable[")):
+            types.append({"M": "mapping", "S": "sequence", "C": "any"}.get(member[0], member))
+        else:
+            return None
+    return tuple(types) or None
+
+
+def runtime_option(
+    bases: list[tuple[str, str]], name: str
+) -> tuple[tuple[str, ...], object] | None:
+    """The option types and default of ``name`` as the runtime class that reads it declares
+    it (an annotated attribute with a plain default, found along the MRO of ``bases``); None
+    where no class declares it so."""
+    for module, class_name in _merge([], bases):
+        annotation = class_annotations(module, class_name).get(name)
+        if annotation is None or annotation[0].startswith("ClassVar"):
+            continue
+        defaults = class_defaults(module, class_name)
+        types = option_types(annotation[0])
+        if types is None or name not in defaults:
+            return None
+        return types, defaults[name]
+    return None

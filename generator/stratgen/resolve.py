@@ -3,9 +3,10 @@ reference checked (``stratgen.checks`` holds the checks themselves)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from stratcore.contract import ENVIRONMENT_VALUES, PRECISIONS
 
@@ -35,11 +36,13 @@ from .checks import (
     field_loc,
     listing,
 )
+from .corefacts import runtime_bases, runtime_option
 from .errors import Location, did_you_mean
 from .model import (
     AcceleratorSpec,
     Backend,
     ClusterEnvironmentSpec,
+    Option,
     PrecisionPluginSpec,
     StrategySpec,
     ValueSource,
@@ -361,7 +364,8 @@ def _resolve_strategy(
     check_accelerators(catalog, problems, spec, path, accelerators)
 
     options = dict(parent.options) if parent else {}
-    for option_name, option in (spec.options or {}).items():
+    for option_name, given in (spec.options or {}).items():
+        option = _with_runtime_facts(problems, path, option_name, given, base, wrapper)
         check_option(problems, spec, path, option_name, option, base, wrapper)
         options[option_name] = option
     check_aliases(problems, spec, path, options)
@@ -387,6 +391,34 @@ def _resolve_strategy(
         aliases=dict(spec.aliases),
         requires=tuple(pick("requires", ())),
         hooks=pick("hooks", None),
+    )
+
+
+def _with_runtime_facts(
+    problems: Problems, path: str, name: str, option: Option, base: str, wrapper: str
+) -> Option:
+    """``option`` with the type and default the runtime class that reads it declares, where
+    the spec gives none; a problem where it gives no type and the runtime declares none."""
+    if option.type is not None and "default" in option.locs:
+        return option
+    facts = runtime_option(runtime_bases(base, wrapper), name)
+    if facts is None:
+        if option.type is None:
+            problems.add(
+                option.loc,
+                f"{path}.options.{name}.type",
+                f"option {name!r} needs a type: the runtime declares none for it",
+            )
+        return option
+    types, default = facts
+    return dataclasses.replace(
+        option,
+        type=(
+            option.type
+            if option.type is not None
+            else cast(Any, types[0] if len(types) == 1 else types)
+        ),
+        default=option.default if "default" in option.locs else default,
     )
 
 
