@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,11 +100,12 @@ class ScenarioJobs:
         self._reports: dict[str, JobReport] = {}
 
     @classmethod
-    def for_session(cls, tmp_path_factory: Any) -> ScenarioJobs:
-        """The jobs of this pytest session, shared by its xdist workers."""
-        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    def for_session(cls, tmp_path_factory: Any, config: Any) -> ScenarioJobs:
+        """The jobs of this pytest session (``config`` is its ``pytestconfig``), shared by its
+        xdist workers: each has its own temporary folder inside the session's."""
         base = Path(tmp_path_factory.getbasetemp())
-        return cls(base.parent / f"scenario-jobs-{run}" if run else base / "scenario-jobs")
+        worker = hasattr(config, "workerinput")  # set by pytest-xdist in its workers only
+        return cls((base.parent if worker else base) / "scenario-jobs")
 
     def check(self, row: StrategyRow, case: str) -> None:
         """Assert one real-run case of ``row``'s strategy (one of ``RUN_CASES``)."""

@@ -28,7 +28,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def scenario_jobs(tmp_path_factory: pytest.TempPathFactory) -> ScenarioJobs:
+def scenario_jobs(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> ScenarioJobs:
     """The real runs of the session: one job runs every case of a strategy (see
     stratcore.testing.jobs)."""
-    return ScenarioJobs.for_session(tmp_path_factory)
+    return ScenarioJobs.for_session(tmp_path_factory, pytestconfig)
