@@ -8,9 +8,9 @@ classes use: an option stored under such a name would shadow a method or a fact 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from .factcache import remembered, runtime_dir
@@ -46,14 +46,23 @@ def strategy_attributes() -> frozenset[str]:
 
 
 def _strategy_attributes() -> frozenset[str]:
-    core = runtime_dir()
-    paths = [core / "strategy.py", core / "checkpoint_state.py", core / "single_device.py"]
-    paths += [core / "parallel.py", core / "ipu.py", *sorted((core / "wrappers").glob("*.py"))]
+    modules = ["strategy", "checkpoint_state", "single_device", "parallel", "ipu"]
+    modules += [f"wrappers.{p.stem}" for p in sorted((runtime_dir() / "wrappers").glob("*.py"))]
     names: set[str] = set()
-    for path in paths:
-        if path.is_file():
-            names |= _public_names(ast.parse(Path(path).read_text(encoding="utf-8")))
+    for module in modules:
+        if runtime_dir().joinpath(*module.split(".")).with_suffix(".py").is_file():
+            names |= _public_names(_module_source(f"stratcore.{module}")[0])
     return frozenset(names)
+
+
+def _module_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """A module's statements, those of its ``if``/``try`` blocks included (not functions')."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If | ast.Try):
+            yield from _module_statements(node.body + node.orelse)
+            for handler in node.handlers if isinstance(node, ast.Try) else ():
+                yield from _module_statements(handler.body)
 
 
 def _module_names(tree: ast.Module, module: str) -> dict[str, str]:
@@ -61,7 +70,7 @@ def _module_names(tree: ast.Module, module: str) -> dict[str, str]:
     defines as classes, each with the module it comes from."""
     package = module.rsplit(".", 1)[0]
     known: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in _module_statements(tree.body):
         if isinstance(node, ast.ImportFrom):
             source = node.module or ""
             if node.level:
@@ -105,16 +114,22 @@ def _class_annotations(
 def _class_source(module: str, class_name: str) -> tuple[ast.ClassDef, dict[str, str]]:
     """The definition of a runtime class, found from a module that defines it or re-exports it
     (``stratcore.launchers``), and the names its module imports or defines."""
-    folder = runtime_dir().parent.joinpath(*module.split("."))
-    path = folder / "__init__.py" if folder.is_dir() else folder.with_suffix(".py")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    known = _module_names(tree, module if path.name != "__init__.py" else f"{module}.__init__")
+    tree, known = _module_source(module)
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             return node, known
     if known.get(class_name, module) == module:
         raise LookupError(f"{module} neither defines nor imports {class_name}")
     return _class_source(known[class_name], class_name)
+
+
+@cache
+def _module_source(module: str) -> tuple[ast.Module, dict[str, str]]:
+    """A runtime module's syntax tree and the names it imports or defines, read once."""
+    folder = runtime_dir().parent.joinpath(*module.split("."))
+    path = folder / "__init__.py" if folder.is_dir() else folder.with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return tree, _module_names(tree, module if path.name != "__init__.py" else f"{module}.__init__")
 
 
 @dataclass(frozen=True)

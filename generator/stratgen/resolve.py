@@ -411,13 +411,10 @@ def _with_runtime_facts(
             )
         return option
     types, default = facts
+    runtime_type = cast(Any, types[0] if len(types) == 1 else types)
     return dataclasses.replace(
         option,
-        type=(
-            option.type
-            if option.type is not None
-            else cast(Any, types[0] if len(types) == 1 else types)
-        ),
+        type=option.type if option.type is not None else runtime_type,
         default=option.default if "default" in option.locs else default,
     )
 
