@@ -35,8 +35,9 @@ from stratgen.catalog import Catalog  # noqa: E402
 from stratgen.cli import build_parser  # noqa: E402
 from stratgen.jsonschema import spec_schema  # noqa: E402
 from stratgen.listing import strategy_rows  # noqa: E402
-from stratgen.project import CONFIG_KEYS, Config, Project, load_config, select  # noqa: E402
+from stratgen.project import CONFIG_KEYS, Config, Project, load_config  # noqa: E402
 from stratgen.resolve import resolve  # noqa: E402
+from stratgen.selection import select  # noqa: E402
 
 MARKER = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",

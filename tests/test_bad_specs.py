@@ -43,6 +43,7 @@ REQUIRED = {
     "reserved option name": "33_reserved_option_names",
     "ambiguous precision plugins": "34_ambiguous_precision_plugins",
     "default precision not accepted on an accelerator": "47_default_precision_not_on_accelerator",
+    "option without a type the runtime does not read": "48_option_without_type",
 }
 
 

@@ -99,8 +99,13 @@ def _edit_description(root: Path) -> None:
 
 
 def _edit_inherited_option(root: Path) -> None:
-    """An option of ddp (specs/ddp.yaml), which hpu_parallel (specs/hpu.yaml) inherits."""
-    _replace(root / "specs" / "ddp.yaml", "Size of the gradient buckets", "Size of the buckets")
+    """The default of an option of ddp (specs/ddp.yaml), which hpu_parallel (specs/hpu.yaml)
+    inherits: ddp's constructor and the options the tests expect change."""
+    _replace(
+        root / "specs" / "ddp.yaml",
+        "bucket_cap_mb:\n        doc: Size of the gradient buckets",
+        "bucket_cap_mb:\n        default: 25.0\n        doc: Size of the gradient buckets",
+    )
 
 
 def _rename_parent(root: Path) -> None:
@@ -143,7 +148,7 @@ def _add_spec(root: Path) -> None:
 EDITS: dict[str, tuple[Callable[[Path], None], str, bool]] = {
     # edit: (how, a file it must change, whether remembered files change)
     "description": (_edit_description, MODULE, True),
-    "inherited option": (_edit_inherited_option, MODULE, True),
+    "inherited option": (_edit_inherited_option, "generated/stratlib/strategies/ddp.py", True),
     "parent renamed": (_rename_parent, MODULE, True),
     "module template": (_edit_template, MODULE, True),
     "test template": (_edit_test_template, "generated/tests/test_hpu.py", True),
@@ -372,8 +377,9 @@ def test_a_test_module_reads_of_the_catalog_only_what_its_key_holds() -> None:
     import dataclasses
 
     from stratgen import render
-    from stratgen.project import resource_dir, select
+    from stratgen.project import resource_dir
     from stratgen.resolve import resolve
+    from stratgen.selection import select
 
     project = Project(load_config(REPO))
     catalog = resolve(project.sources())

@@ -1,29 +1,25 @@
 """The smaller things that make a regeneration fast, each of which can only cost time: a
 project's bundle of parsed specs, the runtime facts kept across runs, the up-to-date record and
-what its fingerprint covers, the garbage collector paused during a command, black imported in a
-helper process."""
+what its fingerprint covers, the garbage collector paused during a command, and black run once
+over each file."""
 
 from __future__ import annotations
 
-import gc
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sgtest import (
-    MINIMAL_BASE,
     STRATEGY_SPEC,
     builtin_specs_project,
     make_project,
     run_cli,
 )
 
-import stratgen.blackhelper
 import stratgen.factcache
-from stratgen.blackhelper import BlackHelper
 from stratgen.factcache import remembered
-from stratgen.fmt import LINE_LENGTH, FormatError, Formatter, _black_version
+from stratgen.fmt import LINE_LENGTH, FormatError, Formatter
 from stratgen.project import Project, load_config
 from stratgen.speccache import SpecCache
 from stratgen.uptodate import fingerprint, up_to_date
@@ -206,137 +202,19 @@ def test_the_record_holds_the_inputs_as_they_were_before_the_run(
     assert up_to_date(Project(load_config(root))) is not None
 
 
-def test_the_record_tells_changed_inputs_from_a_changed_tree(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """What generate starts black's helper early on: inputs changed since the tree was made."""
-    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
-    root = make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})
-    assert run_cli("generate", "--project", root).code == 0
-    project = Project(load_config(root))
-    assert up_to_date(project) is not None and not project.inputs_changed
-    (root / "specs" / "base.yaml").write_text(MINIMAL_BASE + "\n# edited\n", encoding="utf-8")
-    project = Project(load_config(root))
-    assert up_to_date(project) is None and project.inputs_changed
-    shutil.rmtree(root / "out")
-    project = Project(load_config(root))
-    assert up_to_date(project) is None and not project.inputs_changed
-
-
-# --- black in a helper process ------------------------------------------------------------------
+# --- black, once over each file ----------------------------------------------------------------
 
 SOURCES = ["x = [1,2,\n3]\n", "def f( a ):\n  return {'a':a}\n", "class A: pass\n"]
 
 
-@pytest.fixture
-def no_black(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As in a process that has not imported black (``stratgen generate`` starts so), on a
-    machine with an idle core."""
-    monkeypatch.setattr(stratgen.blackhelper, "_black_imported", lambda: False)
-    monkeypatch.setattr(stratgen.blackhelper, "_spare_core", lambda: True)
-
-
-@pytest.mark.parametrize(
-    ("cores", "runnable", "load", "spare"),
-    [
-        (2, 1, 2.5, True),  # only this process runs now, whatever ran a minute ago
-        (2, 3, 0.1, False),
-        (4, 3, 3.0, True),
-        (1, 1, 0.0, False),
-        (2, None, 0.3, True),  # no /proc/loadavg: the load average over a minute
-        (2, None, 1.8, False),
-    ],
-)
-def test_the_helper_runs_only_beside_an_idle_core(
-    monkeypatch: pytest.MonkeyPatch, cores: int, runnable: int | None, load: float, spare: bool
-) -> None:
-    import os
-
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
-    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
-    monkeypatch.setattr(stratgen.blackhelper, "_runnable", lambda: runnable)
-    assert stratgen.blackhelper._spare_core() is spare
-
-
-@pytest.mark.usefixtures("no_black")
-def test_the_helper_formats_as_black_does_here() -> None:
+def test_black_once_formats_as_black_does() -> None:
     import black
 
     mode = black.Mode(line_length=LINE_LENGTH, target_versions={black.TargetVersion.PY311})
-    helper = BlackHelper.start()
-    if helper is None:
-        pytest.skip("one core: no helper")
-    try:
-        texts = helper.format(SOURCES, LINE_LENGTH, _black_version())
-    finally:
-        helper.close()
-    assert texts == [black.format_str(s, mode=mode) for s in SOURCES]
+    formatted = Formatter(use_cache=False).format_all([(s, "f.py") for s in SOURCES])
+    assert formatted == [black.format_str(s, mode=mode) for s in SOURCES]
 
 
-@pytest.mark.usefixtures("no_black")
-def test_a_helper_that_died_leaves_formatting_here(tmp_path: Path) -> None:
-    formatter = Formatter(use_cache=False)
-    formatter.start_helper()
-    if formatter.helper is None:
-        pytest.skip("one core: no helper")
-    formatter.helper._process.kill()
-    assert formatter.format_all([(s, "f.py") for s in SOURCES]) == Formatter(
-        use_cache=False
-    ).format_all([(s, "f.py") for s in SOURCES])
-    formatter.stop_helper()
-
-
-@pytest.mark.usefixtures("no_black")
-def test_invalid_code_is_the_same_error_with_a_helper() -> None:
-    formatter = Formatter(use_cache=False)
-    formatter.start_helper()
-    try:
-        with pytest.raises(FormatError, match="generated code is not valid Python"):
-            formatter.format_all([("def (:\n", "bad.py")])
-    finally:
-        formatter.stop_helper()
-
-
-@pytest.mark.usefixtures("no_black")
-def test_another_black_version_is_not_used() -> None:
-    helper = BlackHelper.start()
-    if helper is None:
-        pytest.skip("one core: no helper")
-    try:
-        assert helper.format(SOURCES, LINE_LENGTH, "0.0-not-this-one") is None
-    finally:
-        helper.close()
-
-
-def test_generate_starts_the_helper_only_for_a_spec_it_parses(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
-    started: list[bool] = []
-    monkeypatch.setattr(Formatter, "start_helper", lambda self: started.append(True))
-    root = make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})
-    assert run_cli("generate", "--project", root).code == 0
-    assert started
-    started.clear()
-    shutil.rmtree(root / "out")  # every spec parsed before: nothing new to format
-    assert run_cli("generate", "--project", root).code == 0
-    assert not started
-    assert run_cli("check", "--project", root).code == 0
-    (root / "specs" / "base.yaml").write_text(MINIMAL_BASE + "\n# edited\n", encoding="utf-8")
-    assert run_cli("check", "--project", root).code == 0
-    assert not started, "check never starts it"
-
-
-# --- the garbage collector ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_a_command_leaves_the_collector_as_it_found_it(enabled: bool, tmp_path: Path) -> None:
-    was = gc.isenabled()
-    try:
-        (gc.enable if enabled else gc.disable)()
-        assert run_cli("validate", "--project", tmp_path, str(tmp_path / "none.yaml")).code == 2
-        assert gc.isenabled() is enabled
-    finally:
-        (gc.enable if was else gc.disable)()
+def test_invalid_code_is_a_format_error() -> None:
+    with pytest.raises(FormatError, match="generated code is not valid Python"):
+        Formatter(use_cache=False).format_all([("def (:\n", "bad.py")])

@@ -46,7 +46,7 @@ def measure(strategy: Any, megabytes: int, repeats: int, folder: str) -> dict[st
         strategy.save_checkpoint({"model": model, "step": 1}, root / f"{kind}.ckpt")
         times[kind].append(time.perf_counter() - started)
         if asynchronous:
-            strategy._sharded_saver.wait()
+            strategy.sharded_saver.wait()
             strategy.barrier("complete")
             times["async_complete"].append(time.perf_counter() - started)
 

@@ -10,6 +10,7 @@ on the whole batch. Without the lightning package they skip."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,72 +20,51 @@ from stratcore.lightning import testing
 
 from stratlib.lightning import fabric, pytorch
 
-
-def test_fabric_registries_hold_the_plugins() -> None:
-    testing.assert_registered(
+#: Each framework's registries: its accelerators, and each registry name with its class and the
+#: options it presets.
+REGISTRIES = [
+    pytest.param(
         "fabric",
-        [
-            fabric.HPUAccelerator,
-        ],
+        [fabric.HPUAccelerator],
         [
             ("hpu_single", fabric.SingleHPUStrategy, {}),
             ("hpu_parallel", fabric.HPUParallelStrategy, {}),
         ],
-    )
-
-
-@pytest.mark.slow
-def test_fabric_hpu_single_trains_like_one_process(tmp_path: Path) -> None:
-    testing.assert_trains_like_one_process(
-        "fabric",
-        "stratlib.lightning.fabric",
-        fabric.SingleHPUStrategy,
-        tmp_path,
-        devices=1,
-    )
-
-
-@pytest.mark.slow
-def test_fabric_hpu_parallel_trains_like_one_process(tmp_path: Path) -> None:
-    testing.assert_trains_like_one_process(
-        "fabric",
-        "stratlib.lightning.fabric",
-        fabric.HPUParallelStrategy,
-        tmp_path,
-        devices=2,
-    )
-
-
-def test_pytorch_registries_hold_the_plugins() -> None:
-    testing.assert_registered(
+        id="fabric",
+    ),
+    pytest.param(
         "pytorch",
-        [
-            pytorch.HPUAccelerator,
-        ],
+        [pytorch.HPUAccelerator],
         [
             ("hpu_single", pytorch.SingleHPUStrategy, {}),
             ("hpu_parallel", pytorch.HPUParallelStrategy, {}),
         ],
-    )
+        id="pytorch",
+    ),
+]
+
+#: The plugins that train, with the processes they train on.
+TRAINING = [
+    pytest.param("fabric", fabric.SingleHPUStrategy, 1, id="fabric-hpu_single"),
+    pytest.param("fabric", fabric.HPUParallelStrategy, 2, id="fabric-hpu_parallel"),
+    pytest.param("pytorch", pytorch.SingleHPUStrategy, 1, id="pytorch-hpu_single"),
+    pytest.param("pytorch", pytorch.HPUParallelStrategy, 2, id="pytorch-hpu_parallel"),
+]
+
+
+@pytest.mark.parametrize(("framework", "accelerators", "names"), REGISTRIES)
+def test_registries_hold_the_plugins(
+    framework: str,
+    accelerators: list[type[Any]],
+    names: list[tuple[str, type[Any], dict[str, Any]]],
+) -> None:
+    testing.assert_registered(framework, accelerators, names)
 
 
 @pytest.mark.slow
-def test_pytorch_hpu_single_trains_like_one_process(tmp_path: Path) -> None:
-    testing.assert_trains_like_one_process(
-        "pytorch",
-        "stratlib.lightning.pytorch",
-        pytorch.SingleHPUStrategy,
-        tmp_path,
-        devices=1,
-    )
-
-
-@pytest.mark.slow
-def test_pytorch_hpu_parallel_trains_like_one_process(tmp_path: Path) -> None:
-    testing.assert_trains_like_one_process(
-        "pytorch",
-        "stratlib.lightning.pytorch",
-        pytorch.HPUParallelStrategy,
-        tmp_path,
-        devices=2,
-    )
+@pytest.mark.parametrize(("framework", "cls", "devices"), TRAINING)
+def test_trains_like_one_process(
+    framework: str, cls: type[Any], devices: int, tmp_path: Path
+) -> None:
+    module = "stratlib.lightning." + framework
+    testing.assert_trains_like_one_process(framework, module, cls, tmp_path, devices=devices)

@@ -10,6 +10,7 @@ on the whole batch. Without the lightning package they skip."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,44 +20,47 @@ from stratcore.lightning import testing
 
 from stratlib.lightning import fabric, pytorch
 
-
-def test_fabric_registries_hold_the_plugins() -> None:
-    testing.assert_registered(
+#: Each framework's registries: its accelerators, and each registry name with its class and the
+#: options it presets.
+REGISTRIES = [
+    pytest.param(
         "fabric",
         [],
         [
             ("model_parallel", fabric.ModelParallelStrategy, {}),
         ],
-    )
-
-
-@pytest.mark.slow
-def test_fabric_model_parallel_trains_like_one_process(tmp_path: Path) -> None:
-    testing.assert_trains_like_one_process(
-        "fabric",
-        "stratlib.lightning.fabric",
-        fabric.ModelParallelStrategy,
-        tmp_path,
-        devices=2,
-    )
-
-
-def test_pytorch_registries_hold_the_plugins() -> None:
-    testing.assert_registered(
+        id="fabric",
+    ),
+    pytest.param(
         "pytorch",
         [],
         [
             ("model_parallel", pytorch.ModelParallelStrategy, {}),
         ],
-    )
+        id="pytorch",
+    ),
+]
+
+#: The plugins that train, with the processes they train on.
+TRAINING = [
+    pytest.param("fabric", fabric.ModelParallelStrategy, 2, id="fabric-model_parallel"),
+    pytest.param("pytorch", pytorch.ModelParallelStrategy, 2, id="pytorch-model_parallel"),
+]
+
+
+@pytest.mark.parametrize(("framework", "accelerators", "names"), REGISTRIES)
+def test_registries_hold_the_plugins(
+    framework: str,
+    accelerators: list[type[Any]],
+    names: list[tuple[str, type[Any], dict[str, Any]]],
+) -> None:
+    testing.assert_registered(framework, accelerators, names)
 
 
 @pytest.mark.slow
-def test_pytorch_model_parallel_trains_like_one_process(tmp_path: Path) -> None:
-    testing.assert_trains_like_one_process(
-        "pytorch",
-        "stratlib.lightning.pytorch",
-        pytorch.ModelParallelStrategy,
-        tmp_path,
-        devices=2,
-    )
+@pytest.mark.parametrize(("framework", "cls", "devices"), TRAINING)
+def test_trains_like_one_process(
+    framework: str, cls: type[Any], devices: int, tmp_path: Path
+) -> None:
+    module = "stratlib.lightning." + framework
+    testing.assert_trains_like_one_process(framework, module, cls, tmp_path, devices=devices)

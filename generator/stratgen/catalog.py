@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from stratcore.contract import best_plugin, specificity
+from stratcore.contract import BASES, ROOT_BASE, best_plugin, specificity
 
 from .model import (
     AcceleratorSpec,
@@ -35,8 +35,9 @@ class Source:
     hooks_dir: str = ""  # directory that relative hooks files are resolved against
 
 
-ROOT_STRATEGY = "strategy"
-BASE_SPECS = ("strategy", "single_device", "parallel")
+#: The root strategy spec, and the specs that define the base kinds (each named after its kind).
+ROOT_STRATEGY = ROOT_BASE
+BASE_SPECS = tuple(BASES)
 
 
 # --- resolved entities ----------------------------------------------------------------------

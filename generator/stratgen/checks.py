@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stratcore.contract import (
+    DEFAULT_PRECISION,
     PARALLEL_OPTIONS,
     PLUMBING_NAMES,
     PRECISIONS,
@@ -157,7 +158,7 @@ def check_option(
         )
     if keyword.iskeyword(name):
         problems.add(option.loc, opt_path, f"{name!r} is a Python keyword")
-    if option.default is not None and not value_fits(option.default, option.types):
+    if option.default is not None and option.types and not value_fits(option.default, option.types):
         problems.add(
             option.locs.get("default", option.loc),
             f"{opt_path}.default",
@@ -286,7 +287,11 @@ def check_precision_coverage(catalog: Catalog, problems: Problems) -> None:
         for accelerator_name in strategy.accelerators:
             accelerator = catalog.accelerators[accelerator_name]
             on_device = accelerator.spec.precision.supported or PRECISIONS
-            default = strategy.default_precision or accelerator.spec.precision.default or "32-true"
+            default = (
+                strategy.default_precision
+                or accelerator.spec.precision.default
+                or DEFAULT_PRECISION
+            )
             if default not in on_device or default not in strategy.supported_precisions:
                 source = "its own" if strategy.spec.precision else "inherited"
                 if strategy.default_precision is None:

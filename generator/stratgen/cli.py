@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from stratcore.contract import DEFAULT_PRECISION, GENERAL_LAUNCHERS, STRATEGY_KINDS
+
 from . import __version__
 from .console import Console, wants_color  # noqa: F401 - re-exported
 from .errors import SpecError, StratgenError
@@ -128,14 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--from", dest="source", type=Path, help="spec file to add")
     new.add_argument("--defaults", action="store_true", help="ask nothing; use defaults and flags")
     new.add_argument("--accelerator", help="accelerator the strategy runs on (default: cpu)")
-    new.add_argument("--base", choices=["single_device", "parallel"], help="kind of strategy")
-    new.add_argument(
-        "--launcher",
-        choices=["popen", "spawn", "fork", "forkserver", "external"],
-        help="how processes start",
-    )
+    new.add_argument("--base", choices=STRATEGY_KINDS, help="kind of strategy")
+    new.add_argument("--launcher", choices=GENERAL_LAUNCHERS, help="how processes start")
     new.add_argument("--backend", help="collective backend (default: auto)")
-    new.add_argument("--precision", help="default precision (default: 32-true)")
+    new.add_argument("--precision", help=f"default precision (default: {DEFAULT_PRECISION})")
     new.add_argument("--force", action="store_true", help="overwrite an existing spec of that name")
 
     init = commands.add_parser(

@@ -87,16 +87,7 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
         if args.timings:
             _print_timings(project, console)
         return EXIT_OK
-    # Files of changed inputs usually need formatting: black is imported meanwhile, on
-    # another core, from now if an input changed since the tree was made, else from the
-    # first spec that has to be parsed.
-    project.prefetch_black = True
-    if project.inputs_changed:
-        project.formatter.start_helper()
-    try:
-        plan = project.plan(trust_tree=True, remembered=True)
-    finally:
-        project.formatter.stop_helper()
+    plan = project.plan(trust_tree=True, remembered=True)
     if args.dry_run or args.diff:
         drift = project.compare(plan, with_diff=args.diff)
         recorded = set(project.tree().recorded())
@@ -215,8 +206,8 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
     from .listing import strategy_table
 
     project = Project(config_from(args))
-    from .project import select
     from .resolve import resolve
+    from .selection import select
 
     catalog = resolve(project.sources())
     console.say(strategy_table(catalog, select(catalog), probe=not args.no_probe))
@@ -244,6 +235,6 @@ def cmd_new(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_init(args: argparse.Namespace, console: Console) -> int:
-    from .scaffold import init_project
+    from .initproject import init_project
 
     return init_project(args, console)

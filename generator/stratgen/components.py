@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from stratcore import contract
 from stratcore.contract import (
     ACCELERATOR_ROOT,
+    DEFAULT_PRECISION,
     ENVIRONMENT_ROOT,
     ENVIRONMENT_VALUES,
     PRECISIONS,
@@ -38,40 +39,33 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
     spec = accelerator.spec
     imports = Imports(stdlib={"from __future__ import annotations"})
     imports.add_local(*ACCELERATOR_ROOT)
-    supported = spec.precision.supported or PRECISIONS
-    attributes = [
-        ("name", literal(spec.name)),
-        ("device_type", literal(spec.device_type)),
-        ("indexed", literal(spec.indexed)),
-        ("backend", backend_ref(accelerator.backend, imports)),
-        ("default_precision", literal(spec.precision.default or "32-true")),
-        ("supported_precisions", literal(tuple(supported))),
-        ("grad_scaler", literal(spec.grad_scaler)),
-        ("auto_devices", literal(spec.auto_devices)),
-        ("is_available_hook", literal(spec.is_available)),
-        ("device_count_hook", literal(spec.device_count)),
-        ("visible_devices_env", literal(spec.visible_devices_env)),
-        ("set_device_hook", literal(spec.set_device)),
-        ("teardown_hook", literal(spec.teardown)),
-        ("after_backward_hook", literal(spec.step_hooks.after_backward)),
-        ("after_optimizer_step_hook", literal(spec.step_hooks.after_optimizer_step)),
-        ("requires", requirements_source(spec.requires, imports)),
+    values: list[tuple[str, object]] = [
+        ("name", spec.name),
+        ("device_type", spec.device_type),
+        ("indexed", spec.indexed),
+        ("backend", accelerator.backend),
+        ("default_precision", spec.precision.default or DEFAULT_PRECISION),
+        ("supported_precisions", tuple(spec.precision.supported or PRECISIONS)),
+        ("grad_scaler", spec.grad_scaler),
+        ("auto_devices", spec.auto_devices),
+        ("is_available_hook", spec.is_available),
+        ("device_count_hook", spec.device_count),
+        ("visible_devices_env", spec.visible_devices_env),
+        ("set_device_hook", spec.set_device),
+        ("teardown_hook", spec.teardown),
+        ("after_backward_hook", spec.step_hooks.after_backward),
+        ("after_optimizer_step_hook", spec.step_hooks.after_optimizer_step),
     ]
-    # Attributes equal to the core's defaults only add noise.
-    defaults = {
-        "indexed": "True",
-        "grad_scaler": "False",
-        "auto_devices": "None",
-        "is_available_hook": "None",
-        "device_count_hook": "None",
-        "visible_devices_env": "None",
-        "set_device_hook": "None",
-        "teardown_hook": "None",
-        "after_backward_hook": "None",
-        "after_optimizer_step_hook": "None",
-        "requires": "()",
-    }
-    attributes = [(k, v) for k, v in attributes if defaults.get(k) != v]
+    # What equals the runtime's default only adds noise; the backend is always the package's own
+    # (it carries the spec's capabilities).
+    runtime = class_defaults(*ACCELERATOR_ROOT)
+    attributes = [
+        (key, backend_ref(accelerator.backend, imports) if key == "backend" else literal(value))
+        for key, value in values
+        if key == "backend" or runtime.get(key, object()) != value
+    ]
+    if spec.requires:
+        attributes.append(("requires", requirements_source(spec.requires, imports)))
     doc = class_doc(
         spec.description or f"The {spec.name!r} accelerator.",
         [f'Accelerator name: ``"{spec.name}"``.'],

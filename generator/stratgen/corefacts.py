@@ -8,9 +8,10 @@ classes use: an option stored under such a name would shadow a method or a fact 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from typing import Any
 
 from .factcache import remembered, runtime_dir
 
@@ -39,19 +40,29 @@ def _public_names(tree: ast.Module) -> set[str]:
 
 @cache
 def strategy_attributes() -> frozenset[str]:
-    """Public attribute names of the core's strategy classes and mixins."""
+    """Public attribute names of the core's strategy classes and the bases they share
+    (``CheckpointingBase``)."""
     return remembered("strategy_attributes", _strategy_attributes)
 
 
 def _strategy_attributes() -> frozenset[str]:
-    core = runtime_dir()
-    paths = [core / "strategy.py", core / "single_device.py", core / "parallel.py"]
-    paths += sorted((core / "wrappers").glob("*.py"))
+    modules = ["strategy", "checkpoint_state", "single_device", "parallel", "ipu"]
+    modules += [f"wrappers.{p.stem}" for p in sorted((runtime_dir() / "wrappers").glob("*.py"))]
     names: set[str] = set()
-    for path in paths:
-        if path.is_file():
-            names |= _public_names(ast.parse(Path(path).read_text(encoding="utf-8")))
+    for module in modules:
+        if runtime_dir().joinpath(*module.split(".")).with_suffix(".py").is_file():
+            names |= _public_names(_module_source(f"stratcore.{module}")[0])
     return frozenset(names)
+
+
+def _module_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """A module's statements, those of its ``if``/``try`` blocks included (not functions')."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If | ast.Try):
+            yield from _module_statements(node.body + node.orelse)
+            for handler in node.handlers if isinstance(node, ast.Try) else ():
+                yield from _module_statements(handler.body)
 
 
 def _module_names(tree: ast.Module, module: str) -> dict[str, str]:
@@ -59,7 +70,7 @@ def _module_names(tree: ast.Module, module: str) -> dict[str, str]:
     defines as classes, each with the module it comes from."""
     package = module.rsplit(".", 1)[0]
     known: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in _module_statements(tree.body):
         if isinstance(node, ast.ImportFrom):
             source = node.module or ""
             if node.level:
@@ -90,17 +101,35 @@ def class_annotations(
 def _class_annotations(
     module: str, class_name: str
 ) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
-    path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    known = _module_names(tree, module)
+    cls, known = _class_source(module, class_name)
     result: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     for node in cls.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names = sorted({n.id for n in ast.walk(node.annotation) if isinstance(n, ast.Name)})
             needs = tuple((known[n], n) for n in names if n in known)
             result[node.target.id] = (ast.unparse(node.annotation), needs)
     return result
+
+
+def _class_source(module: str, class_name: str) -> tuple[ast.ClassDef, dict[str, str]]:
+    """The definition of a runtime class, found from a module that defines it or re-exports it
+    (``stratcore.launchers``), and the names its module imports or defines."""
+    tree, known = _module_source(module)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return node, known
+    if known.get(class_name, module) == module:
+        raise LookupError(f"{module} neither defines nor imports {class_name}")
+    return _class_source(known[class_name], class_name)
+
+
+@cache
+def _module_source(module: str) -> tuple[ast.Module, dict[str, str]]:
+    """A runtime module's syntax tree and the names it imports or defines, read once."""
+    folder = runtime_dir().parent.joinpath(*module.split("."))
+    path = folder / "__init__.py" if folder.is_dir() else folder.with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return tree, _module_names(tree, module if path.name != "__init__.py" else f"{module}.__init__")
 
 
 @dataclass(frozen=True)
@@ -120,6 +149,8 @@ def _constant(node: ast.expr, known: dict[str, str]) -> object:
         return getattr(contract, node.id)
     if isinstance(node, ast.Name) and node.id in known:
         return Reference(known[node.id], node.id)
+    if isinstance(node, ast.Tuple):
+        return tuple(_constant(item, known) for item in node.elts)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         value_type = contract.VALUE_TYPES.get(node.func.id)
         if value_type is not None and value_type[0] == "stratcore.contract" and not node.args:
@@ -140,10 +171,7 @@ def class_defaults(module: str, class_name: str) -> dict[str, object]:
 
 
 def _class_defaults(module: str, class_name: str) -> dict[str, object]:
-    path = runtime_dir().parent.joinpath(*module.split(".")).with_suffix(".py")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    known = _module_names(tree, module)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    cls, known = _class_source(module, class_name)
     result: dict[str, object] = {}
     for node in cls.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
@@ -152,3 +180,112 @@ def _class_defaults(module: str, class_name: str) -> dict[str, object]:
             except (ValueError, TypeError, SyntaxError):
                 continue
     return result
+
+
+def _bases(module: str, class_name: str) -> list[tuple[str, str]]:
+    """The runtime classes ``class_name`` of ``module`` derives from, in order (classes from
+    outside the runtime, such as ``ABC``, left out)."""
+    cls, known = _class_source(module, class_name)
+    found = []
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and known.get(base.id, "").startswith("stratcore"):
+            found.append((known[base.id], base.id))
+    return found
+
+
+@cache
+def class_mro(module: str, class_name: str) -> tuple[tuple[str, str], ...]:
+    """The method resolution order of a runtime class, among runtime classes."""
+    return remembered(
+        f"class_mro:{module}:{class_name}",
+        lambda: _merge([(module, class_name)], _bases(module, class_name)),
+    )
+
+
+def _merge(head: list[tuple[str, str]], bases: list[tuple[str, str]]) -> tuple[Any, ...]:
+    """``head`` followed by the C3 merge of the MROs of ``bases`` and ``bases`` themselves."""
+    sequences = [list(class_mro(*base)) for base in bases] + [list(bases)]
+    order = list(head)
+    while any(sequences):
+        for sequence in sequences:
+            candidate = sequence[0] if sequence else None
+            if candidate is not None and not any(candidate in s[1:] for s in sequences):
+                break
+        else:
+            raise TypeError(f"no consistent method resolution order for {head or bases}")
+        order.append(candidate)
+        sequences = [s[1:] if s and s[0] == candidate else s for s in sequences]
+    return tuple(order)
+
+
+def inherited_fact(bases: list[tuple[str, str]], attribute: str) -> object:
+    """The value a class deriving from the runtime classes ``bases`` (in that order) has for
+    the class attribute ``attribute``, as Python would find it."""
+    for module, class_name in _merge([], bases):
+        defaults = class_defaults(module, class_name)
+        if attribute in defaults:
+            return defaults[attribute]
+    raise KeyError(f"no class among {bases} sets {attribute!r}")
+
+
+def runtime_bases(base: str, wrapper: str) -> list[tuple[str, str]]:
+    """The runtime classes a strategy of ``base`` and ``wrapper`` derives from, in order: its
+    wrapper's base class (if any), then its base kind's."""
+    from stratcore.contract import BASES, WRAPPERS
+
+    wrapped = WRAPPERS[wrapper].base
+    return [wrapped, BASES[base]] if wrapped is not None else [BASES[base]]
+
+
+#: Option types of the plain annotations of the runtime's option attributes.
+_ANNOTATION_TYPES = {"bool": "bool", "int": "int", "float": "float", "str": "str", "Any": "any"}
+
+
+def _split_union(annotation: str) -> list[str]:
+    """The members of ``A | B[C | D] | None``, brackets respected."""
+    parts, depth, current = [], 0, ""
+    for char in annotation:
+        depth += char in "[("
+        depth -= char in "])"
+        if char == "|" and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [*parts, current.strip()]
+
+
+def option_types(annotation: str) -> tuple[str, ...] | None:
+    """The option types (``contract.OPTION_TYPES``) an annotation of the runtime allows, None
+    besides; None where a member has no option type (a ``Literal``, a class)."""
+    members = [m for m in _split_union(annotation) if m != "None"]
+    if "str" in members and "os.PathLike[str]" in members:
+        members = [m for m in members if m != "os.PathLike[str]"]
+        members[members.index("str")] = "path"
+    types = []
+    for member in members:
+        if member in _ANNOTATION_TYPES:
+            types.append(_ANNOTATION_TYPES[member])
+        elif member == "path" or member.startswith(("Mapping[", "Sequence[", "Callable[")):
+            types.append({"M": "mapping", "S": "sequence", "C": "any"}.get(member[0], member))
+        else:
+            return None
+    return tuple(types) or None
+
+
+def runtime_option(
+    bases: list[tuple[str, str]], name: str
+) -> tuple[tuple[str, ...], object] | None:
+    """The option types and default of ``name`` as the runtime class that reads it declares
+    it (an annotated attribute with a plain default, found along the MRO of ``bases``); None
+    where no class declares it so."""
+    for module, class_name in _merge([], bases):
+        annotation = class_annotations(module, class_name).get(name)
+        if annotation is None or annotation[0].startswith("ClassVar"):
+            continue
+        defaults = class_defaults(module, class_name)
+        types = option_types(annotation[0])
+        if types is None or name not in defaults:
+            return None
+        return types, defaults[name]
+    return None

@@ -15,8 +15,6 @@ from stratcore.contract import (
     BASES,
     LAUNCHERS,
     LAUNCHER_ROOT,
-    PLUMBING,
-    PLUMBING_PARAMS,
     STRATEGY_ROOT,
     VALUE_TYPES,
     WRAPPERS,
@@ -77,10 +75,17 @@ def strategy_module(strategy: Strategy) -> PyModule:
 
     attributes = _strategy_attributes(strategy, imports)
     init = _strategy_init(strategy, imports)
+    taken_from = parent.class_name if parent is not None else BASES[strategy.base][1]
+    arguments = (
+        f"Arguments other than its options below are those of ``{taken_from}``."
+        if init is not None
+        else f"Its arguments are those of ``{taken_from}``."
+    )
+    registry_lines = _registry_lines(strategy)
     doc = class_doc(
         strategy.description or f"The {strategy.name!r} strategy.",
-        _registry_lines(strategy),
-        _args_lines(strategy),
+        [*registry_lines, *([""] if registry_lines else []), arguments],
+        [(p.name, strategy.options[p.name].doc) for p in init.keyword_only] if init else [],
     )
     cls = PyClass(
         strategy.class_name,
@@ -235,6 +240,8 @@ def option_annotation(option: Option, imports: Imports) -> str:
 
 
 def _strategy_init(strategy: Strategy, imports: Imports) -> Init | None:
+    """The constructor of a class that declares options of its own, or gives an inherited one
+    another default: those as keyword arguments, everything else passed on to its base."""
     parent = strategy.parent
     own = strategy.own_options
     redefaulted = [
@@ -246,22 +253,13 @@ def _strategy_init(strategy: Strategy, imports: Imports) -> Init | None:
     ]
     if not own and not redefaulted:
         return None
-    positional = []
-    for name in PLUMBING[strategy.base]:
-        annotation, default, runtime_class = PLUMBING_PARAMS[name]
-        positional.append(Param(name, annotation, default))
-        if runtime_class is not None:
-            imports.add_local(*runtime_class)
-        if name in ("device", "parallel_devices"):
-            imports.third_party.add("import torch")
+    imports.stdlib.add("from typing import Any")
     keyword_only = [
         Param(name, option_annotation(option, imports), literal(option.default))
         for name, option in strategy.options.items()
+        if name in own or name in redefaulted
     ]
-    super_args = [(p.name, p.name) for p in positional]
-    super_args += [(name, name) for name in strategy.options if name not in own]
-    assignments = [(name, name) for name in own]
-    return Init(positional, keyword_only, super_args, assignments)
+    return Init(keyword_only, [(name, name) for name in redefaulted], [(n, n) for n in own])
 
 
 def _registry_phrase(strategy: Strategy) -> str:
@@ -282,7 +280,3 @@ def _registry_lines(strategy: Strategy) -> list[str]:
             settings = ", ".join(f"{k}={literal(v)}" for k, v in preset.items())
             lines.append(f'- ``"{alias}"``: {settings}' if settings else f'- ``"{alias}"``')
     return lines
-
-
-def _args_lines(strategy: Strategy) -> list[tuple[str, str]]:
-    return [(name, option.doc) for name, option in strategy.options.items()]

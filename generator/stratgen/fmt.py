@@ -13,16 +13,13 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .speccache import unwrap, wrap
 
-if TYPE_CHECKING:
-    from .blackhelper import BlackHelper
-
 LINE_LENGTH = 100
 #: The layout of a cache entry (see ``speccache.wrap``): the key and a hash of the text.
-_LAYOUT = b"stratgen-black-v2"
+_LAYOUT = b"stratgen-black-v3"
 
 
 class FormatError(Exception):
@@ -46,20 +43,6 @@ class Formatter:
         self.cache = (cache or cache_dir()) if use_cache else None
         self.hits = 0
         self.misses = 0
-        self.helper: BlackHelper | None = None
-
-    def start_helper(self) -> None:
-        """Have black imported in a second process meanwhile (see ``blackhelper``), for the
-        few files the next ``format_all`` may not find formatted."""
-        if self.helper is None:
-            from .blackhelper import BlackHelper
-
-            self.helper = BlackHelper.start()
-
-    def stop_helper(self) -> None:
-        if self.helper is not None:
-            self.helper.close()
-            self.helper = None
 
     def _black(self) -> Any:
         import black  # imported on first use: a warm cache never pays for it
@@ -100,12 +83,8 @@ class Formatter:
         self.misses += len(missing)
         if missing:
             sources = [items[i][0] for i in missing]
-            outcomes: list[str] | list[str | Exception] | None = None
-            if self.helper is not None and len(sources) < PARALLEL_FROM:
-                outcomes = self.helper.format(sources, LINE_LENGTH, _black_version())
-            if outcomes is None:
-                self._black()
-                outcomes = _format_sources(sources, self._mode)
+            self._black()
+            outcomes = _format_sources(sources, self._mode)
             for index, outcome in zip(missing, outcomes, strict=True):
                 if isinstance(outcome, Exception):
                     name = items[index][1]
@@ -149,10 +128,15 @@ PARALLEL_FROM = 8
 
 
 def _format_one(source: str, mode: Any) -> str | Exception:
+    """black's formatting of ``source``, in one pass: ``black.format_str`` formats its own
+    output a second time, which only matters for code whose optional trailing commas black
+    turns into magic ones, and generated code never has them (``tests/test_format_once.py``
+    checks that one pass leaves nothing for a second to change)."""
     import black
 
+    once = getattr(black, "_format_str_once", None) or black.format_str
     try:
-        return str(black.format_str(source, mode=mode))
+        return str(once(source, mode=mode))
     except Exception as exc:  # black raises several types for invalid code
         return exc
 
@@ -200,7 +184,7 @@ def _format_sources(sources: list[str], mode: Any) -> list[str | Exception]:
 
 def black_mode() -> str:
     """black's version and the mode stratgen runs it in, as formatter keys begin."""
-    return f"stratgen-black-v2|{LINE_LENGTH}|py311|{_black_version()}"
+    return f"stratgen-black-v3|{LINE_LENGTH}|py311|{_black_version()}"
 
 
 _VERSION: str | None = None

@@ -11,6 +11,7 @@ base class (the behaviour), and ``stratcore.lightning``'s adapter (the glue betw
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,22 +166,14 @@ def spec_modules(
                 adapter = strategy_adapter(strategy.wrapper)
                 imports.add_local(*adapter)
                 imports.add_local("", "strategies")
-                environments = []
-                for env_name, lightning_class in entry.environments:
-                    if lightning_class is not None:
-                        imports.third_party.add(
-                            f"from {ENVIRONMENTS_MODULE} import {lightning_class}"
-                        )
-                        environments.append(lightning_class)
-                    else:
-                        env = catalog.environments[env_name]
-                        imports.add_local("lightning.environments", env.class_name)
-                        environments.append(env.class_name)
                 attributes = [
                     ("spec", "", f"strategies.{strategy.class_name}"),
                     ("strategy_name", "", literal(strategy.name)),
-                    ("environments", "", "(" + "".join(f"{e}, " for e in environments) + ")"),
                 ]
+                if entry.environments:
+                    constant = environments_constant(strategy)
+                    imports.add_local("lightning.environments", constant)
+                    attributes.append(("environments", "", constant))
                 classes.append(
                     PyClass(
                         strategy.class_name,
@@ -229,33 +222,65 @@ def _module_doc(names: list[str], framework: str, source: str) -> str:
     return "\n".join(wrap_exactly(text, 93, 96))
 
 
-def environments_module(selection: Selection, sources: str) -> PyModule | None:
-    """Lightning cluster environments for the spec's own environments (shared by Trainer and
-    Fabric, whose ClusterEnvironment is the same class)."""
-    if not selection.environments:
+def environments_constant(strategy: Strategy) -> str:
+    """The constant of ``lightning/environments.py`` holding a strategy's environments."""
+    return re.sub(r"\W", "_", strategy.name, flags=re.ASCII).upper() + "_ENVIRONMENTS"
+
+
+def environments_module(
+    catalog: Catalog, selections: Iterable[Selection], sources: str
+) -> PyModule | None:
+    """What the Trainer's and Fabric's plugins share (their ClusterEnvironment is the same
+    class): Lightning cluster environments for the specs' own environments, and the
+    environments each strategy detects, in its order."""
+    chosen = list(selections)
+    own = list({env.name: env for s in chosen for env in s.environments}.values())
+    plugins = {p.strategy.name: p for s in chosen for p in s.strategies if p.environments}
+    if not own and not plugins:
         return None
     imports = Imports()
     imports.stdlib.add("from __future__ import annotations")
-    imports.third_party.add(f"from {ENVIRONMENTS_MODULE} import ClusterEnvironment")
-    imports.add_local(*ADAPTERS["environment"])
-    imports.add_local("", "environments")
-    classes = [
-        PyClass(
-            env.class_name,
-            [ADAPTERS["environment"][1], "ClusterEnvironment"],
-            first_sentence(env.description) + ", as a Lightning cluster environment.",
-            [("spec", "", f"environments.{env.class_name}")],
-        )
-        for env in selection.environments
-    ]
-    _check_no_shadowing([c.name for c in classes], imported_names(), sources)
+    classes = []
+    if own:
+        imports.third_party.add(f"from {ENVIRONMENTS_MODULE} import ClusterEnvironment")
+        imports.add_local(*ADAPTERS["environment"])
+        imports.add_local("", "environments")
+        classes = [
+            PyClass(
+                env.class_name,
+                [ADAPTERS["environment"][1], "ClusterEnvironment"],
+                first_sentence(env.description) + ", as a Lightning cluster environment.",
+                [("spec", "", f"environments.{env.class_name}")],
+            )
+            for env in own
+        ]
+        _check_no_shadowing([c.name for c in classes], imported_names(), sources)
+    tail = []
+    for plugin in plugins.values():
+        names = []
+        for env_name, lightning_class in plugin.environments:
+            if lightning_class is not None:
+                imports.third_party.add(f"from {ENVIRONMENTS_MODULE} import {lightning_class}")
+            names.append(lightning_class or catalog.environments[env_name].class_name)
+        constant = environments_constant(plugin.strategy)
+        tail.append(f"{constant} = (" + "".join(f"{n}, " for n in names) + ")")
     return PyModule(
         path="lightning/environments.py",
         source=f"{sources} (Lightning target)",
-        doc="Lightning cluster environments of the specs' own schedulers.",
+        doc="\n".join(
+            wrap_exactly(
+                "What the plugins for the Trainer and for Fabric share: Lightning cluster "
+                "environments of the specs' own schedulers, and the environments each strategy "
+                "detects, in its order.",
+                93,
+                96,
+            )
+        ),
         imports=imports,
         classes=classes,
-        all_names=[c.name for c in classes],
+        tail=tail,
+        all_names=[c.name for c in classes]
+        + [environments_constant(p.strategy) for p in plugins.values()],
     )
 
 
@@ -323,17 +348,16 @@ def modules(catalog: Catalog, strategy_names: Iterable[str], sources: str) -> li
     """Every module of the Lightning target."""
     names = list(strategy_names)
     result = [package_init(sources)]
-    shared: Selection | None = None
+    selections = []
     for framework in FRAMEWORKS:
         selection = select(catalog, names, framework)
         spec_mods, exported = spec_modules(catalog, selection, framework)
         result += spec_mods
         result.append(framework_init(selection, exported, framework, sources))
-        shared = shared or selection
-    if shared is not None:
-        env_module = environments_module(shared, sources)
-        if env_module is not None:
-            result.append(env_module)
+        selections.append(selection)
+    env_module = environments_module(catalog, selections, sources)
+    if env_module is not None:
+        result.append(env_module)
     return result
 
 

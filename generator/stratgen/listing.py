@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from functools import cache
 
 from .catalog import Accelerator, Catalog
-from .render import Selection
+from .selection import Selection
 
 
 @cache

@@ -168,12 +168,17 @@ class Backend:
 
 @dataclass(frozen=True, kw_only=True)
 class Option:
-    """A constructor argument of a strategy, with its type and default."""
+    """A constructor argument of a strategy, with its type and default. An option the runtime
+    reads takes the type and default its runtime class declares, unless the spec gives them."""
 
-    type: OptionType | tuple[OptionType, ...] = required(
-        "Type of the value; a list allows several (e.g. [mapping, path])."
+    type: OptionType | tuple[OptionType, ...] | None = described(
+        "Type of the value; a list allows several (e.g. [mapping, path]). Required unless the "
+        "runtime reads the option (it declares the type)."
     )
-    default: Any = described("Default value; mapping and sequence options default to null.")
+    default: Any = described(
+        "Default value; mapping and sequence options default to null. Where the runtime reads "
+        "the option, its own default unless given here."
+    )
     doc: str = described("What the option does, for the docstring.", default="")
     choices: tuple[Any, ...] | None = described("The only values allowed, if limited.")
     loc: Location = internal()
@@ -181,6 +186,8 @@ class Option:
 
     @property
     def types(self) -> tuple[str, ...]:
+        if self.type is None:
+            return ()
         return self.type if isinstance(self.type, tuple) else (self.type,)
 
 

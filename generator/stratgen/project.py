@@ -24,8 +24,8 @@ from .speccache import SpecCache, read_spec_bytes
 
 if TYPE_CHECKING:  # the pipeline's modules load on first use: an up-to-date check needs none
     from .catalog import Catalog, Source
-    from .render import Selection
     from .rendermemo import RenderMemo
+    from .selection import Selection
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
@@ -172,15 +172,9 @@ class Project:
         # id(source) -> (source, the parsed-spec cache's key of its file), for memo keys.
         self._spec_keys: dict[int, tuple[object, str]] = {}
         self.memo: RenderMemo | None = None
-        #: A hash of every input, taken before any is read (``uptodate.up_to_date``), and
-        #: whether an input changed since an earlier run left the tree current.
+        #: A hash of every input, taken before any is read (``uptodate.up_to_date``).
         self.fingerprint: str | None = None
-        self.inputs_changed = False
         self._root: Path | None = None  # the project folder, resolved
-        #: Whether a spec that must be parsed (new, or changed since it was last cached) has
-        #: black imported meanwhile in a second process (see ``Formatter.start_helper``):
-        #: ``generate`` asks for it, as the files of a changed spec usually need formatting.
-        self.prefetch_black = False
 
     def cache_name(self) -> str:
         """What this project's files in the caches are named: its folder and settings,
@@ -218,8 +212,6 @@ class Project:
         key = self.spec_cache.key(data, display)
         spec = self.spec_cache.get(key)
         if spec is None:
-            if self.prefetch_black:
-                self.formatter.start_helper()
             from .parse import parse_spec_file
             from .yamlload import load_yaml
 
@@ -298,6 +290,7 @@ class Project:
         from .render import Renderer, render
         from .rendermemo import Remembered
         from .resolve import resolve
+        from .selection import select
 
         sources = self.sources(extra, skip)
         started = time.perf_counter()
@@ -399,71 +392,6 @@ class Project:
         return drift
 
 
-def select(catalog: Catalog) -> Selection:
-    """Everything from the project's own specs, plus the built-in entries they rely on."""
-    from .render import Selection
-
-    local_files = {s.path for s in catalog.sources if not s.builtin}
-    if not local_files:
-        return Selection.everything(catalog)
-
-    def local(item: Any) -> bool:
-        return item.source.path in local_files
-
-    strategies: dict[str, None] = {}
-    for name in ("strategy", "single_device", "parallel"):
-        strategies[name] = None
-    for strategy in catalog.strategies.values():
-        if local(strategy):
-            chain = []
-            current: Any = strategy
-            while current is not None:
-                chain.append(current.name)
-                current = current.parent
-            for name in reversed(chain):
-                strategies[name] = None
-    ordered_strategies = tuple(n for n in catalog.strategies if n in strategies)
-
-    accelerators = {"cpu"} | {a.name for a in catalog.accelerators.values() if local(a)}
-    environments: set[str] = {e.name for e in catalog.environments.values() if local(e)}
-    backends: set[str] = set()
-    wrappers = set()
-    for name in ordered_strategies:
-        strategy = catalog.strategies[name]
-        accelerators.update(strategy.accelerators)
-        environments.update(strategy.cluster)
-        wrappers.add(strategy.wrapper)
-        if strategy.backend is not None:
-            backends.add(strategy.backend.name)
-    for name in list(environments):
-        env = catalog.environments[name].parent
-        while env is not None:
-            environments.add(env.name)
-            env = env.parent
-    for name in accelerators:
-        backends.add(catalog.accelerators[name].backend.name)
-    backends.update(n for n, src in catalog.backend_sources.items() if local_files & {src.path})
-
-    plugins: set[str] = set()
-    for plugin in catalog.precision_plugins.values():
-        wanted = local(plugin) or (
-            (not plugin.wrappers or set(plugin.wrappers) & wrappers)
-            and (not plugin.accelerators or set(plugin.accelerators) & accelerators)
-        )
-        if wanted:
-            current = plugin
-            while current is not None:
-                plugins.add(current.name)
-                current = current.parent
-    return Selection(
-        strategies=ordered_strategies,
-        accelerators=tuple(a for a in catalog.accelerators if a in accelerators),
-        precision_plugins=tuple(p for p in catalog.precision_plugins if p in plugins),
-        environments=tuple(e for e in catalog.environments if e in environments),
-        backends=tuple(b for b in catalog.backends if b in backends),
-    )
-
-
 def relative_to_cwd(path: Path) -> str:
     try:
         return os.path.relpath(path)
@@ -471,4 +399,4 @@ def relative_to_cwd(path: Path) -> str:
         return str(path)
 
 
-__all__ = ["Config", "Project", "find_root", "load_config", "resource_dir", "select"]
+__all__ = ["Config", "Project", "find_root", "load_config", "resource_dir"]

@@ -178,6 +178,15 @@ def relative_module(module_path: str, target: str) -> str:
     return "." * (len(here) - common + 1) + ".".join(there[common:])
 
 
+def sorted_names(names: Iterable[str]) -> list[str]:
+    """Names imported from one module in isort's order: constants, classes, then the rest."""
+
+    def kind(name: str) -> int:
+        return 0 if name.isupper() else 1 if name[:1].isupper() else 2
+
+    return sorted(names, key=lambda name: (kind(name), name))
+
+
 def _import_sort_key(line: str) -> tuple[int, str, str]:
     # The whole line breaks ties between imports from one module: sets iterate in hash order.
     return (0 if line.startswith("import ") else 1, line.split()[1], line)
@@ -206,7 +215,9 @@ class Param:
 
 @dataclass
 class Init:
-    positional: list[Param]
+    """``__init__(self, *args, <keyword_only>, **kwargs)``: passes ``super_args`` and the rest
+    on to the base, then sets ``assignments``."""
+
     keyword_only: list[Param]
     super_args: list[tuple[str, str]]
     assignments: list[tuple[str, str]]
@@ -231,6 +242,7 @@ class PyModule:
     imports: Imports
     classes: list[PyClass]
     body: list[str] = field(default_factory=list)  # module-level assignments
+    tail: list[str] = field(default_factory=list)  # module-level assignments after the classes
     all_names: list[str] = field(default_factory=list)
 
     @property

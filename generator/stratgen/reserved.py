@@ -25,7 +25,6 @@ def _runtime_names() -> frozenset[str]:
         *(w.base for w in contract.WRAPPERS.values() if w.base is not None),
         *contract.LAUNCHERS.values(),
         *contract.PRECISION_KINDS.values(),
-        *(p[2] for p in contract.PLUMBING_PARAMS.values() if p[2] is not None),
         *contract.VALUE_TYPES.values(),
     ]
     names = {name for _, name in refs}

@@ -3,9 +3,10 @@ reference checked (``stratgen.checks`` holds the checks themselves)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from stratcore.contract import ENVIRONMENT_VALUES, PRECISIONS
 
@@ -35,16 +36,19 @@ from .checks import (
     field_loc,
     listing,
 )
+from .corefacts import runtime_bases, runtime_option
 from .errors import Location, did_you_mean
 from .model import (
     AcceleratorSpec,
     Backend,
     ClusterEnvironmentSpec,
+    Option,
     PrecisionPluginSpec,
     StrategySpec,
     ValueSource,
 )
 from .parse import spec_fields
+from .resolve_backends import backend_ref, resolve_backends
 
 E = TypeVar("E")
 
@@ -158,7 +162,7 @@ def resolve(sources: Iterable[Source]) -> Catalog:
     problems = Problems()
     catalog = Catalog(sources=sources)
 
-    _resolve_backends(catalog, problems)
+    resolve_backends(catalog, problems)
     _resolve_accelerators(catalog, problems)
     _resolve_environments(catalog, problems)
     _resolve_precision_plugins(catalog, problems)
@@ -168,62 +172,6 @@ def resolve(sources: Iterable[Source]) -> Catalog:
     check_precision_coverage(catalog, problems)
     problems.raise_if_any()
     return catalog
-
-
-def _resolve_backends(catalog: Catalog, problems: Problems) -> None:
-    for source in catalog.sources:
-        for index, backend in enumerate(source.spec.backends):
-            _declare_backend(catalog, problems, backend, source, f"backends[{index}]")
-    # Inline backends declared by strategies join the same namespace.
-    for source in catalog.sources:
-        for index, strategy in enumerate(source.spec.strategies):
-            if isinstance(strategy.backend, Backend):
-                _declare_backend(
-                    catalog, problems, strategy.backend, source, f"strategies[{index}].backend"
-                )
-
-
-def _declare_backend(
-    catalog: Catalog, problems: Problems, backend: Backend, source: Source, path: str
-) -> None:
-    existing = catalog.backends.get(backend.name)
-    if existing is not None and existing != backend:
-        problems.add(
-            field_loc(backend, "name"),
-            f"{path}.name",
-            f"backend {backend.name!r} is already declared differently in "
-            f"{catalog.backend_sources[backend.name].path}",
-            related=existing.loc,
-        )
-        return
-    if "sum" not in backend.reduce_ops:
-        problems.add(
-            field_loc(backend, "reduce_ops"),
-            f"{path}.reduce_ops",
-            "every backend must support 'sum' (reduce_boolean_decision and the emulated "
-            "mean rely on it)",
-        )
-    for src, dst in backend.casts.items():
-        if src == dst:
-            problems.add(
-                field_loc(backend, "casts"), f"{path}.casts.{src}", f"casts {src} to itself"
-            )
-    catalog.backends.setdefault(backend.name, backend)
-    catalog.backend_sources.setdefault(backend.name, source)
-
-
-def _backend_ref(
-    catalog: Catalog, problems: Problems, ref: str, loc: Location, path: str
-) -> Backend | None:
-    if ref in catalog.backends:
-        return catalog.backends[ref]
-    problems.add(
-        loc,
-        path,
-        f"no backend named {ref!r}{did_you_mean(ref, catalog.backends)}; "
-        f"declared backends: {', '.join(catalog.backends) or 'none'}",
-    )
-    return None
 
 
 def _resolve_accelerators(catalog: Catalog, problems: Problems) -> None:
@@ -242,7 +190,7 @@ def _resolve_accelerators(catalog: Catalog, problems: Problems) -> None:
             )
             continue
         seen[spec.name] = (spec, source)
-        backend = _backend_ref(
+        backend = backend_ref(
             catalog, problems, spec.backend, field_loc(spec, "backend"), "accelerator.backend"
         )
         supported = spec.precision.supported or PRECISIONS
@@ -416,7 +364,8 @@ def _resolve_strategy(
     check_accelerators(catalog, problems, spec, path, accelerators)
 
     options = dict(parent.options) if parent else {}
-    for option_name, option in (spec.options or {}).items():
+    for option_name, given in (spec.options or {}).items():
+        option = _with_runtime_facts(problems, path, option_name, given, base, wrapper)
         check_option(problems, spec, path, option_name, option, base, wrapper)
         options[option_name] = option
     check_aliases(problems, spec, path, options)
@@ -445,6 +394,31 @@ def _resolve_strategy(
     )
 
 
+def _with_runtime_facts(
+    problems: Problems, path: str, name: str, option: Option, base: str, wrapper: str
+) -> Option:
+    """``option`` with the type and default the runtime class that reads it declares, where
+    the spec gives none; a problem where it gives no type and the runtime declares none."""
+    if option.type is not None and "default" in option.locs:
+        return option
+    facts = runtime_option(runtime_bases(base, wrapper), name)
+    if facts is None:
+        if option.type is None:
+            problems.add(
+                option.loc,
+                f"{path}.options.{name}.type",
+                f"option {name!r} needs a type: the runtime declares none for it",
+            )
+        return option
+    types, default = facts
+    runtime_type = cast(Any, types[0] if len(types) == 1 else types)
+    return dataclasses.replace(
+        option,
+        type=option.type if option.type is not None else runtime_type,
+        default=option.default if "default" in option.locs else default,
+    )
+
+
 def _strategy_backend(
     catalog: Catalog, problems: Problems, spec: StrategySpec, path: str, parent: Strategy | None
 ) -> Backend | None:
@@ -455,7 +429,7 @@ def _strategy_backend(
         return catalog.backends.get(spec.backend.name)
     if spec.backend == "auto":
         return None
-    return _backend_ref(
+    return backend_ref(
         catalog, problems, spec.backend, field_loc(spec, "backend"), f"{path}.backend"
     )
 

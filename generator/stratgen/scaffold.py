@@ -1,4 +1,5 @@
-"""Adding to a project: ``stratgen new`` (a spec) and ``stratgen init`` (a whole project)."""
+"""Adding to a project: ``stratgen new``, a spec written from a few answers or copied from a
+file (``stratgen init``, a whole project, is ``stratgen.initproject``)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stratcore.contract import DEFAULT_PRECISION, GENERAL_LAUNCHERS, STRATEGY_KINDS
+
 from .errors import StratgenError, did_you_mean
 from .files import atomic_write
 from .model import PRECISIONS, PRECISION_ALIASES
-from .project import Project, resource_dir
+from .project import Project
 from .resolve import resolve
 
 if TYPE_CHECKING:
@@ -27,8 +30,7 @@ EXIT_OK = 0
 Ask = Callable[[str], str]
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-BASES = ("parallel", "single_device")
-LAUNCHERS = ("popen", "spawn", "fork", "forkserver", "external")
+BASES = tuple(sorted(STRATEGY_KINDS))
 
 
 def new_spec(
@@ -188,7 +190,7 @@ def spec_answers(
             "How processes start: popen (the script again for each rank), spawn, fork, "
             "forkserver, external (torchrun, srun)",
             "popen",
-            lambda value: _check_choice(value, "launcher", LAUNCHERS),
+            lambda value: _check_choice(value, "launcher", GENERAL_LAUNCHERS),
         )
         backend = questions.answer(
             "backend",
@@ -213,7 +215,7 @@ def spec_answers(
     precision = questions.answer(
         "precision",
         f"Default precision ({', '.join(supported)})",
-        "32-true" if "32-true" in supported else supported[0],
+        DEFAULT_PRECISION if DEFAULT_PRECISION in supported else supported[0],
         lambda value: _check_precision(value, supported, accelerator),
     )
     return SpecAnswers(
@@ -383,84 +385,3 @@ def _next_steps(spec: object, label: str, package: str, tests: str, console: Con
         )
     console.say(f"  - test it:  python -m pytest {tests}/test_{stem}.py")
     console.say(f"  - commit {label} and the regenerated files; CI runs `stratgen check`")
-
-
-# --- stratgen init ----------------------------------------------------------------------------
-
-
-def _package_name(text: str) -> str:
-    return re.sub(r"[-.\s]+", "_", text.strip().lower())
-
-
-def init_project(
-    args: argparse.Namespace, console: Console, interactive: bool | None = None
-) -> int:
-    """``stratgen init DIR``: a new project from the copier template in templates/project."""
-    target: Path = args.directory
-    if target.exists() and not target.is_dir():
-        raise StratgenError(f"{target} exists and is not a folder")
-    if target.is_dir() and any(target.iterdir()):
-        raise StratgenError(
-            f"{target} exists and is not empty; stratgen init only creates new projects "
-            "(choose a new folder, or `copier update` an existing project)"
-        )
-    if interactive is None:
-        interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    if not args.defaults and not interactive:
-        raise StratgenError(
-            "stratgen init asks a few questions, and there is no terminal to ask them on; "
-            "pass --defaults (and --package NAME) to take the defaults"
-        )
-    dirname = target.resolve().name
-    data: dict[str, str | bool] = {}
-    if getattr(args, "lightning", False):
-        data["lightning"] = True
-    if args.package is not None:
-        if not args.package.isidentifier() or args.package != args.package.lower():
-            raise StratgenError(
-                f"--package {args.package!r} is not allowed; use a lower-case Python identifier "
-                "such as my_strategies"
-            )
-        data["package"] = args.package
-    elif args.defaults and not _package_name(dirname).isidentifier():
-        raise StratgenError(
-            f"cannot make a package name from the folder name {dirname!r}; pass --package NAME"
-        )
-    project_name = re.sub(r"\s+", "-", dirname.strip()) or "my-strategies"
-    template = getattr(args, "template", None) or str(resource_dir("templates") / "project")
-    vcs_ref = getattr(args, "vcs_ref", None)
-
-    import copier
-    from copier.errors import CopierError
-    from plumbum import ProcessExecutionError  # copier runs git through plumbum
-
-    try:
-        copier.run_copy(
-            template,
-            target,
-            data=data,
-            user_defaults={"project_name": project_name},
-            defaults=args.defaults,
-            vcs_ref=vcs_ref,
-            unsafe=False,
-            quiet=True,
-        )
-    except (CopierError, ValueError) as exc:
-        raise StratgenError(f"stratgen init: {exc}") from None
-    except ProcessExecutionError as exc:
-        lines = str(exc.stderr).strip().splitlines() or [str(exc)]
-        raise StratgenError(
-            f"stratgen init: cannot read the template {template}: {lines[-1]}"
-        ) from None
-
-    created = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
-    console.say(f"Created {target}/ from stratgen's project template:")
-    for path in created:
-        console.say(f"  {path}")
-    console.say("")
-    console.say("Next steps:")
-    console.say(f"  cd {target}")
-    console.say("  stratgen generate      # specs/ -> the package in src/ and its tests")
-    console.say("  python -m pytest       # the generated tests")
-    console.say("  git init && git add -A && git commit -m 'Start from the stratgen template'")
-    return EXIT_OK

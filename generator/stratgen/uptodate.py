@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .files import IGNORED_PARTS, IGNORED_SUFFIXES, digest
-from .fmt import _black_version, cache_dir
+from .fmt import black_mode, cache_dir
 
 if TYPE_CHECKING:
     from .project import Project
@@ -58,7 +58,7 @@ def fingerprint(project: Project) -> str:
         folders.append(resource_dir("specs"))
     h = hashlib.sha256()
     settings = [config.specs, config.output, config.package, config.tests, config.templates]
-    h.update(json.dumps([*settings, config.builtin_specs, _black_version()]).encode())
+    h.update(json.dumps([*settings, config.builtin_specs, black_mode()]).encode())
     h.update(json.dumps(list(config.targets)).encode())
     h.update(b"\0code\0" + code_digest().encode())  # stratgen's own source
     h.update(b"\0runtime\0" + runtime_digest().encode())
@@ -97,8 +97,7 @@ def _tree_matches_manifest(project: Project) -> tuple[bool, int]:
 
 def up_to_date(project: Project) -> int | None:
     """The number of generated files if the tree is known to be current, else None. Takes the
-    fingerprint that ``remember`` records, first, and notes on the project whether the tree
-    was left current by an earlier run and inputs changed since (``inputs_changed``)."""
+    fingerprint that ``remember`` records, first."""
     record = _record_path(project)
     if record is None:
         return None
@@ -111,7 +110,6 @@ def up_to_date(project: Project) -> int | None:
     if manifest is None or remembered.get("manifest") != digest(manifest):
         return None
     if remembered.get("inputs") != project.fingerprint:
-        project.inputs_changed = True
         return None
     matches, count = _tree_matches_manifest(project)
     return count if matches else None

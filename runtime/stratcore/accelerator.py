@@ -14,19 +14,10 @@ from typing import Any, ClassVar
 import torch
 
 from .collectives import CollectiveBackend
+from .contract import DEFAULT_PRECISION, PRECISIONS
 from .exceptions import MisconfigurationError
 from .imports import Requirement, import_object, require
 
-PRECISIONS = (
-    "64-true",
-    "32-true",
-    "16-mixed",
-    "bf16-mixed",
-    "16-true",
-    "bf16-true",
-    "transformer-engine",
-    "transformer-engine-float16",
-)
 GLOO = CollectiveBackend("gloo")
 
 
@@ -42,7 +33,7 @@ class Accelerator:
     #: Whether devices carry an index (cuda:0) or are addressed as a whole (cpu, hpu).
     indexed: ClassVar[bool] = True
     backend: ClassVar[CollectiveBackend] = GLOO
-    default_precision: ClassVar[str] = "32-true"
+    default_precision: ClassVar[str] = DEFAULT_PRECISION
     supported_precisions: ClassVar[tuple[str, ...]] = PRECISIONS
     grad_scaler: ClassVar[bool] = False
     #: Devices selected by devices="auto"; None selects every available device.

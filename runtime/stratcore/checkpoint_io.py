@@ -84,7 +84,7 @@ class TorchCheckpointIO(CheckpointIO):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        _fsync_directory(target.parent)
+        fsync_folder(target.parent)
 
     def load_checkpoint(self, path: PathLike, map_location: Any = None) -> dict[str, Any]:
         if not Path(path).is_file():
@@ -143,8 +143,8 @@ def _fsync_file(path: str) -> None:
         os.close(fd)
 
 
-def _fsync_directory(folder: Path) -> None:
-    """Make the rename itself durable (a no-op where directories cannot be opened)."""
+def fsync_folder(folder: Path) -> None:
+    """Make a rename into ``folder`` durable (a no-op where folders cannot be opened)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -200,13 +200,6 @@ class AsyncCheckpointIO(CheckpointIO):
         self.wait()
         self.checkpoint_io.remove_checkpoint(path)
 
-    def _raise_finished_errors(self) -> None:
-        with self._lock:
-            done = [f for f in self._pending if f.done()]
-            self._pending = [f for f in self._pending if not f.done()]
-        for future in done:
-            future.result()
-
     def teardown(self) -> None:
         try:
             self.wait()
@@ -214,4 +207,11 @@ class AsyncCheckpointIO(CheckpointIO):
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
+
+    def _raise_finished_errors(self) -> None:
+        with self._lock:
+            done = [f for f in self._pending if f.done()]
+            self._pending = [f for f in self._pending if not f.done()]
+        for future in done:
+            future.result()
             self.checkpoint_io.teardown()

@@ -18,10 +18,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .contract import REDUCE_OPS
 from .exceptions import CollectiveTimeoutError, MisconfigurationError
 from .imports import Requirement
 
-REDUCE_OPS = ("sum", "product", "min", "max", "mean")
 _ALIASES = {"avg": "mean", "add": "sum", "prod": "product", "mul": "product"}
 
 

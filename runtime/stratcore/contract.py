@@ -2,8 +2,8 @@
 
 Every vocabulary a spec may use (wrappers, launchers, precisions, reduce ops, dtypes, value
 parsers and fallbacks, precision kinds, option types, strategy bases), the runtime class each
-name stands for, the constructor arguments the runtime takes, and the small value types that
-both sides share (``Condition``, ``ValueSource``, ``Requirement``) are declared here once. The
+name stands for, the constructor arguments the runtime takes, and (from ``stratcore.values``)
+the small value types both sides share (``Condition``, ``ValueSource``, ``Requirement``). The
 generator derives its model, JSON Schema and README reference from these tables, the runtime
 imports the shared types and the precision-plugin scoring, and ``tests/test_contract.py`` checks
 that every name has an implementation in the runtime and every implementation a name.
@@ -11,42 +11,48 @@ that every name has an implementation in the runtime and every implementation a 
 Importing this module must not import torch: the generator imports it.
 """
 
-# ruff: noqa: RUF009 - _doc() returns dataclasses.field(...)
-
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Any, Literal, get_args
+
+from .values import (
+    VALUE_FALLBACKS as VALUE_FALLBACKS,
+)
+from .values import (
+    VALUE_PARSERS as VALUE_PARSERS,
+)
+from .values import (
+    Condition as Condition,
+)
+from .values import (
+    EnvVar as EnvVar,
+)
+from .values import (
+    ModulePath as ModulePath,
+)
+from .values import (
+    Pattern as Pattern,
+)
+from .values import (
+    Requirement as Requirement,
+)
+from .values import (
+    ValueFallback as ValueFallback,
+)
+from .values import (
+    ValueParser as ValueParser,
+)
+from .values import (
+    ValueSource as ValueSource,
+)
+from .values import (
+    module_available as module_available,
+)
 
 #: A runtime class, named by its module and class name, e.g. ('stratcore.wrappers.ddp', 'DDPStrategyBase').
 Ref = tuple[str, str]
-
-# --- constrained strings ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Pattern:
-    """A regular expression a string must match, and what to call such a string."""
-
-    regex: str
-    what: str
-    keyword_ok: bool = True
-
-
-ModulePath = Annotated[
-    str,
-    Pattern(
-        r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
-        "a dotted module path such as 'habana_frameworks.torch'",
-    ),
-]
-EnvVar = Annotated[
-    str, Pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name such as 'SLURM_NTASKS'")
-]
 
 # --- plain vocabularies ------------------------------------------------------------------------
 
@@ -61,6 +67,8 @@ PrecisionName = Literal[
     "transformer-engine-float16",
 ]
 PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
+#: The precision of an accelerator (and so of its strategies) whose spec names no default.
+DEFAULT_PRECISION = "32-true"
 
 #: What users may type for a precision, and the canonical name it stands for.
 PRECISION_ALIASES: dict[str, str] = {
@@ -89,22 +97,6 @@ DType = Literal[
     "float64",
 ]
 DTYPES: tuple[str, ...] = get_args(DType)
-
-#: How a cluster value is read from its variable (``stratcore.environment.PARSERS``).
-ValueParser = Literal[
-    "int",
-    "str",
-    "slurm_first_host",
-    "slurm_job_port",
-    "lsf_first_host",
-    "lsf_node_rank",
-    "lsf_job_port",
-]
-VALUE_PARSERS: tuple[str, ...] = get_args(ValueParser)
-
-#: Values computed when no variable is set (``ClusterEnvironmentBase._fallback``).
-ValueFallback = Literal["free_port", "hostname", "ranks_per_node"]
-VALUE_FALLBACKS: tuple[str, ...] = get_args(ValueFallback)
 
 #: Types an option of a strategy may have.
 OptionType = Literal["bool", "int", "float", "str", "path", "mapping", "sequence", "any"]
@@ -176,6 +168,10 @@ BASES: dict[str, Ref] = {
     "single_device": ("stratcore.single_device", "SingleDeviceStrategyBase"),
     "parallel": ("stratcore.parallel", "ParallelStrategyBase"),
 }
+#: The base kind of the root strategy spec, from which every other strategy derives.
+ROOT_BASE = "strategy"
+#: The kinds a strategy spec chooses from (the root's belongs to the root spec alone).
+STRATEGY_KINDS: tuple[str, ...] = tuple(kind for kind in BASES if kind != ROOT_BASE)
 
 #: Options every parallel strategy's runtime base reads, with their types.
 PARALLEL_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -310,6 +306,13 @@ LAUNCHERS: dict[str, Ref] = {
 }
 
 
+#: Launchers that start a process per device (or, 'external', find them started) for any
+#: wrapper: the rest run in the calling process ('none') or come with their engine.
+GENERAL_LAUNCHERS: tuple[str, ...] = tuple(
+    name for name, (module, _) in LAUNCHERS.items() if module == LAUNCHER_ROOT[0] and name != "none"
+)
+
+
 def core_read_options() -> frozenset[str]:
     """Options the runtime itself reads (a spec may declare them, with a matching type)."""
     return frozenset(PARALLEL_OPTIONS) | {o for w in WRAPPERS.values() for o in w.options}
@@ -332,20 +335,8 @@ PLUMBING: dict[str, tuple[str, ...]] = {
     ),
 }
 
-#: Every constructor argument of the runtime: (annotation, default, the runtime class the
-#: annotation names or None).
-PLUMBING_PARAMS: dict[str, tuple[str, str, Ref | None]] = {
-    "accelerator": ("Accelerator | None", "None", ACCELERATOR_ROOT),
-    "device": ("torch.device | str | int | None", "None", None),
-    "parallel_devices": ("list[torch.device] | None", "None", None),
-    "cluster_environment": ("ClusterEnvironmentBase | None", "None", ENVIRONMENT_ROOT),
-    "checkpoint_io": ("CheckpointIO | None", "None", ("stratcore.checkpoint_io", "CheckpointIO")),
-    "precision_plugin": ("PrecisionBase | None", "None", PRECISION_ROOT),
-    "num_nodes": ("int", "1", None),
-}
-
 #: Names of every constructor argument of the runtime (``factory.strategy_options`` skips them).
-PLUMBING_NAMES: frozenset[str] = frozenset(PLUMBING_PARAMS)
+PLUMBING_NAMES: frozenset[str] = frozenset(name for names in PLUMBING.values() for name in names)
 
 # --- precision plugins ---------------------------------------------------------------------------
 
@@ -355,7 +346,7 @@ PRECISION_KINDS: dict[str, Ref] = {
     "double": ("stratcore.precision", "DoublePrecisionBase"),
     "mixed": ("stratcore.precision", "MixedPrecisionBase"),
     "half": ("stratcore.precision", "HalfPrecisionBase"),
-    "deepspeed": ("stratcore.wrappers.deepspeed", "DeepSpeedPrecisionBase"),
+    "deepspeed": ("stratcore.wrappers.deepspeed_precision", "DeepSpeedPrecisionBase"),
     "fsdp_mixed": ("stratcore.wrappers.fsdp", "FSDPPrecisionBase"),
     "xla": ("stratcore.wrappers.xla", "XLAPrecisionBase"),
     "ipu": ("stratcore.ipu", "IPUPrecisionBase"),
@@ -402,87 +393,6 @@ def best_plugin(plugins: Iterable[Any], mode: str, wrapper: str, accelerator: st
         if score is not None and score > best_score:
             best, best_score = plugin, score
     return best
-
-
-# --- shared value types --------------------------------------------------------------------------
-
-
-def _doc(text: str, default: Any = None, **kwargs: Any) -> Any:
-    """A field documented for the spec reference."""
-    return field(default=default, metadata={"doc": text}, **kwargs)
-
-
-@cache
-def module_available(name: str) -> bool:
-    """Whether ``name`` can be imported, found without importing it."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """A Python module that must be importable, and how to install it."""
-
-    module: ModulePath = field(metadata={"doc": "Module to import, e.g. 'deepspeed'."})
-    install: str = _doc("Command or instruction shown when the module is missing.", "")
-
-    #: A spec may write a requirement as this field alone.
-    __shorthand__: ClassVar[str] = "module"
-
-    @property
-    def available(self) -> bool:
-        parts = self.module.split(".")
-        return all(module_available(".".join(parts[: i + 1])) for i in range(len(parts)))
-
-    def message(self, user: str) -> str:
-        hint = f"; install it with: {self.install}" if self.install else ""
-        return f"{user} needs the '{self.module}' package, which is not installed{hint}"
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A test on environment variables."""
-
-    always: bool = _doc("True regardless of the environment.", False)
-    all_set: tuple[EnvVar, ...] = _doc("Every one of these variables is set.", ())
-    any_set: tuple[EnvVar, ...] = _doc("At least one of these variables is set.", ())
-    not_equal: dict[EnvVar, tuple[str, ...]] = field(
-        default_factory=dict,
-        metadata={"doc": "None of these variables has one of the listed values."},
-    )
-
-    def holds(self, environ: Mapping[str, str] | None = None) -> bool:
-        """Whether the condition holds in ``environ`` (the process environment by default);
-        a condition that names no variable and is not ``always`` never holds."""
-        env = os.environ if environ is None else environ
-        if self.always:
-            return True
-        if not (self.all_set or self.any_set):
-            return False
-        if not all(name in env for name in self.all_set):
-            return False
-        if self.any_set and not any(name in env for name in self.any_set):
-            return False
-        return all(env.get(name) not in values for name, values in self.not_equal.items())
-
-
-@dataclass(frozen=True)
-class ValueSource:
-    """Where a cluster value comes from: environment variables, parsed, with a fallback."""
-
-    env: tuple[EnvVar, ...] = _doc("Variables to read; the first one set wins.", ())
-    parse: ValueParser | None = _doc(
-        "How to read the value: 'int' and 'str', or a scheduler-specific parser."
-    )
-    default: int | str | None = _doc("Value when no variable is set.")
-    fallback: ValueFallback | None = _doc(
-        "Computed value when no variable is set and no default is given."
-    )
-
-    #: A spec may write a value source as this field alone.
-    __shorthand__: ClassVar[str] = "env"
 
 
 #: The values every cluster environment provides, each from a ``ValueSource``.

@@ -131,8 +131,8 @@ class ClusterEnvironmentBase:
 
     def __init__(self) -> None:
         require(self.requires, type(self).__name__)
-        self._world_size: int | None = None
-        self._global_rank: int | None = None
+        #: Values the strategy set (``set_world_size``, ``set_global_rank``), by key.
+        self._assigned: dict[str, int] = {}
         self._computed: dict[str, Any] = {}
 
     @classmethod
@@ -190,25 +190,26 @@ class ClusterEnvironmentBase:
     def main_port(self) -> int:
         return int(self._read("main_port", as_int=True))
 
+    def _assigned_or_read(self, key: str) -> int:
+        if key in self._assigned:
+            return self._assigned[key]
+        return int(self._read(key, as_int=True))
+
     def world_size(self) -> int:
-        if self._world_size is not None:
-            return self._world_size
-        return int(self._read("world_size", as_int=True))
+        return self._assigned_or_read("world_size")
 
     def set_world_size(self, size: int) -> None:
         """Set by the strategy; ignored where the scheduler decides the world size."""
         if self.settable:
-            self._world_size = size
+            self._assigned["world_size"] = size
 
     def global_rank(self) -> int:
-        if self._global_rank is not None:
-            return self._global_rank
-        return int(self._read("global_rank", as_int=True))
+        return self._assigned_or_read("global_rank")
 
     def set_global_rank(self, rank: int) -> None:
         """Set by the strategy; ignored where the scheduler decides ranks."""
         if self.settable:
-            self._global_rank = rank
+            self._assigned["global_rank"] = rank
 
     def local_rank(self) -> int:
         return int(self._read("local_rank", as_int=True))

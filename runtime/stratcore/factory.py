@@ -30,24 +30,46 @@ PLUMBING = PLUMBING_NAMES
 
 
 @cache
+def _constructors(cls: type[StrategyBase]) -> tuple[Any, ...]:
+    """The ``__init__`` methods that together take a class's arguments, the class's own first:
+    each in the MRO until one that passes no ``**kwargs`` on (a generated class declares its
+    own options and passes the rest on to its base)."""
+    found = []
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        found.append(init)
+        kinds = {p.kind for p in inspect.signature(init).parameters.values()}
+        if inspect.Parameter.VAR_KEYWORD not in kinds:
+            break
+    return tuple(found)
+
+
+@cache
 def strategy_options(cls: type[StrategyBase]) -> dict[str, inspect.Parameter]:
-    """The options (keyword arguments other than the core's) a strategy class takes."""
-    parameters = inspect.signature(cls.__init__).parameters
-    return {
-        name: p
-        for name, p in parameters.items()
-        if name != "self"
-        and name not in PLUMBING
-        and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-    }
+    """The options (keyword arguments other than the core's) a strategy class takes, its
+    bases' first, each with the default of the class nearest ``cls`` that declares it."""
+    options: dict[str, inspect.Parameter] = {}
+    for init in reversed(_constructors(cls)):
+        for name, p in inspect.signature(init).parameters.items():
+            if (
+                name != "self"
+                and name not in PLUMBING
+                and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ):
+                options[name] = p
+    return options
 
 
-def _annotation(cls: type, name: str) -> Any:
-    try:
-        constructor: Any = cls
-        return typing.get_type_hints(constructor.__init__).get(name, Any)
-    except Exception:  # annotations that cannot be evaluated are not checked
-        return Any
+def _annotation(cls: type[StrategyBase], name: str) -> Any:
+    for init in _constructors(cls):
+        if name in inspect.signature(init).parameters:
+            try:
+                return typing.get_type_hints(init).get(name, Any)
+            except Exception:  # annotations that cannot be evaluated are not checked
+                return Any
+    return Any
 
 
 def _fits(value: Any, annotation: Any) -> tuple[bool, str]:
@@ -116,10 +138,7 @@ def _processes_started_per_node(
     per node; devices that are processes (CPU) then default to that number."""
     from .parallel import ParallelStrategyBase
 
-    if (
-        not issubclass(cls, ParallelStrategyBase)
-        or cls.num_processes is not ParallelStrategyBase.num_processes
-    ):
+    if not issubclass(cls, ParallelStrategyBase) or cls.one_process_per_node:
         return None  # strategies with their own notion of processes per node (DP, DDP2)
     environment = environment or registry.detect_environment(cls)
     if environment.settable or not environment.creates_processes_externally:

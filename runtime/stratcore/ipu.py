@@ -17,45 +17,15 @@ from torch import nn
 from torch.optim import Optimizer
 
 from .exceptions import MisconfigurationError
-from .parallel import ParallelStrategyBase
+from .parallel import OneProcessStrategyBase
 from .precision import PrecisionBase, apply_to_tensors, default_dtype
 
 
-class IPUStrategyBase(ParallelStrategyBase):
+class IPUStrategyBase(OneProcessStrategyBase):
     """One process drives every IPU (PopTorch replicates the model): no process group, no
     launcher, and no wrapper; the hooks compile the model at ``setup``."""
 
     wrapper: ClassVar[str] = "ipu"
-
-    @property
-    def num_processes(self) -> int:
-        return 1
-
-    @property
-    def root_device(self) -> torch.device:
-        return self.parallel_devices[0]
-
-    @property
-    def global_rank(self) -> int:
-        return 0
-
-    @property
-    def local_rank(self) -> int:
-        return 0
-
-    @property
-    def world_size(self) -> int:
-        return 1
-
-    def configure_ranks(self) -> None:
-        """Nothing to tell the environment: there is one process."""
-
-    def setup_distributed(self) -> None:
-        """PopTorch needs no process group."""
-
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        return {"num_replicas": 1, "rank": 0}
 
 
 class IPUPrecisionBase(PrecisionBase):

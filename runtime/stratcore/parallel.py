@@ -53,6 +53,7 @@ class ParallelStrategyBase(StrategyBase):
     """Multi-process training; see the module documentation."""
 
     launcher_class: ClassVar[type[Launcher]] = ExternalLauncher
+    one_process_per_node: ClassVar[bool] = False
 
     #: Seconds a collective may wait for its peers.
     timeout: float = 1800.0
@@ -109,8 +110,8 @@ class ParallelStrategyBase(StrategyBase):
 
     @property
     def num_processes(self) -> int:
-        """Processes per node."""
-        return len(self.parallel_devices)
+        """Processes per node: one per device, or one where ``one_process_per_node``."""
+        return 1 if self.one_process_per_node else len(self.parallel_devices)
 
     @property
     def collective_backend(self) -> CollectiveBackend:
@@ -305,10 +306,6 @@ class ParallelStrategyBase(StrategyBase):
             else:
                 dist.barrier()
 
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        return {"num_replicas": self.world_size, "rank": self.global_rank}
-
     @contextlib.contextmanager
     def block_backward_sync(self) -> Generator[None, None, None]:
         no_sync = getattr(self._model, "no_sync", None)
@@ -324,6 +321,27 @@ class ParallelStrategyBase(StrategyBase):
         super().teardown()
         if self._cluster_environment is not None:
             self._cluster_environment.teardown()
+
+
+class OneProcessStrategyBase(ParallelStrategyBase):
+    """One process drives every device (DataParallel, PopTorch's replicas on IPUs): no process
+    group, no launched processes, rank 0 of a world of one (as ``StrategyBase`` says); the
+    subclass wraps or compiles the model."""
+
+    one_process_per_node: ClassVar[bool] = True
+    global_rank = StrategyBase.global_rank
+    local_rank = StrategyBase.local_rank
+    world_size = StrategyBase.world_size
+
+    @property
+    def root_device(self) -> torch.device:
+        return self.parallel_devices[0]
+
+    def configure_ranks(self) -> None:
+        """Nothing to tell the environment: there is one process."""
+
+    def setup_distributed(self) -> None:
+        """One process needs no process group."""
 
 
 _release_registered = False

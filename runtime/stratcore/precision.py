@@ -17,27 +17,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from .contract import DEFAULT_PRECISION, PRECISIONS, PRECISION_ALIASES
 from .exceptions import MisconfigurationError
 from .imports import Requirement, import_object, require
-
-PRECISIONS = (
-    "64-true",
-    "32-true",
-    "16-mixed",
-    "bf16-mixed",
-    "16-true",
-    "bf16-true",
-    "transformer-engine",
-    "transformer-engine-float16",
-)
-PRECISION_ALIASES = {
-    "64": "64-true",
-    "32": "32-true",
-    "16": "16-mixed",
-    "bf16": "bf16-mixed",
-    "double": "64-true",
-    "half": "16-true",
-}
 
 
 def canonical_precision(value: Any) -> str:
@@ -99,7 +81,7 @@ class PrecisionBase:
     """Full float32 precision, and the interface every precision plugin implements."""
 
     name: ClassVar[str | None] = None
-    modes: ClassVar[tuple[str, ...]] = ("32-true",)
+    modes: ClassVar[tuple[str, ...]] = (DEFAULT_PRECISION,)
     wrappers: ClassVar[tuple[str, ...]] = ()
     accelerators: ClassVar[tuple[str, ...]] = ()
     grad_scaler: ClassVar[str | None] = None
@@ -171,29 +153,15 @@ class PrecisionBase:
         return f"{type(self).__name__}(precision={self.precision!r})"
 
 
-class DoublePrecisionBase(PrecisionBase):
-    """float64 parameters, inputs and computations."""
-
-    wraps_forward = True
-
-    def convert_module(self, module: nn.Module) -> nn.Module:
-        return module.double()
-
-    def convert_input(self, data: Any) -> Any:
-        return apply_to_tensors(data, _cast_floating(torch.float64))
-
-    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        return default_dtype(torch.float64)
-
-
-class HalfPrecisionBase(PrecisionBase):
-    """float16 or bfloat16 parameters and inputs, without autocast."""
+class CastPrecisionBase(PrecisionBase):
+    """Parameters and floating-point inputs in ``dtype``, and so every computation, without
+    autocast (DoublePrecisionBase, HalfPrecisionBase)."""
 
     wraps_forward = True
 
     @property
     def dtype(self) -> torch.dtype:
-        return torch.bfloat16 if self.precision.startswith("bf16") else torch.float16
+        raise NotImplementedError
 
     def convert_module(self, module: nn.Module) -> nn.Module:
         return module.to(dtype=self.dtype)
@@ -203,6 +171,22 @@ class HalfPrecisionBase(PrecisionBase):
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return default_dtype(self.dtype)
+
+
+class DoublePrecisionBase(CastPrecisionBase):
+    """float64 parameters, inputs and computations."""
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float64
+
+
+class HalfPrecisionBase(CastPrecisionBase):
+    """float16 or bfloat16 parameters and inputs, without autocast."""
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.precision.startswith("bf16") else torch.float16
 
 
 class MixedPrecisionBase(PrecisionBase):

@@ -20,7 +20,6 @@ checkpoint into one file that ``torch.load`` and every strategy's ``load_checkpo
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import shutil
@@ -32,7 +31,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from .checkpoint_io import PathLike, TorchCheckpointIO
+from .checkpoint_io import PathLike, TorchCheckpointIO, fsync_folder
 
 #: Name of the file holding the entries DCP does not store, and the format's marker in it.
 META_FILE = "meta.pt"
@@ -189,9 +188,9 @@ class ShardedSaver:
         try:
             self.wait()
         finally:
-            if self._stager is not None:
-                self._stager.close()
-                self._stager = None
+            stager, self._stager = self._stager, None
+            if stager is not None:
+                stager.close()
 
     @property
     def busy(self) -> bool:
@@ -247,16 +246,7 @@ def _replace_folder(new: Path, target: Path) -> None:
         os.rename(target, aside)
         os.rename(new, target)
         shutil.rmtree(aside)
-    _fsync_folder(target.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    fsync_folder(target.parent)
 
 
 def resolve_checkpoint(path: PathLike) -> Path:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Mapping, MutableMapping
+from abc import abstractmethod
+from collections.abc import Callable, Generator, Mapping
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -24,28 +24,22 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from .accelerator import PRECISIONS, Accelerator
-from .checkpoint_io import CheckpointIO, PathLike, TorchCheckpointIO
-from .checkpoint_state import (
-    keyed_by_name,
-    load_sharded_state,
-    module_of,
-    restore_state,
-    save_sharded,
-    state_to_save,
-)
+from .accelerator import Accelerator
+from .checkpoint_io import CheckpointIO, TorchCheckpointIO
+from .checkpoint_state import CheckpointingBase
 from .collectives import CollectiveBackend
+from .contract import PRECISIONS
 from .exceptions import MisconfigurationError
 from .imports import Requirement, require
 from .launchers import InlineLauncher, Launcher
 from .layer_sync import LayerSync
 from .precision import PrecisionBase
 from .registry import registry_of
-from .sharded_checkpoint import ShardedSaver, is_sharded_checkpoint, resolve_checkpoint
 
 
-class StrategyBase(ABC):
-    """Base class of all strategies; see the module documentation."""
+class StrategyBase(CheckpointingBase):
+    """Base class of all strategies; see the module documentation (checkpoints:
+    ``CheckpointingBase``)."""
 
     #: Registry name of the strategy (None for abstract bases).
     name: ClassVar[str | None] = None
@@ -54,6 +48,9 @@ class StrategyBase(ABC):
     wrapper: ClassVar[str] = "none"
     #: How processes start: the launcher class, made with the strategy into ``launcher``.
     launcher_class: ClassVar[type[Launcher]] = InlineLauncher
+    #: Whether one process per node drives every device of the node (a single-device
+    #: strategy's one process; DataParallel) rather than one process per device.
+    one_process_per_node: ClassVar[bool] = True
     #: Collective backend; None to use the accelerator's.
     backend: ClassVar[CollectiveBackend | None] = None
     default_precision: ClassVar[str | None] = None
@@ -83,7 +80,6 @@ class StrategyBase(ABC):
         self._layer_sync: LayerSync | None = None
         self._environment_ready = False
         self._forward_hooks: list[Any] = []
-        self._saver: ShardedSaver | None = None
 
     # -- composition ---------------------------------------------------------------------
 
@@ -175,15 +171,11 @@ class StrategyBase(ABC):
 
     @property
     def global_rank(self) -> int:
+        """This process's rank: 0, in a strategy of one process (and so its local and node
+        rank)."""
         return 0
 
-    @property
-    def local_rank(self) -> int:
-        return 0
-
-    @property
-    def node_rank(self) -> int:
-        return 0
+    local_rank = node_rank = global_rank
 
     @property
     def world_size(self) -> int:
@@ -390,155 +382,6 @@ class StrategyBase(ABC):
         total = self.reduce(tensor, reduce_op="sum")
         return bool(total == self.world_size) if all else bool(total > 0)
 
-    # -- checkpoints ---------------------------------------------------------------------
-
-    def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
-        """The full, unsharded state dict of ``module`` (wrappers removed)."""
-        return self.unwrap(module).state_dict()
-
-    def load_module_state_dict(
-        self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
-    ) -> None:
-        self.unwrap(module).load_state_dict(state_dict, strict=strict)
-
-    def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        """The optimizer's complete state (consolidated from every rank where it is sharded)."""
-        return optimizer.state_dict()
-
-    def load_optimizer_state_dict(
-        self, optimizer: Optimizer, state_dict: Mapping[str, Any]
-    ) -> None:
-        if keyed_by_name(state_dict) and self._model is not None:
-            # Written by a sharded strategy (or converted from a sharded checkpoint): its
-            # state is keyed by parameter name rather than position.
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_optimizer_state_dict,
-            )
-
-            set_optimizer_state_dict(
-                self._module_of(optimizer, []),
-                optimizer,
-                dict(state_dict),
-                options=StateDictOptions(full_state_dict=True),
-            )
-            return
-        optimizer.load_state_dict(dict(state_dict))
-
-    def _is_optimizer(self, value: Any) -> bool:
-        """Torch optimizers, and the optimizers ``setup`` returned (engines such as DeepSpeed
-        return their own optimizer classes)."""
-        return isinstance(value, Optimizer) or any(value is o for o in self._optimizers)
-
-    def _state_to_save(self, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-        """``checkpoint`` with modules, optimizers and every other stateful object (anything
-        with ``state_dict`` and ``load_state_dict``: schedulers, gradient scalers, samplers,
-        precision plugins, user objects) replaced by its state dict."""
-        return state_to_save(self, checkpoint)
-
-    def save_checkpoint(
-        self, checkpoint: Mapping[str, Any], filepath: PathLike, storage_options: Any = None
-    ) -> None:
-        """Save ``checkpoint`` to ``filepath`` from rank 0.
-
-        Modules, optimizers and other stateful objects in the mapping are replaced by their
-        full state dicts; other values are saved as they are. Returns once the file is
-        complete, or, with an asynchronous CheckpointIO, once the write is queued
-        (``load_checkpoint`` waits for it).
-        """
-        if self.saves_sharded:
-            if storage_options is not None:
-                raise TypeError("sharded checkpoints take no storage_options")
-            self._save_sharded(checkpoint, filepath)
-            return
-        state = self._state_to_save(checkpoint)
-        if self.is_global_zero:
-            self.checkpoint_io.save_checkpoint(state, filepath, storage_options=storage_options)
-        self.barrier("save_checkpoint")
-
-    # Sharded checkpoints (see ``sharded_checkpoint``): strategies whose processes hold parts
-    # of the model save that way when ``saves_sharded``; every strategy loads them.
-
-    @property
-    def saves_sharded(self) -> bool:
-        """Whether ``save_checkpoint`` writes a sharded checkpoint folder."""
-        return False
-
-    @property
-    def _sharded_saver(self) -> ShardedSaver:
-        if self._saver is None:
-            self._saver = ShardedSaver(
-                lambda: self.global_rank, lambda obj, src: self.broadcast(obj, src), self.barrier
-            )
-        return self._saver
-
-    def _save_sharded(self, checkpoint: Mapping[str, Any], filepath: PathLike) -> None:
-        save_sharded(self, checkpoint, filepath)
-
-    def _sharded_module_state(self, module: nn.Module) -> dict[str, Any]:
-        """``module``'s state dict as this process holds it (shards where it is sharded)."""
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-        return get_model_state_dict(self.unwrap(module))
-
-    def _sharded_optimizer_state(self, optimizer: Any, modules: list[nn.Module]) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-        return get_optimizer_state_dict(self._module_of(optimizer, modules), optimizer)
-
-    def _module_of(self, optimizer: Any, modules: list[nn.Module]) -> nn.Module:
-        """The module whose parameters ``optimizer`` updates (state dicts key it by their
-        names)."""
-        return module_of(self, optimizer, modules)
-
-    def _load_sharded(
-        self,
-        filepath: PathLike,
-        state: nn.Module | Optimizer | MutableMapping[str, Any] | None,
-        strict: bool,
-    ) -> dict[str, Any]:
-        return load_sharded_state(self, filepath, state, strict)
-
-    def load_checkpoint(
-        self,
-        filepath: PathLike,
-        state: nn.Module | Optimizer | MutableMapping[str, Any] | None = None,
-        strict: bool = True,
-    ) -> dict[str, Any]:
-        """Load a checkpoint on every rank and restore ``state`` from it.
-
-        ``state`` may be:
-
-        - None or an empty dict: the whole checkpoint is returned.
-        - A module (or optimizer): the file holds its bare state dict, which is loaded into
-          it; returns an empty dict.
-        - A dict of objects: modules, optimizers and other stateful objects are restored in
-          place from the entries of the same name; any other entry of ``state`` is replaced
-          by the checkpoint's value. Returns the checkpoint's entries ``state`` did not name.
-          With ``strict``, a name of ``state`` missing from the checkpoint is an error (and
-          module state dicts must match exactly).
-        """
-        # Every rank finishes its outstanding (asynchronous) saves before any rank reads.
-        self.checkpoint_io.wait()
-        if self._saver is not None:
-            self._saver.wait()
-        self.barrier("load_checkpoint")
-        filepath = resolve_checkpoint(filepath)
-        if is_sharded_checkpoint(filepath):
-            return self._load_sharded(filepath, state, strict)
-        checkpoint = self.checkpoint_io.load_checkpoint(filepath, map_location="cpu")
-        return self._restore(checkpoint, state, strict, filepath)
-
-    def _restore(
-        self,
-        checkpoint: dict[str, Any],
-        state: nn.Module | Optimizer | MutableMapping[str, Any] | None,
-        strict: bool,
-        filepath: PathLike,
-    ) -> dict[str, Any]:
-        """Restore ``state`` from a loaded checkpoint (see ``load_checkpoint``)."""
-        return restore_state(self, checkpoint, state, strict, filepath)
-
     # -- hooks ---------------------------------------------------------------------------
 
     def hook(self, name: str) -> Callable[..., Any] | None:
@@ -554,9 +397,7 @@ class StrategyBase(ABC):
     def teardown(self) -> None:
         """Release what the strategy holds: ``model`` becomes the user's module, unwrapped and
         back on the CPU (the wrapper belongs to the communication that ends here)."""
-        if self._saver is not None:
-            saver, self._saver = self._saver, None
-            saver.close()  # asynchronous saves need the processes' connections
+        self.close_checkpoints()
         self.call_hook("teardown")
         for handle in self._forward_hooks:
             handle.remove()

@@ -17,8 +17,7 @@ import pytest
 import torch
 from stratcore import testing
 from stratcore.exceptions import MisconfigurationError
-from stratcore.wrappers.deepspeed import CONFIG_DEFAULTS, extension_build_lock
-from stratcore.wrappers.deepspeed_config import ops_to_build
+from stratcore.wrappers.deepspeed_config import CONFIG_DEFAULTS, extension_build_lock, ops_to_build
 from torch import nn
 
 import stratlib
@@ -301,7 +300,7 @@ def test_extension_builds_take_turns_across_processes(
             "-c",
             textwrap.dedent("""
                 import sys, time
-                from stratcore.wrappers.deepspeed import extension_build_lock
+                from stratcore.wrappers.deepspeed_config import extension_build_lock
                 with extension_build_lock("probe_op"):
                     print("locked", flush=True)
                     time.sleep(2.0)

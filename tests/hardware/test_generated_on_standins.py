@@ -49,7 +49,7 @@ STANDINS = {
         on_cpu=("hpu",),
         environ={"STANDIN_HPU_COUNT": "2"},
         hardware_only=("gives_processes",),
-        expected_skips=("test_hpu_accelerator_absent_is_a_clear_error",),
+        expected_skips=("test_accelerator[hpu-absent_is_a_clear_error]",),
     ),
     "xla": StandIn(
         packages=("torch_xla",),
@@ -57,20 +57,20 @@ STANDINS = {
         environ={"STANDIN_TPU_DEVICES": "2"},
         hardware_only=("gives_processes",),
         expected_skips=(
-            "test_tpu_accelerator_absent_is_a_clear_error",
+            "test_accelerator[tpu-absent_is_a_clear_error]",
             # xla_fsdp's setup takes the module alone (XlaFullyShardedDataParallel flattens
             # the parameters), and the shared training scenarios set up a model and its
             # optimizer together.
-            "test_xla_fsdp_checkpoint_round_trip",
-            "test_xla_fsdp_strategy_api_and_collectives",
-            "test_xla_fsdp_trains_in_another_precision",
-            "test_xla_fsdp_trains_like_one_process",
+            "test_real_run[xla_fsdp-checkpoint_round_trip]",
+            "test_real_run[xla_fsdp-strategy_api_and_collectives]",
+            "test_real_run[xla_fsdp-trains_in_another_precision]",
+            "test_real_run[xla_fsdp-trains_like_one_process]",
         ),
     ),
     "ipu": StandIn(
         packages=("poptorch",),
         environ={"STANDIN_IPUS": "4"},
-        expected_skips=("test_ipu_accelerator_absent_is_a_clear_error",),
+        expected_skips=("test_accelerator[ipu-absent_is_a_clear_error]",),
         without_runs=(
             "PopTorch compiles forward, loss, backward and step into one graph whose forward "
             "returns the loss; the generic training scenarios call the model for predictions "

@@ -94,5 +94,5 @@ def test_the_generated_tests_pass_or_skip_saying_why(project: Path) -> None:
     assert len(fsdp1) >= 1, done.stdout[-4000:]
     assert "accelerator 'conf' drives 'cpu' devices here" in fsdp1[0]
     for framework in ("pytorch", "fabric"):
-        trained = f"test_{framework}_conf_spawn_trains_like_one_process PASSED"
+        trained = f"test_trains_like_one_process[{framework}-conf_spawn] PASSED"
         assert trained in done.stdout, done.stdout[-4000:]

@@ -244,7 +244,11 @@ def test_the_spec_yields_lightning_plugins_and_their_tests(project: Path) -> Non
         )
         # Its devices are CPU processes: for Lightning, a CPU accelerator.
         assert "class AcmeAccelerator(AcceleratorAdapter, CPUAccelerator):" in module
-        assert "AcmeJobEnvironment" in module
+        assert "environments = ACME_PARALLEL_ENVIRONMENTS" in module
+    # What both frameworks share: the spec's own scheduler, first among the environments.
+    shared = (package / "environments.py").read_text(encoding="utf-8")
+    assert "class AcmeJobEnvironment(EnvironmentAdapter, ClusterEnvironment):" in shared
+    assert "ACME_PARALLEL_ENVIRONMENTS = (\n    AcmeJobEnvironment," in shared
     # The built-in 'ddp' it extends is Lightning's own: no plugin shadows it.
     assert not (package / "pytorch" / "ddp.py").exists()
     tests = project / "generated" / "tests" / "test_lightning_acme.py"

@@ -118,7 +118,7 @@ def test_runnable_in_process_strategies_run_the_whole_api(
     name: str, tmp_path: Path, own_process_group: None
 ) -> None:
     strategy = stratlib.get_strategy(name, accelerator="cpu", devices=1)
-    report = strategy.launch(testing.scenarios._api, str(tmp_path))
+    report = strategy.launch(testing.scenarios.api, str(tmp_path))
     testing.assert_api(report, world_size=1)
     # teardown ran: the user's module is back on the CPU and the hooks are gone (sharding
     # wrappers let go of the module, whose shards live on the process group)

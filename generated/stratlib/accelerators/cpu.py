@@ -21,10 +21,8 @@ class CPUAccelerator(Accelerator):
     """
 
     name: ClassVar[str] = "cpu"
-    device_type: ClassVar[str] = "cpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = GLOO
-    default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = (
         "64-true",
         "32-true",

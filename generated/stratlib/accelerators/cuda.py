@@ -23,17 +23,6 @@ class CUDAAccelerator(Accelerator):
     name: ClassVar[str] = "cuda"
     device_type: ClassVar[str] = "cuda"
     backend: ClassVar[CollectiveBackend] = NCCL
-    default_precision: ClassVar[str] = "32-true"
-    supported_precisions: ClassVar[tuple[str, ...]] = (
-        "64-true",
-        "32-true",
-        "16-mixed",
-        "bf16-mixed",
-        "16-true",
-        "bf16-true",
-        "transformer-engine",
-        "transformer-engine-float16",
-    )
     grad_scaler: ClassVar[bool] = True
     is_available_hook: ClassVar[str | None] = "torch.cuda:is_available"
     device_count_hook: ClassVar[str | None] = "torch.cuda:device_count"

@@ -27,10 +27,8 @@ class IPUAccelerator(Accelerator):
     """
 
     name: ClassVar[str] = "ipu"
-    device_type: ClassVar[str] = "cpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = GLOO
-    default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
     auto_devices: ClassVar[int | None] = 4
     requires: ClassVar[tuple[Requirement, ...]] = (

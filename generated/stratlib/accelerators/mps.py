@@ -24,7 +24,6 @@ class MPSAccelerator(Accelerator):
     name: ClassVar[str] = "mps"
     device_type: ClassVar[str] = "mps"
     backend: ClassVar[CollectiveBackend] = GLOO
-    default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = (
         "32-true",
         "16-mixed",

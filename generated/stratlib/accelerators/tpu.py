@@ -27,7 +27,6 @@ class TPUAccelerator(Accelerator):
     name: ClassVar[str] = "tpu"
     device_type: ClassVar[str] = "xla"
     backend: ClassVar[CollectiveBackend] = XLA
-    default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
     is_available_hook: ClassVar[str | None] = "torch_xla._internal.tpu:num_available_devices"
     device_count_hook: ClassVar[str | None] = "torch_xla._internal.tpu:num_available_devices"

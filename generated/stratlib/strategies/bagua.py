@@ -8,14 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
 from stratcore.collectives import CollectiveBackend
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.bagua import BaguaStrategyBase
 
 from ..backends import NCCL
@@ -41,10 +36,9 @@ class BaguaStrategy(BaguaStrategyBase, ParallelStrategy):
     - ``"bagua_qadam"``: algorithm='qadam'
     - ``"bagua_async"``: algorithm='async'
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         algorithm: Bagua algorithm that communicates gradients or weights.
         flatten: Flatten the communication buckets so that Bagua can use its faster code paths.
         algorithm_kwargs: Keyword arguments for the algorithm, e.g. {hierarchical,
@@ -73,15 +67,7 @@ class BaguaStrategy(BaguaStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         algorithm: Literal[
             "gradient_allreduce",
             "bytegrad",
@@ -92,17 +78,9 @@ class BaguaStrategy(BaguaStrategyBase, ParallelStrategy):
         ] = "gradient_allreduce",
         flatten: bool = True,
         algorithm_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.algorithm = algorithm
         self.flatten = flatten
         self.algorithm_kwargs = algorithm_kwargs

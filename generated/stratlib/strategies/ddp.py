@@ -5,14 +5,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.ddp import DDPStrategyBase
 
 from .parallel import ParallelStrategy
@@ -34,10 +29,9 @@ class DDPStrategy(DDPStrategyBase, ParallelStrategy):
     - ``"ddp_find_unused_parameters_true"``: find_unused_parameters=True
     - ``"ddp_find_unused_parameters_false"``: find_unused_parameters=False
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         find_unused_parameters: Detect parameters that get no gradient in a step (slower; needed
             when parts of the model are skipped).
         static_graph: Promise that the set of used parameters is the same in every step, which
@@ -52,30 +46,14 @@ class DDPStrategy(DDPStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         find_unused_parameters: bool = False,
         static_graph: bool = False,
         gradient_as_bucket_view: bool = False,
         bucket_cap_mb: float | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.find_unused_parameters = find_unused_parameters
         self.static_graph = static_graph
         self.gradient_as_bucket_view = gradient_as_bucket_view

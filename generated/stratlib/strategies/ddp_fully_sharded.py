@@ -5,15 +5,10 @@ FullyShardedDataParallel (registry name "ddp_fully_sharded")."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.fairscale_fsdp import FairscaleFSDPStrategyBase
 
 from .parallel import ParallelStrategy
@@ -30,10 +25,9 @@ class DDPFullyShardedStrategy(FairscaleFSDPStrategyBase, ParallelStrategy):
 
     Registry name: ``"ddp_fully_sharded"``.
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         auto_wrap_min_params: Wrap submodules with at least this many parameters on their own
             (fairscale's auto_wrap); null wraps only the root.
         cpu_offload: Keep the sharded float32 parameters and their gradients in host memory.
@@ -50,29 +44,13 @@ class DDPFullyShardedStrategy(FairscaleFSDPStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         auto_wrap_min_params: int | None = None,
         cpu_offload: bool = False,
         reshard_after_forward: bool = True,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.auto_wrap_min_params = auto_wrap_min_params
         self.cpu_offload = cpu_offload
         self.reshard_after_forward = reshard_after_forward

@@ -5,15 +5,10 @@ ShardedDataParallel) (registry name "ddp_sharded")."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.sharded import ShardedStrategyBase
 
 from .parallel import ParallelStrategy
@@ -30,10 +25,9 @@ class DDPShardedStrategy(ShardedStrategyBase, ParallelStrategy):
 
     Registry name: ``"ddp_sharded"``.
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         reduce_buffer_size: Bytes of the buffers that batch the reductions of small gradients; 0
             reduces each gradient on its own.
         broadcast_buffers: Send rank 0's module buffers (e.g. BatchNorm statistics) to every
@@ -48,27 +42,11 @@ class DDPShardedStrategy(ShardedStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         reduce_buffer_size: int = 8388608,
         broadcast_buffers: bool = True,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.reduce_buffer_size = reduce_buffer_size
         self.broadcast_buffers = broadcast_buffers

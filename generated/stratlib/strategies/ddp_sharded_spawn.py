@@ -5,14 +5,9 @@ started by torch.multiprocessing (registry name "ddp_sharded_spawn")."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import Launcher, SpawnLauncher
-from stratcore.precision import PrecisionBase
 
 from .ddp_sharded import DDPShardedStrategy
 
@@ -28,14 +23,9 @@ class DDPSpawnShardedStrategy(DDPShardedStrategy):
 
     Registry name: ``"ddp_sharded_spawn"``.
 
+    Arguments other than its options below are those of ``DDPShardedStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
-        reduce_buffer_size: Bytes of the buffers that batch the reductions of small gradients; 0
-            reduces each gradient on its own.
-        broadcast_buffers: Send rank 0's module buffers (e.g. BatchNorm statistics) to every
-            rank before each forward pass.
         start_method: How torch.multiprocessing starts the processes.
     """
 
@@ -44,29 +34,9 @@ class DDPSpawnShardedStrategy(DDPShardedStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
-        reduce_buffer_size: int = 8388608,
-        broadcast_buffers: bool = True,
+        *args: Any,
         start_method: Literal["spawn", "fork", "forkserver"] = "spawn",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-            reduce_buffer_size=reduce_buffer_size,
-            broadcast_buffers=broadcast_buffers,
-        )
+        super().__init__(*args, **kwargs)
         self.start_method = start_method

@@ -8,14 +8,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import Launcher, SpawnLauncher
-from stratcore.precision import PrecisionBase
 
 from .ddp import DDPStrategy
 
@@ -41,17 +36,9 @@ class DDPSpawnStrategy(DDPStrategy):
     - ``"ddp_notebook_find_unused_parameters_true"``: start_method='fork', find_unused_parameters=True
     - ``"ddp_notebook_find_unused_parameters_false"``: start_method='fork', find_unused_parameters=False
 
+    Arguments other than its options below are those of ``DDPStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
-        find_unused_parameters: Detect parameters that get no gradient in a step (slower; needed
-            when parts of the model are skipped).
-        static_graph: Promise that the set of used parameters is the same in every step, which
-            lets DDP optimise.
-        gradient_as_bucket_view: Let gradients share memory with the communication buckets.
-        bucket_cap_mb: Size of the gradient buckets in MiB (DistributedDataParallel's default
-            when null).
         start_method: How torch.multiprocessing starts the processes.
     """
 
@@ -60,33 +47,9 @@ class DDPSpawnStrategy(DDPStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
-        find_unused_parameters: bool = False,
-        static_graph: bool = False,
-        gradient_as_bucket_view: bool = False,
-        bucket_cap_mb: float | None = None,
+        *args: Any,
         start_method: Literal["spawn", "fork", "forkserver"] = "spawn",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-            find_unused_parameters=find_unused_parameters,
-            static_graph=static_graph,
-            gradient_as_bucket_view=gradient_as_bucket_view,
-            bucket_cap_mb=bucket_cap_mb,
-        )
+        super().__init__(*args, **kwargs)
         self.start_method = start_method

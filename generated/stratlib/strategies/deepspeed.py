@@ -12,13 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.deepspeed import DeepSpeedStrategyBase
 
 from .parallel import ParallelStrategy
@@ -47,10 +42,9 @@ class DeepSpeedStrategy(DeepSpeedStrategyBase, ParallelStrategy):
     - ``"deepspeed_stage_3_offload"``: zero_stage=3, offload_optimizer=True, offload_parameters=True
     - ``"deepspeed_stage_3_offload_nvme"``: zero_stage=3, offload_optimizer=True, offload_parameters=True, offload_optimizer_device='nvme', offload_params_device='nvme'
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         zero_stage: ZeRO stage: 0 replicates everything, 1 partitions optimizer states, 2 also
             gradients, 3 also parameters.
         offload_optimizer: Keep optimizer states and float32 master weights in CPU memory and
@@ -89,15 +83,7 @@ class DeepSpeedStrategy(DeepSpeedStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         zero_stage: Literal[0, 1, 2, 3] = 2,
         offload_optimizer: bool = False,
         offload_parameters: bool = False,
@@ -107,17 +93,9 @@ class DeepSpeedStrategy(DeepSpeedStrategyBase, ParallelStrategy):
         config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         logging_batch_size_per_gpu: int | None = None,
         state_dict_type: Literal["full", "sharded"] = "full",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.zero_stage = zero_stage
         self.offload_optimizer = offload_optimizer
         self.offload_parameters = offload_parameters

@@ -23,10 +23,7 @@ class DataParallelStrategy(DataParallelStrategyBase, ParallelStrategy):
 
     Registry name: ``"dp"``.
 
-    Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
+    Its arguments are those of ``ParallelStrategy``.
     """
 
     name: ClassVar[str | None] = "dp"

@@ -8,12 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.fsdp import FSDPStrategyBase
 
 from .parallel import ParallelStrategy
@@ -36,10 +31,9 @@ class FSDPStrategy(FSDPStrategyBase, ParallelStrategy):
     - ``"fsdp"``
     - ``"fsdp_cpu_offload"``: cpu_offload=True
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         auto_wrap_min_params: Submodules with at least this many parameters (not counting those
             of submodules already wrapped) become their own group; null wraps by size nowhere.
         auto_wrap_layers: Module classes whose instances each become their own group, given as
@@ -67,15 +61,7 @@ class FSDPStrategy(FSDPStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         auto_wrap_min_params: int | None = None,
         auto_wrap_layers: Sequence[Any] | None = None,
         cpu_offload: bool = False,
@@ -86,17 +72,9 @@ class FSDPStrategy(FSDPStrategyBase, ParallelStrategy):
         device_mesh: Sequence[Any] | None = None,
         activation_checkpointing_policy: Sequence[Any] | None = None,
         state_dict_type: Literal["full", "sharded"] = "full",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.auto_wrap_min_params = auto_wrap_min_params
         self.auto_wrap_layers = auto_wrap_layers
         self.cpu_offload = cpu_offload

@@ -4,16 +4,11 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
 from stratcore.collectives import CollectiveBackend
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.horovod import HorovodRunLauncher, HorovodStrategyBase
 
 from ..backends import HOROVOD
@@ -31,10 +26,9 @@ class HorovodStrategy(HorovodStrategyBase, ParallelStrategy):
 
     Registry name: ``"horovod"``.
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         backward_passes_per_step: Backward passes to accumulate locally before gradients are
             averaged (gradient accumulation).
         gradient_compression: Compress gradients to float16 while they are communicated.
@@ -50,27 +44,11 @@ class HorovodStrategy(HorovodStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         backward_passes_per_step: int = 1,
         gradient_compression: Literal["none", "fp16"] = "none",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.backward_passes_per_step = backward_passes_per_step
         self.gradient_compression = gradient_compression

@@ -25,17 +25,7 @@ class HPUParallelStrategy(DDPStrategy):
 
     Registry name: ``"hpu_parallel"``.
 
-    Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
-        find_unused_parameters: Detect parameters that get no gradient in a step (slower; needed
-            when parts of the model are skipped).
-        static_graph: Promise that the set of used parameters is the same in every step, which
-            lets DDP optimise.
-        gradient_as_bucket_view: Let gradients share memory with the communication buckets.
-        bucket_cap_mb: Size of the gradient buckets in MiB (DistributedDataParallel's default
-            when null).
+    Its arguments are those of ``DDPStrategy``.
     """
 
     name: ClassVar[str | None] = "hpu_parallel"

@@ -17,6 +17,8 @@ class SingleHPUStrategy(SingleDeviceStrategy):
     """Strategy for training on a single HPU device.
 
     Registry name: ``"hpu_single"``.
+
+    Its arguments are those of ``SingleDeviceStrategy``.
     """
 
     name: ClassVar[str | None] = "hpu_single"

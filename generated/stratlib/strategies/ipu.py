@@ -8,14 +8,9 @@ import os
 from types import ModuleType
 from typing import Any, ClassVar
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.ipu import IPUStrategyBase
 from stratcore.launchers import InlineLauncher, Launcher
-from stratcore.precision import PrecisionBase
 
 from ..hooks import ipu as ipu_hooks
 from .parallel import ParallelStrategy
@@ -34,10 +29,9 @@ class IPUStrategy(IPUStrategyBase, ParallelStrategy):
 
     Registry name: ``"ipu"``.
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         device_iterations: Batches the IPUs process per call of the model (one call runs this
             many steps).
         gradient_accumulation: Micro-batches whose gradients are accumulated on the IPUs before
@@ -63,30 +57,14 @@ class IPUStrategy(IPUStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         device_iterations: int = 1,
         gradient_accumulation: int = 1,
         autoreport_dir: str | os.PathLike[str] | None = None,
         training_opts: Any = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.device_iterations = device_iterations
         self.gradient_accumulation = gradient_accumulation
         self.autoreport_dir = autoreport_dir

@@ -9,12 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.model_parallel import ModelParallelStrategyBase
 
 from .parallel import ParallelStrategy
@@ -43,10 +38,9 @@ class ModelParallelStrategy(ModelParallelStrategyBase, ParallelStrategy):
 
     Registry name: ``"model_parallel"``.
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         parallelize_fn: Function (module, device_mesh) -> module applying tensor parallelism and
             fully_shard; null shards the module with fully_shard over the data-parallel
             dimension.
@@ -86,15 +80,7 @@ class ModelParallelStrategy(ModelParallelStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         parallelize_fn: Any = None,
         data_parallel_size: int | str = "auto",
         tensor_parallel_size: int | str = "auto",
@@ -109,17 +95,9 @@ class ModelParallelStrategy(ModelParallelStrategyBase, ParallelStrategy):
         microbatches: int | None = None,
         save_distributed_checkpoint: bool = True,
         activation_checkpointing_policy: Sequence[Any] | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.parallelize_fn = parallelize_fn
         self.data_parallel_size = data_parallel_size
         self.tensor_parallel_size = tensor_parallel_size

@@ -5,15 +5,10 @@ for other strategies, not in the registry)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import ExternalLauncher, Launcher
 from stratcore.parallel import ParallelStrategyBase
-from stratcore.precision import PrecisionBase
 
 from .strategy import Strategy
 
@@ -25,6 +20,8 @@ class ParallelStrategy(ParallelStrategyBase, Strategy):
 
     Ranks and world size come from the cluster environment; collectives run on a
     torch.distributed process group.
+
+    Arguments other than its options below are those of ``Strategy``.
 
     Args:
         timeout: Seconds a collective may wait for its peers before the job is stopped.
@@ -45,23 +42,11 @@ class ParallelStrategy(ParallelStrategyBase, Strategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
+        *args: Any,
         timeout: float = 1800.0,
         process_group_backend: str | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-        )
+        super().__init__(*args, **kwargs)
         self.timeout = timeout
         self.process_group_backend = process_group_backend

@@ -18,6 +18,8 @@ class SingleDeviceStrategy(SingleDeviceStrategyBase, Strategy):
     """Strategy that trains on one device in the calling process, without communication.
 
     Registry name: ``"single_device"``.
+
+    Its arguments are those of ``Strategy``.
     """
 
     name: ClassVar[str | None] = "single_device"

@@ -5,13 +5,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
 from stratcore.imports import Requirement
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.xla import XLAStrategyBase
 
 from .single_device import SingleDeviceStrategy
@@ -26,6 +22,8 @@ class SingleTPUStrategy(XLAStrategyBase, SingleDeviceStrategy):
 
     - ``"single_tpu"``
     - ``"single_xla"``
+
+    Arguments other than its options below are those of ``SingleDeviceStrategy``.
 
     Args:
         debug: Print PyTorch/XLA debug information (PT_XLA_DEBUG=1), e.g. about graph
@@ -42,17 +40,9 @@ class SingleTPUStrategy(XLAStrategyBase, SingleDeviceStrategy):
 
     def __init__(
         self,
-        device: torch.device | str | int | None = None,
-        accelerator: Accelerator | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        *,
+        *args: Any,
         debug: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            device=device,
-            accelerator=accelerator,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-        )
+        super().__init__(*args, **kwargs)
         self.debug = debug

@@ -17,6 +17,8 @@ class Strategy(StrategyBase):
     A strategy composes an accelerator, a precision plugin and a checkpoint IO plugin. It
     owns the model and its optimizers, and decides how they are wrapped, how processes are
     started and how they communicate.
+
+    Its arguments are those of ``StrategyBase``.
     """
 
     accelerators: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")

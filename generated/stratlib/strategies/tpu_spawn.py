@@ -5,16 +5,11 @@ multiprocessing spawn (registry names "tpu_spawn", "xla", "xla_debug", "tpu_spaw
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
 from stratcore.collectives import CollectiveBackend
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher
-from stratcore.precision import PrecisionBase
 from stratcore.wrappers.xla import XLALauncher, XLAStrategyBase
 
 from ..backends import XLA
@@ -36,10 +31,9 @@ class TPUSpawnStrategy(XLAStrategyBase, ParallelStrategy):
     - ``"xla_debug"``: debug=True
     - ``"tpu_spawn_debug"``: debug=True
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
         start_method: How torch_xla starts the processes; 'fork' also works from notebooks.
         sync_module_states: Start every process from rank 0's parameters.
         debug: Print PyTorch/XLA debug information (PT_XLA_DEBUG=1), e.g. about graph
@@ -59,29 +53,13 @@ class TPUSpawnStrategy(XLAStrategyBase, ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
-        process_group_backend: str | None = None,
+        *args: Any,
         start_method: Literal["fork", "spawn"] = "fork",
         sync_module_states: bool = True,
         debug: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-            process_group_backend=process_group_backend,
-        )
+        super().__init__(*args, **kwargs)
         self.start_method = start_method
         self.sync_module_states = sync_module_states
         self.debug = debug

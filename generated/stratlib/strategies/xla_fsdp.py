@@ -23,14 +23,7 @@ class XLAFSDPStrategy(XLAFSDPStrategyBase, TPUSpawnStrategy):
 
     Registry name: ``"xla_fsdp"``.
 
-    Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
-        process_group_backend: Collective backend to use instead of the accelerator's default
-            (e.g. 'gloo').
-        start_method: How torch_xla starts the processes; 'fork' also works from notebooks.
-        sync_module_states: Start every process from rank 0's parameters.
-        debug: Print PyTorch/XLA debug information (PT_XLA_DEBUG=1), e.g. about graph
-            recompilations.
+    Its arguments are those of ``TPUSpawnStrategy``.
     """
 
     name: ClassVar[str | None] = "xla_fsdp"

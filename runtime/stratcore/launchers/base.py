@@ -44,6 +44,8 @@ class Launcher(ABC):
 
     #: The launcher's name in specs and listings ('none', 'popen', ...).
     name: ClassVar[str]
+    #: Whether a launch runs in the calling process alone, with no other process taking part.
+    in_calling_process: ClassVar[bool] = False
 
     def __init__(self, strategy: StrategyBase) -> None:
         self.strategy = strategy
@@ -62,6 +64,7 @@ class InlineLauncher(Launcher):
     """Runs the function in the calling process."""
 
     name = "none"
+    in_calling_process: ClassVar[bool] = True
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self.strategy.run_worker(function, args, kwargs)

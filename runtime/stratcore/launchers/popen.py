@@ -34,7 +34,7 @@ from .base import (
     run_reporting_errors,
     watch_parent,
 )
-from .reports import Report, _uneven_launches, failure_message, is_peer_failure, root_cause
+from .reports import Report, failure_message, is_peer_failure, root_cause, uneven_launches
 
 if TYPE_CHECKING:
     from ..parallel import ParallelStrategyBase
@@ -132,7 +132,7 @@ class _PopenJob:
                     error = ""
                 reports.append((rank, code, error))
             elif (entered := self.launches_entered(rank)) < self.launches:
-                reports.append((rank, 0, _uneven_launches(entered, self.launches, ended="rank")))
+                reports.append((rank, 0, uneven_launches(entered, self.launches, ended="rank")))
         return reports
 
     def alive(self) -> list[int]:
@@ -281,7 +281,7 @@ class _PopenJob:
             if ahead:
                 rank, count = ahead[0]
                 self.close()
-                uneven = _uneven_launches(count, self.launches, ended="rank 0")
+                uneven = uneven_launches(count, self.launches, ended="rank 0")
                 _exit_with(f"rank {self.global_rank(rank)} (local rank {rank}) {uneven}")
             if self.failed():
                 message = str(self.failure_error())

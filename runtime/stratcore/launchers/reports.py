@@ -37,7 +37,7 @@ def root_cause(reports: list[Report]) -> Report:
     return min(reports, key=rank_of)
 
 
-def _uneven_launches(entered: int, other: int, ended: str) -> str:
+def uneven_launches(entered: int, other: int, ended: str) -> str:
     """How a rank's number of launches differs from rank 0's (``ended``: who ended first)."""
     if ended == "rank 0":
         what = f"entered launch number {entered}, but rank 0 ended the script after {other}"

@@ -47,8 +47,8 @@ from lightning.pytorch.strategies import ParallelStrategy as TrainerParallelStra
 from lightning.pytorch.strategies import Strategy as TrainerStrategy  # noqa: E402
 
 from .. import collectives  # noqa: E402
-from ..accelerator import PRECISIONS  # noqa: E402
 from ..collectives import CollectiveBackend, normalize_reduce_op  # noqa: E402
+from ..contract import DEFAULT_PRECISION, PRECISIONS  # noqa: E402
 from ..exceptions import MisconfigurationError  # noqa: E402
 from ..imports import import_object  # noqa: E402
 from ..parallel import ParallelStrategyBase, creating_process_group  # noqa: E402
@@ -105,7 +105,7 @@ class StrategyAdapter:
         if self.spec.default_precision:
             return self.spec.default_precision
         accelerator = self.accelerator_spec
-        return str(accelerator.default_precision) if accelerator is not None else "32-true"
+        return str(accelerator.default_precision) if accelerator is not None else DEFAULT_PRECISION
 
     def _spec_backend(self) -> CollectiveBackend | None:
         if self.spec.backend is not None:

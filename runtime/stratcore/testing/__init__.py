@@ -12,19 +12,27 @@ Scenarios:
     checkpoint   save, change, load, and print whether the state came back
     fail         make one rank raise, exit, kill itself or hang; the launch must fail, say which
                  rank, and leave no process behind
+    cases        several of the above in one job, a launch each, each reported as it ends
+                 (``--cases``, see ``scenarios.run_case``)
 
 Modules: ``environ`` (the package under test, clean environments), ``reference`` (the reference
 problem), ``scenarios`` (what runs in the launched processes), ``cli`` (``python -m``),
 ``processes`` (running scenarios, finding leftover processes), ``expectations`` (what a class
-can run), ``assertions`` and ``devices`` (what generated tests assert). Every public name is
-here too.
+can run), ``assertions`` and ``devices`` (what generated tests assert), ``rows`` (the tables of
+a generated test module), ``checks`` (the case each row feeds), ``jobs`` (one job for the
+real-run cases of each strategy) and ``suite`` (the test classes generated modules run over
+their tables; it imports pytest, so it is not imported here). Every other public name is here
+too.
 """
 
 from __future__ import annotations
 
+from ..contract import PRECISIONS
 from ..exceptions import MisconfigurationError, MissingDependencyError
+from . import scenarios
 from .assertions import (
     assert_api,
+    assert_checkpoint_round_trip,
     assert_collectives,
     assert_hooks_called,
     assert_options,
@@ -32,7 +40,17 @@ from .assertions import (
     assert_precision_plugin_trains,
     assert_precisions,
     assert_training_converges,
+    assert_trains_in_precision,
     assert_trains_like_one_process,
+)
+from .checks import (
+    assert_abstract_base,
+    assert_registry_name,
+    check_accelerator,
+    check_environment,
+    check_precision_plugin,
+    check_real_run,
+    check_strategy,
 )
 from .cli import main
 from .devices import (
@@ -69,6 +87,7 @@ from .expectations import (
     unavailable_plugin_reason,
     unavailable_reason,
 )
+from .jobs import JobReport, ScenarioJobs
 from .processes import (
     FailureRun,
     assert_job_stopped,
@@ -86,12 +105,25 @@ from .reference import (
     reference_parameters,
     shard,
 )
-from .scenarios import API_METHODS, API_PROPERTIES
+from .rows import (
+    ACCELERATOR_CASES,
+    RUN_CASES,
+    STRATEGY_CASES,
+    AcceleratorRow,
+    EnvironmentRow,
+    PrecisionPluginRow,
+    StrategyRow,
+)
+from .scenarios import API_METHODS, API_PROPERTIES, SCENARIOS, run_case
 
 __all__ = [
+    "ACCELERATOR_CASES",
+    "AcceleratorRow",
     "API_METHODS",
     "API_PROPERTIES",
+    "assert_abstract_base",
     "assert_api",
+    "assert_checkpoint_round_trip",
     "assert_collectives",
     "assert_detection_priority",
     "assert_device_parsing",
@@ -102,45 +134,63 @@ __all__ = [
     "assert_parameters_close",
     "assert_precision_plugin_trains",
     "assert_precisions",
+    "assert_registry_name",
     "assert_training_converges",
+    "assert_trains_in_precision",
     "assert_trains_like_one_process",
     "assert_visible_devices_named",
     "available_or_skip",
     "BATCH",
+    "check_accelerator",
+    "check_environment",
+    "check_precision_plugin",
+    "check_real_run",
+    "check_strategy",
     "clean_environ",
-    "package_environ",
-    "CLUSTER_VARIABLES",
     "cluster_variables",
+    "CLUSTER_VARIABLES",
     "environment_values",
+    "EnvironmentRow",
     "Expectation",
     "expectation_for",
     "expected_values",
     "FailureRun",
     "FEATURES",
     "isolated_environment",
+    "JobReport",
     "LARGE_INT",
     "leftover_processes",
     "main",
     "MisconfigurationError",
     "MissingDependencyError",
+    "package_environ",
     "package_name",
     "package_registry_in_use",
-    "PRECISION_TOLERANCE",
     "precision_tolerance",
+    "PRECISION_TOLERANCE",
+    "PRECISIONS",
     "precision_variant",
-    "reference_dtype",
+    "PrecisionPluginRow",
     "reference_batch",
+    "reference_dtype",
     "reference_loss",
     "reference_model",
     "reference_parameters",
+    "run_case",
+    "RUN_CASES",
     "run_failure_scenario",
     "RUN_MARKER_ENV",
     "run_scenario",
     "runnable_accelerator",
     "runnable_or_skip",
     "RUNTIME_ROOT",
+    "ScenarioJobs",
+    "scenarios",
+    "SCENARIOS",
     "set_environment",
     "shard",
+    "STRATEGY_CASES",
+    "StrategyRow",
     "unavailable_plugin_reason",
     "unavailable_reason",
     "use_package",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..accelerator import PRECISIONS
+from ..contract import DEFAULT_PRECISION, PRECISIONS
 from ..exceptions import MisconfigurationError, MissingDependencyError
 from ..registry import registry_of
 from .expectations import Expectation, precision_tolerance, reference_dtype
@@ -108,6 +108,26 @@ def assert_trains_like_one_process(
     assert_hooks_called(result["hook_calls"], steps, expected)
 
 
+def assert_trains_in_precision(result: dict[str, Any], precision: str) -> None:
+    """The ``train`` scenario of a strategy asked for ``precision`` ran in it and its loss
+    went down."""
+    assert (
+        result["precision"] == precision
+    ), f"trained in {result['precision']!r}, asked for {precision!r}"
+    assert_training_converges(result)
+
+
+def assert_checkpoint_round_trip(result: dict[str, Any]) -> None:
+    """The ``checkpoint`` scenario saved ``{"model", "optimizer", "step": 1}``, trained on and
+    loaded with ``state={"model", "optimizer"}``: the saved weights came back in place, and
+    ``load_checkpoint`` returned the one entry the state did not name (its documented
+    behaviour); the file (or a sharded checkpoint's folder) exists and rank 0 reported."""
+    expected = {"restored": True, "remaining": {"step": 1}, "exists": True, "rank": 0}
+    assert (
+        result == expected
+    ), f"the checkpoint did not restore the saved state: {result} (expected {expected})"
+
+
 def assert_hooks_called(calls: dict[str, int], steps: int, expected: Expectation) -> None:
     """Each step hook ran once per step at its point (twice where one function serves both)."""
     wanted: dict[str, int] = {}
@@ -126,7 +146,7 @@ def assert_collectives(
     its reductions are exact, 'mean' is emulated where it is not declared, other reductions
     are refused with an error naming the backend, and declared casts are applied and undone."""
     expected = expected or Expectation(
-        devices=world_size, default_precision="32-true", precisions=()
+        devices=world_size, default_precision=DEFAULT_PRECISION, precisions=()
     )
     ranks = list(range(world_size))
     assert (

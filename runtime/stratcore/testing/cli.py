@@ -1,4 +1,5 @@
-"""``python -m stratcore.testing --package PACKAGE SCENARIO STRATEGY``: run one scenario."""
+"""``python -m stratcore.testing --package PACKAGE SCENARIO STRATEGY``: run one scenario, or with
+``cases`` several of them in one job."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from .environ import use_package
-from .scenarios import _api, _checkpoint, _collectives, _fail, _train
+from .scenarios import SCENARIOS, run_case
 
 # --- running scenarios --------------------------------------------------------------------------
 
 
-def _build(args: argparse.Namespace) -> Any:
+def _build(args: argparse.Namespace, precision: str | None) -> Any:
     use_package(args.package)
     package = importlib.import_module(args.package)
     options = json.loads(args.options)
@@ -24,7 +25,7 @@ def _build(args: argparse.Namespace) -> Any:
         accelerator=args.accelerator,
         devices=args.devices,
         num_nodes=args.num_nodes,
-        precision=args.precision,
+        precision=precision,
         **options,
     )
 
@@ -32,7 +33,7 @@ def _build(args: argparse.Namespace) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stratcore.testing")
     parser.add_argument("--package", required=True, help="the generated package to test")
-    parser.add_argument("scenario", choices=["train", "collectives", "api", "checkpoint", "fail"])
+    parser.add_argument("scenario", choices=[*SCENARIOS, "cases"])
     parser.add_argument("strategy")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--devices", type=int, default=2)
@@ -44,18 +45,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--folder", default=".")
     parser.add_argument("--rank", type=int, default=1)
     parser.add_argument("--how", choices=["raise", "exit", "kill", "hang"], default="raise")
+    parser.add_argument(
+        "--cases",
+        default="[]",
+        help='with "cases": a JSON list of {"case", "scenario", "args", "precision"}, each run '
+        "in a launch of its own (a strategy built for it) and reported as it ends (run_case)",
+    )
     args = parser.parse_args(argv)
-    strategy = _build(args)
-    if args.scenario == "train":
-        result = strategy.launch(_train, args.steps, args.lr)
-    elif args.scenario == "collectives":
-        result = strategy.launch(_collectives)
-    elif args.scenario == "api":
-        result = strategy.launch(_api, args.folder)
-    elif args.scenario == "checkpoint":
-        result = strategy.launch(_checkpoint, args.folder)
+    if args.scenario == "cases":
+        # One launch a case, each of a new strategy, in the processes of one job: the launchers
+        # that start the script again for every rank (popen) keep those processes for every
+        # launch, as they do for any script that launches more than once.
+        result: Any = {}
+        for case in json.loads(args.cases):
+            strategy = _build(args, case.get("precision", args.precision))
+            result[case["case"]] = strategy.launch(run_case, case)
     else:
-        result = strategy.launch(_fail, args.rank, args.how, args.folder)
+        strategy = _build(args, args.precision)
+        arguments = {
+            "train": (args.steps, args.lr),
+            "collectives": (),
+            "api": (args.folder,),
+            "checkpoint": (args.folder,),
+            "fail": (args.rank, args.how, args.folder),
+        }[args.scenario]
+        result = strategy.launch(SCENARIOS[args.scenario], *arguments)
     # Processes started by the launcher (or by torchrun) run this too; only rank 0 reports.
     if os.environ.get("RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0":
         print("RESULT " + json.dumps(result, default=str), flush=True)

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..contract import ENVIRONMENT_VALUES
 from ..registry import Registry, loaded_packages, package_registry
 
 #: Variables a scheduler or launcher may have set; tests start without them.
@@ -102,14 +103,7 @@ def cluster_variables() -> frozenset[str]:
             environment.creates_processes_externally_condition,
         ):
             names.update(condition.all_set, condition.any_set, condition.not_equal)
-        for key in (
-            "world_size",
-            "global_rank",
-            "local_rank",
-            "node_rank",
-            "main_address",
-            "main_port",
-        ):
+        for key in ENVIRONMENT_VALUES:
             names.update(getattr(environment, f"{key}_source").env)
     return frozenset(names)
 

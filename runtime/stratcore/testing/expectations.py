@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..collectives import REDUCE_OPS
+from ..contract import REDUCE_OPS
 from ..exceptions import MisconfigurationError
 from ..registry import registry_of
 
@@ -81,18 +81,18 @@ class Expectation:
     """What a strategy's spec says it does on one accelerator, for its generated tests.
 
     Attributes:
-        devices: Processes (devices) its real-run tests start.
         default_precision: The precision it runs in when none is asked for.
         precisions: Every precision it accepts on this accelerator.
+        devices: Processes (devices) its real-run tests start.
         backend: The collective backend of its process group (None for one process).
         reduce_ops: Reductions the backend performs natively ('mean' is emulated otherwise).
         casts: Tensor dtypes the backend reduces in another dtype, and that dtype.
         step_hooks: Functions (import paths) called after backward / optimizer step.
     """
 
-    devices: int
     default_precision: str
     precisions: tuple[str, ...]
+    devices: int = 1
     backend: str | None = None
     reduce_ops: tuple[str, ...] = REDUCE_OPS
     casts: dict[str, str] = field(default_factory=dict)

@@ -1,18 +1,23 @@
-"""Scenarios: functions that run inside the launched processes and report what they saw."""
+"""Scenarios: functions that run inside the launched processes and report what they saw.
+
+Each takes the strategy first (``strategy.launch(train, 3, 0.1)``); ``SCENARIOS`` names them as
+the command line does, and ``run_case`` runs one case of a job of several and reports it.
+"""
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..collectives import REDUCE_OPS
+from ..contract import REDUCE_OPS
 from ..exceptions import MisconfigurationError
 from .reference import LARGE_INT, reference_batch, reference_loss, reference_model, shard
 
@@ -85,7 +90,10 @@ def _step_hooks(accelerator: Any) -> dict[str, str]:
     return {point: path for point, path in hooks.items() if path is not None}
 
 
-def _train(strategy: Any, steps: int, lr: float) -> dict[str, Any]:
+def train(strategy: Any, steps: int = 3, lr: float = 0.1) -> dict[str, Any]:
+    """Train the reference model for ``steps`` SGD steps on this rank's share of the batch;
+    report rank 0's final parameters, the losses (reduced over ranks) and the step hooks'
+    calls."""
     hook_calls = _count_calls(list(_step_hooks(strategy.accelerator).values()))
     model = reference_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -113,7 +121,8 @@ def _train(strategy: Any, steps: int, lr: float) -> dict[str, Any]:
     }
 
 
-def _collectives(strategy: Any) -> dict[str, Any]:
+def collectives(strategy: Any) -> dict[str, Any]:
+    """Every collective of the strategy; report this rank's view of each."""
     import torch.distributed as dist
 
     rank, world = strategy.global_rank, strategy.world_size
@@ -200,7 +209,9 @@ def _on_device(actual: torch.device, device: torch.device) -> bool:
     return device.index is None or actual.index in (None, device.index)
 
 
-def _api(strategy: Any, folder: str) -> dict[str, Any]:
+def api(strategy: Any, folder: str) -> dict[str, Any]:
+    """Every method and property of the strategy API, the collectives included, on a strategy
+    that has set nothing up yet; a checkpoint goes to ``folder``."""
     cls = type(strategy)
     report: dict[str, Any] = {
         "missing_methods": [n for n in API_METHODS if not callable(getattr(strategy, n, None))],
@@ -250,7 +261,7 @@ def _api(strategy: Any, folder: str) -> dict[str, Any]:
     report["grads_agree_after_block"] = _grads_agree(strategy, inner)
     optimizer.zero_grad(set_to_none=True)
 
-    report["collectives"] = _collectives(strategy)
+    report["collectives"] = collectives(strategy)
 
     state = strategy.get_module_state_dict(wrapped)
     reference = reference_model().state_dict()
@@ -275,7 +286,9 @@ def _api(strategy: Any, folder: str) -> dict[str, Any]:
     return report
 
 
-def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
+def checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
+    """Save after one step into ``folder``, take another step, load: report whether the saved
+    state came back and what ``load_checkpoint`` returned."""
     model = reference_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model, optimizer = strategy.setup(model, optimizer)
@@ -308,7 +321,9 @@ def _checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
     }
 
 
-def _fail(strategy: Any, failing_rank: int, how: str, folder: str) -> None:
+def fail(strategy: Any, failing_rank: int, how: str, folder: str) -> None:
+    """Make ``failing_rank`` raise, exit, kill itself or hang once every rank has started; the
+    other ranks wait in a collective. The time of the failure goes to ``folder/failed_at``."""
     strategy.barrier("start")
     if strategy.global_rank == failing_rank:
         # When the failure happened, for the test to measure how long stopping the job took.
@@ -324,3 +339,27 @@ def _fail(strategy: Any, failing_rank: int, how: str, folder: str) -> None:
     # Every other rank waits in a collective, as training would.
     strategy.reduce(torch.tensor(1.0, device=strategy.root_device), reduce_op="sum")
     strategy.barrier("end")
+
+
+#: Every scenario, by its name on the command line (``python -m stratcore.testing``).
+SCENARIOS: dict[str, Callable[..., Any]] = {
+    "train": train,
+    "collectives": collectives,
+    "api": api,
+    "checkpoint": checkpoint,
+    "fail": fail,
+}
+
+#: How ``run_case`` starts the line that reports a case (its JSON follows).
+CASE_MARKER = "CASE "
+
+
+def run_case(strategy: Any, case: Mapping[str, Any]) -> Any:
+    """Run one case of a job of several, ``{"case": name, "scenario": scenario name, "args":
+    keyword arguments}``; rank 0 prints its report as soon as it has it (``CASE {"case": ...,
+    "result": ...}``), so that a job that fails later still reports it."""
+    result = SCENARIOS[case["scenario"]](strategy, **case.get("args", {}))
+    if strategy.is_global_zero:
+        line = json.dumps({"case": case["case"], "result": result}, default=str)
+        print(CASE_MARKER + line, flush=True)
+    return result

@@ -79,10 +79,7 @@ class DDP2StrategyBase(DDPStrategyBase):
     """
 
     wrapper: ClassVar[str] = "ddp2"
-
-    @property
-    def num_processes(self) -> int:
-        return 1
+    one_process_per_node: ClassVar[bool] = True
 
     @property
     def root_device(self) -> Any:

@@ -22,7 +22,6 @@ from ..checkpoint_io import PathLike
 from ..checkpoint_state import check_entries, is_stateful, restore_entries
 from ..exceptions import MisconfigurationError
 from ..parallel import ParallelStrategyBase
-from ..precision import PrecisionBase, apply_to_tensors, default_dtype
 from .deepspeed_config import (
     CONFIG_DEFAULTS,
     DS_ACCELERATOR_ENV,
@@ -36,66 +35,14 @@ from .deepspeed_config import (
     ops_to_build,
     read_config,
 )
-from .deepspeed_config import extension_build_lock as extension_build_lock
+from .deepspeed_precision import DeepSpeedPrecisionBase
 from .deepspeed_state import (
+    full_module_state,
     gather_optimizer_state,
     has_master,
+    load_full_module_state,
     restore_optimizer_state,
-    set_full_master,
 )
-
-#: Variable DeepSpeed reads, once, to choose its accelerator.
-
-
-class DeepSpeedPrecisionBase(PrecisionBase):
-    """Precision through the DeepSpeed config rather than autocast.
-
-    The engine casts the module to float16 or bfloat16, keeps float32 master weights in its
-    optimizer and scales the loss for float16; this plugin supplies the config section and
-    casts floating-point inputs to the engine's dtype.
-    """
-
-    wraps_forward = True
-
-    @property
-    def dtype(self) -> torch.dtype | None:
-        """The engine's 16-bit dtype, or None for float32."""
-        if self.precision.startswith("bf16"):
-            return torch.bfloat16
-        if self.precision.startswith("16"):
-            return torch.float16
-        return None
-
-    def deepspeed_config(self) -> dict[str, Any]:
-        """The fp16 or bf16 section of the DeepSpeed config for this precision."""
-        if self.dtype is torch.float16:
-            # loss_scale 0 selects dynamic loss scaling.
-            return {"fp16": {"enabled": True, "loss_scale": 0}}
-        if self.dtype is torch.bfloat16:
-            return {"bf16": {"enabled": True}}
-        return {}
-
-    def convert_module(self, module: nn.Module) -> nn.Module:
-        if self.dtype is not None and self.precision.endswith("-true"):
-            return module.to(dtype=self.dtype)
-        return module
-
-    def convert_input(self, data: Any) -> Any:
-        dtype = self.dtype
-        if dtype is None:
-            return data
-        return apply_to_tensors(data, lambda t: t.to(dtype) if torch.is_floating_point(t) else t)
-
-    def convert_output(self, data: Any) -> Any:
-        if self.dtype is None or self.precision.endswith("-true"):
-            return data
-        target = torch.get_default_dtype()
-        return apply_to_tensors(data, lambda t: t.to(target) if torch.is_floating_point(t) else t)
-
-    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        if self.dtype is not None and self.precision.endswith("-true"):
-            return default_dtype(self.dtype)
-        return contextlib.nullcontext()
 
 
 class DeepSpeedStrategyBase(ParallelStrategyBase):
@@ -371,21 +318,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         parameters where the engine's optimizer keeps them. Every rank must call this."""
         if not self._owns(module):
             return super().get_module_state_dict(module)
-        from deepspeed.utils import safe_get_full_fp32_param
-
-        inner = self._engine.module
-        with self._gathered(inner, modifier_rank=None):
-            state = {name: value.detach().clone() for name, value in inner.state_dict().items()}
-        for names, param in _parameters_by_identity(inner):
-            if not has_master(param):
-                continue
-            master = safe_get_full_fp32_param(param)
-            if master is None:
-                continue
-            for name in names:
-                if name in state:
-                    state[name] = master.detach().reshape(state[name].shape).clone()
-        return state
+        return full_module_state(self._engine)
 
     def load_module_state_dict(
         self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
@@ -393,26 +326,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         if not self._owns(module):
             super().load_module_state_dict(module, state_dict, strict)
             return
-        inner = self._engine.module
-        with self._gathered(inner, modifier_rank=0):
-            inner.load_state_dict(state_dict, strict=strict)
-        for names, param in _parameters_by_identity(inner):
-            value = next((state_dict[name] for name in names if name in state_dict), None)
-            if value is not None and has_master(param):
-                set_full_master(param, value)
-
-    def _gathered(
-        self, module: nn.Module, modifier_rank: int | None
-    ) -> contextlib.AbstractContextManager[Any]:
-        """Under stage 3, the full parameters for the duration of the block; rank
-        ``modifier_rank``'s changes are partitioned again when it ends."""
-        if self._engine.zero_optimization_stage() != 3:
-            return contextlib.nullcontext()
-        import deepspeed
-
-        return deepspeed.zero.GatheredParameters(
-            list(module.parameters()), modifier_rank=modifier_rank
-        )
+        load_full_module_state(self._engine, state_dict, strict)
 
     def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         """The optimizer's state in PyTorch's format, gathered from every partition. Every rank
@@ -477,7 +391,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
                 with_optimizer = True
         return keys, with_optimizer
 
-    def _save_sharded(self, checkpoint: Mapping[str, Any], filepath: PathLike) -> None:
+    def save_sharded_checkpoint(self, checkpoint: Mapping[str, Any], filepath: PathLike) -> None:
         from ..sharded_checkpoint import TAG, deepspeed_record
 
         engine = self._engine
@@ -488,13 +402,13 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
                 continue
             meta[key] = value.state_dict() if is_stateful(value) else value
         modules = [k for k in keys if isinstance(checkpoint[k], nn.Module)]
-        self._sharded_saver.save_with(
+        self.sharded_saver.save_with(
             lambda folder: engine.save_checkpoint(str(folder), tag=TAG),
             deepspeed_record(keys, meta, module=modules[0] if modules else None),
             filepath,
         )
 
-    def _load_sharded(
+    def load_sharded_checkpoint(
         self,
         filepath: PathLike,
         state: nn.Module | Optimizer | MutableMapping[str, Any] | None,
@@ -504,7 +418,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
 
         record = read_meta(filepath)
         if record.get("engine") != "deepspeed" or not isinstance(state, MutableMapping):
-            return super()._load_sharded(filepath, state, strict)
+            return super().load_sharded_checkpoint(filepath, state, strict)
         check_entries(filepath, record, state, strict)
         keys, with_optimizer = self._engine_entries(state)
         if keys:
@@ -534,11 +448,3 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
             else:
                 os.environ["LOCAL_RANK"] = previous
             self._saved_local_rank = None
-
-
-def _parameters_by_identity(module: nn.Module) -> list[tuple[list[str], nn.Parameter]]:
-    """Each distinct parameter with every state-dict name it appears under, in module order."""
-    found: dict[int, tuple[list[str], nn.Parameter]] = {}
-    for name, param in module.named_parameters(remove_duplicate=False):
-        found.setdefault(id(param), ([], param))[0].append(name)
-    return list(found.values())

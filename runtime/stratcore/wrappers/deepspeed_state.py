@@ -1,8 +1,10 @@
-"""DeepSpeed's ZeRO optimizer state in PyTorch's format: gathered from the partitions of every
-rank into a checkpoint, and written back into them from one."""
+"""DeepSpeed's ZeRO state in PyTorch's format: the module's full state dict (float32 masters
+included) and the optimizer's state, gathered from the partitions of every rank into a
+checkpoint, and written back into them from one."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Mapping
 from typing import Any
@@ -169,3 +171,53 @@ def set_full_master(param: nn.Parameter, value: torch.Tensor, key: str | None = 
 
 def detached_copy(value: Any) -> Any:
     return value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+
+
+def gathered(engine: Any, module: nn.Module, modifier_rank: int | None) -> Any:
+    """Under ZeRO stage 3, ``module``'s full parameters for the duration of the block (a
+    context manager); rank ``modifier_rank``'s changes are partitioned again when it ends."""
+    if engine.zero_optimization_stage() != 3:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=modifier_rank)
+
+
+def full_module_state(engine: Any) -> dict[str, Any]:
+    """The full state dict of the engine's module, float32 masters in place of 16-bit
+    parameters where the engine's optimizer keeps them. Every rank must call this."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    inner = engine.module
+    with gathered(engine, inner, modifier_rank=None):
+        state = {name: value.detach().clone() for name, value in inner.state_dict().items()}
+    for names, param in parameters_by_identity(inner):
+        if not has_master(param):
+            continue
+        master = safe_get_full_fp32_param(param)
+        if master is None:
+            continue
+        for name in names:
+            if name in state:
+                state[name] = master.detach().reshape(state[name].shape).clone()
+    return state
+
+
+def load_full_module_state(engine: Any, state_dict: Mapping[str, Any], strict: bool) -> None:
+    """Load a full state dict into the engine's module, and into the float32 masters of its
+    optimizer where it keeps them."""
+    inner = engine.module
+    with gathered(engine, inner, modifier_rank=0):
+        inner.load_state_dict(state_dict, strict=strict)
+    for names, param in parameters_by_identity(inner):
+        value = next((state_dict[name] for name in names if name in state_dict), None)
+        if value is not None and has_master(param):
+            set_full_master(param, value)
+
+
+def parameters_by_identity(module: nn.Module) -> list[tuple[list[str], nn.Parameter]]:
+    """Each distinct parameter with every state-dict name it appears under, in module order."""
+    found: dict[int, tuple[list[str], nn.Parameter]] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        found.setdefault(id(param), ([], param))[0].append(name)
+    return list(found.values())

@@ -79,8 +79,8 @@ class PipelineStateDicts(ShardedStateDicts):
             return {}
         return {**local, "state": merge_states(states, model._pipeline.key_order)}
 
-    def _sharded_optimizer_state(self, optimizer: Any, modules: list[nn.Module]) -> dict[str, Any]:
-        state = super()._sharded_optimizer_state(optimizer, modules)
+    def sharded_optimizer_state(self, optimizer: Any, modules: list[nn.Module]) -> dict[str, Any]:
+        state = super().sharded_optimizer_state(optimizer, modules)
         return self._every_stage(state) if self._pipeline is not None else state
 
     def _every_stage(self, state: dict[str, Any]) -> dict[str, Any]:

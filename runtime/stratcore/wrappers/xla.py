@@ -122,9 +122,9 @@ class XLAStrategyBase(StrategyBase):
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    def _state_to_save(self, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    def state_to_save(self, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
         """Checkpoints hold CPU tensors, so that they load without torch_xla."""
-        state = super()._state_to_save(checkpoint)
+        state = super().state_to_save(checkpoint)
         return apply_to_tensors(state, lambda tensor: tensor.detach().cpu())
 
 

@@ -24,9 +24,7 @@ def job(strategy: Any, folder: str) -> None:
         for parameter in model.parameters():
             parameter.fill_(1.0)
     strategy.save_checkpoint({"model": model, "step": 1}, target)
-    strategy.checkpoint_io.wait()
-    if strategy._saver is not None:
-        strategy._saver.wait()
+    strategy.finish_saves()
     strategy.barrier("first save complete")
     if strategy.is_global_zero:
         print("saved 1", flush=True)
@@ -35,8 +33,7 @@ def job(strategy: Any, folder: str) -> None:
             parameter.fill_(2.0)
     for _ in range(3):  # long enough to be killed during one of them
         strategy.save_checkpoint({"model": model, "step": 2}, target)
-    if strategy._saver is not None:
-        strategy._saver.wait()
+    strategy.finish_saves()
     if strategy.is_global_zero:
         print("saved 2", flush=True)
 

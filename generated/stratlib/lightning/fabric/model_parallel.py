@@ -4,18 +4,11 @@
 
 from __future__ import annotations
 
-from lightning.fabric.plugins.environments import (
-    KubeflowEnvironment,
-    LSFEnvironment,
-    LightningEnvironment,
-    MPIEnvironment,
-    SLURMEnvironment,
-    TorchElasticEnvironment,
-)
 from lightning.fabric.strategies import ModelParallelStrategy as LightningModelParallelStrategy
 from stratcore.lightning.model_parallel import ModelParallelAdapter
 
 from ... import strategies
+from ..environments import MODEL_PARALLEL_ENVIRONMENTS
 
 __all__ = ["ModelParallelStrategy"]
 
@@ -31,11 +24,4 @@ class ModelParallelStrategy(ModelParallelAdapter, LightningModelParallelStrategy
 
     spec = strategies.ModelParallelStrategy
     strategy_name = "model_parallel"
-    environments = (
-        TorchElasticEnvironment,
-        SLURMEnvironment,
-        LSFEnvironment,
-        KubeflowEnvironment,
-        MPIEnvironment,
-        LightningEnvironment,
-    )
+    environments = MODEL_PARALLEL_ENVIRONMENTS

@@ -5,20 +5,13 @@ Trainer."""
 
 from __future__ import annotations
 
-from lightning.fabric.plugins.environments import (
-    KubeflowEnvironment,
-    LSFEnvironment,
-    LightningEnvironment,
-    MPIEnvironment,
-    SLURMEnvironment,
-    TorchElasticEnvironment,
-)
 from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
+from ..environments import HPU_PARALLEL_ENVIRONMENTS
 
 __all__ = ["HPUAccelerator", "SingleHPUStrategy", "HPUParallelStrategy"]
 
@@ -42,7 +35,6 @@ class SingleHPUStrategy(StrategyAdapter, SingleDeviceStrategy):
 
     spec = strategies.SingleHPUStrategy
     strategy_name = "hpu_single"
-    environments = ()
 
 
 class HPUParallelStrategy(StrategyAdapter, DDPStrategy):
@@ -54,11 +46,4 @@ class HPUParallelStrategy(StrategyAdapter, DDPStrategy):
 
     spec = strategies.HPUParallelStrategy
     strategy_name = "hpu_parallel"
-    environments = (
-        TorchElasticEnvironment,
-        SLURMEnvironment,
-        LSFEnvironment,
-        KubeflowEnvironment,
-        MPIEnvironment,
-        LightningEnvironment,
-    )
+    environments = HPU_PARALLEL_ENVIRONMENTS

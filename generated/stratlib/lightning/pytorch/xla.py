@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-from lightning.fabric.plugins.environments import XLAEnvironment
 from lightning.pytorch.strategies import XLAStrategy
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import strategies
+from ..environments import TPU_SPAWN_ENVIRONMENTS
 
 __all__ = ["TPUSpawnStrategy"]
 
@@ -23,4 +23,4 @@ class TPUSpawnStrategy(StrategyAdapter, XLAStrategy):
 
     spec = strategies.TPUSpawnStrategy
     strategy_name = "tpu_spawn"
-    environments = (XLAEnvironment,)
+    environments = TPU_SPAWN_ENVIRONMENTS

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-# Import the package from this checkout even when it is not installed.
+# Import the package from this checkout even when it is not installed, and the module the test
+# modules share (spec_facts) whichever way pytest imports them.
 sys.path.insert(0, str((Path(__file__).parent / "..").resolve()))
+sys.path.insert(0, str(Path(__file__).parent))
 
-from stratcore.testing import isolated_environment, use_package
+from stratcore.testing import ScenarioJobs, isolated_environment, use_package
 
 use_package("hostilelib")
 
@@ -23,3 +25,12 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: runs real multi-process training")
+
+
+@pytest.fixture(scope="session")
+def scenario_jobs(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> ScenarioJobs:
+    """The real runs of the session: one job runs every case of a strategy (see
+    stratcore.testing.jobs)."""
+    return ScenarioJobs.for_session(tmp_path_factory, pytestconfig)

@@ -21,9 +21,7 @@ class CPUAccelerator(Accelerator):
     """
 
     name: ClassVar[str] = "cpu"
-    device_type: ClassVar[str] = "cpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = GLOO
-    default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true",)
     auto_devices: ClassVar[int | None] = 1

@@ -8,12 +8,7 @@ Unicode: ünïcødé — ∑ 😀 and a zero-width space: [​] ends with a quot
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
-
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.precision import PrecisionBase
+from typing import Any, ClassVar, Literal
 
 from .single_device import SingleDeviceStrategy
 
@@ -34,6 +29,8 @@ class HostileStrategy(SingleDeviceStrategy):
     - ``"hostile"``
     - ``"hostile_quoted"``: level='\\'\\'\\'\"\""\\'\\'\\'\\\\'
 
+    Arguments other than its options below are those of ``SingleDeviceStrategy``.
+
     Args:
         level: Doc with \"\"" quotes, a tab\there, {{ jinja }}, and trailing spaces\x20\x20\x20
         choice: Multi-line option doc with {% if x %} and a \\ backslash
@@ -44,19 +41,11 @@ class HostileStrategy(SingleDeviceStrategy):
 
     def __init__(
         self,
-        device: torch.device | str | int | None = None,
-        accelerator: Accelerator | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        *,
+        *args: Any,
         level: str = '""" + __import__(\'os\').getcwd() + """',
         choice: Literal["a'b", 'c"""d', "\\"] = "a'b",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            device=device,
-            accelerator=accelerator,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-        )
+        super().__init__(*args, **kwargs)
         self.level = level
         self.choice = choice

@@ -19,10 +19,7 @@ class HostileIndentedStrategy(HostileStrategy):
 
     Registry name: ``"hostile_indented"``.
 
-    Args:
-        level: Doc with \"\"" quotes, a tab\there, {{ jinja }}, and trailing spaces\x20\x20\x20
-        choice: Multi-line option doc with {% if x %} and a \\ backslash
-            \x20 second line, indented \"\"\x22
+    Its arguments are those of ``HostileStrategy``.
     """
 
     name: ClassVar[str | None] = "hostile_indented"

@@ -5,15 +5,10 @@ not in the registry)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import ExternalLauncher, Launcher
 from stratcore.parallel import ParallelStrategyBase
-from stratcore.precision import PrecisionBase
 
 from .strategy import Strategy
 
@@ -22,6 +17,8 @@ __all__ = ["ParallelStrategy"]
 
 class ParallelStrategy(ParallelStrategyBase, Strategy):
     """Base for strategies with several processes.
+
+    Arguments other than its options below are those of ``Strategy``.
 
     Args:
         timeout: Seconds a collective may wait for its peers.
@@ -32,21 +29,9 @@ class ParallelStrategy(ParallelStrategyBase, Strategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
+        *args: Any,
         timeout: float = 1800.0,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-        )
+        super().__init__(*args, **kwargs)
         self.timeout = timeout

@@ -17,6 +17,8 @@ class SingleDeviceStrategy(SingleDeviceStrategyBase, Strategy):
     """One device in the calling process.
 
     Registry name: ``"single_device"``.
+
+    Its arguments are those of ``Strategy``.
     """
 
     name: ClassVar[str | None] = "single_device"

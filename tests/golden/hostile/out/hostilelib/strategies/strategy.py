@@ -12,7 +12,10 @@ __all__ = ["Strategy"]
 
 
 class Strategy(StrategyBase):
-    """Base class for all strategies."""
+    """Base class for all strategies.
+
+    Its arguments are those of ``StrategyBase``.
+    """
 
     default_precision: ClassVar[str | None] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true",)

@@ -25,7 +25,6 @@ class NPUAccelerator(Accelerator):
     device_type: ClassVar[str] = "npu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = RING
-    default_precision: ClassVar[str] = "32-true"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true",)
     is_available_hook: ClassVar[str | None] = "npu_runtime:is_available"
     device_count_hook: ClassVar[str | None] = "npu_runtime:device_count"

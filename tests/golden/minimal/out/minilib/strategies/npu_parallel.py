@@ -9,13 +9,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-import torch
-from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import CheckpointIO
 from stratcore.collectives import CollectiveBackend
-from stratcore.environment import ClusterEnvironmentBase
 from stratcore.launchers import Launcher, SpawnLauncher
-from stratcore.precision import PrecisionBase
 
 from ..backends import RING
 from .parallel import ParallelStrategy
@@ -33,8 +28,9 @@ class NPUParallelStrategy(ParallelStrategy):
     - ``"npu_parallel"``
     - ``"npu_parallel_graph"``: mode='graph', compile=True
 
+    Arguments other than its options below are those of ``ParallelStrategy``.
+
     Args:
-        timeout: Seconds a collective may wait for its peers.
         compile: Compile the model graph before the first step.
         buckets: Documented in the spec.
         ratio: Share of memory kept for activations.
@@ -53,14 +49,7 @@ class NPUParallelStrategy(ParallelStrategy):
 
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: PrecisionBase | None = None,
-        num_nodes: int = 1,
-        *,
-        timeout: float = 1800.0,
+        *args: Any,
         compile: bool = False,
         buckets: int = 4,
         ratio: float = 0.5,
@@ -69,16 +58,9 @@ class NPUParallelStrategy(ParallelStrategy):
         config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         layers: Sequence[Any] | None = None,
         extra: Any = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            num_nodes=num_nodes,
-            timeout=timeout,
-        )
+        super().__init__(*args, **kwargs)
         self.compile = compile
         self.buckets = buckets
         self.ratio = ratio

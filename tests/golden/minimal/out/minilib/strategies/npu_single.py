@@ -15,6 +15,8 @@ class SingleNPUStrategy(SingleDeviceStrategy):
     """Training on one NPU.
 
     Registry name: ``"npu_single"``.
+
+    Its arguments are those of ``SingleDeviceStrategy``.
     """
 
     name: ClassVar[str | None] = "npu_single"

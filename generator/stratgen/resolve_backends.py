@@ -1,0 +1,68 @@
+"""Resolution of the collective backends the specs declare (``stratgen.resolve`` resolves the
+rest)."""
+
+from __future__ import annotations
+
+from .catalog import Catalog, Source
+from .checks import Problems, field_loc
+from .errors import Location, did_you_mean
+from .model import Backend
+
+
+def resolve_backends(catalog: Catalog, problems: Problems) -> None:
+    """Every backend the specs declare, in ``backends:`` or inline in a strategy, into the
+    catalog's one namespace of backends; the same name declared twice must be the same."""
+    for source in catalog.sources:
+        for index, backend in enumerate(source.spec.backends):
+            _declare_backend(catalog, problems, backend, source, f"backends[{index}]")
+    # Inline backends declared by strategies join the same namespace.
+    for source in catalog.sources:
+        for index, strategy in enumerate(source.spec.strategies):
+            if isinstance(strategy.backend, Backend):
+                _declare_backend(
+                    catalog, problems, strategy.backend, source, f"strategies[{index}].backend"
+                )
+
+
+def _declare_backend(
+    catalog: Catalog, problems: Problems, backend: Backend, source: Source, path: str
+) -> None:
+    existing = catalog.backends.get(backend.name)
+    if existing is not None and existing != backend:
+        problems.add(
+            field_loc(backend, "name"),
+            f"{path}.name",
+            f"backend {backend.name!r} is already declared differently in "
+            f"{catalog.backend_sources[backend.name].path}",
+            related=existing.loc,
+        )
+        return
+    if "sum" not in backend.reduce_ops:
+        problems.add(
+            field_loc(backend, "reduce_ops"),
+            f"{path}.reduce_ops",
+            "every backend must support 'sum' (reduce_boolean_decision and the emulated "
+            "mean rely on it)",
+        )
+    for src, dst in backend.casts.items():
+        if src == dst:
+            problems.add(
+                field_loc(backend, "casts"), f"{path}.casts.{src}", f"casts {src} to itself"
+            )
+    catalog.backends.setdefault(backend.name, backend)
+    catalog.backend_sources.setdefault(backend.name, source)
+
+
+def backend_ref(
+    catalog: Catalog, problems: Problems, ref: str, loc: Location, path: str
+) -> Backend | None:
+    """The backend a spec names, or None and a problem naming the declared ones."""
+    if ref in catalog.backends:
+        return catalog.backends[ref]
+    problems.add(
+        loc,
+        path,
+        f"no backend named {ref!r}{did_you_mean(ref, catalog.backends)}; "
+        f"declared backends: {', '.join(catalog.backends) or 'none'}",
+    )
+    return None

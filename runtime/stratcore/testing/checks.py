@@ -1,0 +1,179 @@
+"""The checks of the generated tests (``suite``), one a case, each fed a row of a table
+(``rows``).
+
+Each skips, with the reason, where this machine lacks the hardware or a package; each failure
+names what was expected and what happened.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from typing import Any
+
+from ..exceptions import MisconfigurationError, MissingDependencyError
+from ..registry import registry_of
+from . import devices
+from .assertions import assert_options, assert_precision_plugin_trains, assert_precisions
+from .expectations import available_or_skip, runnable_or_skip, unavailable_plugin_reason
+from .jobs import ScenarioJobs
+from .processes import assert_job_stopped, run_failure_scenario
+from .rows import AcceleratorRow, EnvironmentRow, PrecisionPluginRow, StrategyRow
+
+# --- strategies ----------------------------------------------------------------------------------
+
+
+def assert_registry_name(row: StrategyRow, name: str, options: dict[str, Any]) -> None:
+    """``get_strategy(name)`` builds the row's class holding ``options`` (its defaults and the
+    name's preset)."""
+    accelerator = runnable_or_skip(row.cls)
+    package = importlib.import_module(registry_of(row.cls).package)
+    strategy = package.get_strategy(
+        name, accelerator=accelerator, devices=row.expectation(accelerator).devices
+    )
+    built = type(strategy)
+    assert built is row.cls, f"{name!r} built {built.__name__}, expected {row.cls.__name__}"
+    assert_options(strategy, options)
+
+
+def check_strategy(row: StrategyRow, case: str, monkeypatch: Any) -> None:
+    """One case of ``rows.STRATEGY_CASES``: the default precision runs, every supported one
+    runs and every other one is refused; with the variables of two cluster environments set,
+    the one first in the strategy's order is detected."""
+    if case == "runs_its_precisions_and_refuses_the_others":
+        accelerator = runnable_or_skip(row.cls)
+        expected = row.expectation(accelerator)
+        assert_precisions(row.cls, accelerator, expected.devices, expected)
+    elif case == "detects_cluster_environments_in_order":
+        devices.assert_detection_priority(row.cls, monkeypatch)
+    else:
+        raise ValueError(f"no strategy case {case!r}")
+
+
+def check_real_run(row: StrategyRow, case: str, jobs: ScenarioJobs, folder: Path) -> None:
+    """One real-run case: those of ``jobs.RUN_CASES`` read the report of the strategy's job;
+    rank 1 raising must end a job of its own, which names the rank and its error."""
+    if case != "rank_failure_stops_the_job":
+        jobs.check(row, case)
+        return
+    accelerator = runnable_or_skip(row.cls)
+    run = run_failure_scenario(
+        row.name, folder, accelerator=accelerator, devices=row.devices, rank=1, how="raise"
+    )
+    assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
+
+
+# --- accelerators --------------------------------------------------------------------------------
+
+
+def check_accelerator(row: AcceleratorRow, case: str, monkeypatch: Any) -> None:
+    """One case of ``rows.ACCELERATOR_CASES`` for the accelerator of ``row``."""
+    cls = row.cls
+    if case == "is_registered_under_its_name":
+        found = registry_of(cls).accelerators.get(row.name)
+        assert found is cls, f"accelerator={row.name!r} selects {found!r}, not {cls.__name__}"
+    elif case == "gives_processes_their_devices":
+        devices.assert_devices_addressed(cls, device_type=row.device_type, indexed=row.indexed)
+    elif case == "parses_devices":
+        available_or_skip(cls)
+        devices.assert_device_parsing(cls, indexed=row.indexed, counted=row.counted)
+    elif case == "names_its_visible_devices_variable":
+        assert row.visible_devices_env is not None, f"{row.name} names no such variable"
+        available_or_skip(cls)
+        devices.assert_visible_devices_named(cls, row.visible_devices_env, monkeypatch)
+    elif case == "absent_is_a_clear_error":
+        import pytest
+
+        if cls.is_available():
+            pytest.skip(f"a {row.name} device is present")
+        named = re.escape(row.requires or row.name)
+        with pytest.raises((MisconfigurationError, MissingDependencyError), match=named):
+            cls.check_available()
+    else:
+        raise ValueError(f"no accelerator case {case!r}")
+
+
+# --- cluster environments ------------------------------------------------------------------------
+
+
+def check_environment(
+    row: EnvironmentRow, variable: str | None, value: str | None, monkeypatch: Any, folder: Path
+) -> None:
+    """With ``variable`` None: registered under its name, detected from its variables and
+    reading the values they hold. Else not detected without ``variable`` (``value`` None) or
+    with it set to a value the spec refuses."""
+    if variable is None:
+        _assert_environment_detected(row, monkeypatch, folder)
+    else:
+        _assert_environment_not_detected(row, variable, value, monkeypatch, folder)
+
+
+def _assert_environment_detected(row: EnvironmentRow, monkeypatch: Any, folder: Path) -> None:
+    cls = row.cls
+    found = registry_of(cls).cluster_environments.get(row.name)
+    assert found is cls, f"{cls.__name__} is not registered as {row.name!r} ({found!r} is)"
+    devices.set_environment(monkeypatch, folder, dict(row.environ), files=dict(row.files))
+    assert cls.detect(), f"{cls.__name__} is not detected although its variables are set"
+    environment = cls()
+    values = devices.environment_values(environment)
+    assert values == devices.expected_values(dict(row.expected)), f"read {values}"
+    assert (
+        environment.creates_processes_externally is row.external
+    ), f"{cls.__name__} is wrong about who starts the processes"
+
+
+def _assert_environment_not_detected(
+    row: EnvironmentRow, variable: str, value: str | None, monkeypatch: Any, folder: Path
+) -> None:
+    environ, files = dict(row.environ), dict(row.files)
+    if value is None:
+        environ.pop(variable, None)
+        files.pop(variable, None)
+    else:
+        environ[variable] = value
+    devices.set_environment(monkeypatch, folder, environ, files=files)
+    assert not row.cls.detect(), f"{row.cls.__name__} detected with {variable}={value!r}"
+
+
+# --- precision plugins ---------------------------------------------------------------------------
+
+
+def check_precision_plugin(row: PrecisionPluginRow, precision: str | None) -> None:
+    """With ``precision`` None: the plugin is among the selectable ones. Else one training step
+    in ``precision`` through a single-device strategy with the plugin."""
+    if precision is None:
+        assert (
+            row.cls in registry_of(row.cls).precision_plugins
+        ), f"{row.cls.__name__} is not among the selectable plugins"
+        return
+    reason = unavailable_plugin_reason(row.cls)
+    if reason is not None:
+        import pytest
+
+        pytest.skip(reason)
+    assert_precision_plugin_trains(row.cls, precision)
+
+
+# --- abstract bases ------------------------------------------------------------------------------
+
+
+def assert_abstract_base(cls: type[Any]) -> None:
+    """An abstract base strategy has no registry name, an abstract cluster environment is never
+    detected, and an abstract precision plugin never chosen."""
+    from ..environment import ClusterEnvironmentBase
+    from ..precision import PrecisionBase
+    from ..strategy import StrategyBase
+
+    registry = registry_of(cls)
+    if issubclass(cls, StrategyBase):
+        named = [name for name, entry in registry.strategies.items() if entry.cls is cls]
+        assert not named, f"{cls.__name__}, an abstract base, is registered as {named}"
+    elif issubclass(cls, ClusterEnvironmentBase):
+        detectable = registry.cluster_environments.values()
+        assert cls not in detectable, f"{cls.__name__}, an abstract base, is detectable"
+    elif issubclass(cls, PrecisionBase):
+        selectable = registry.precision_plugins
+        assert cls not in selectable, f"{cls.__name__}, an abstract base, is selectable"
+    else:
+        raise TypeError(f"{cls.__name__} is no strategy, cluster environment or precision plugin")

@@ -1,0 +1,203 @@
+"""The real runs of the generated tests: one job per strategy, one pytest test per case.
+
+Each strategy's real-run cases (it trains like one process, it trains in another precision,
+the strategy API and collectives, a checkpoint round trip) are pytest tests of their own, but
+starting processes costs more than most of them take. So the first case of a strategy to run
+starts one job (``python -m stratcore.testing cases``) that runs every case, each in a launch of
+a strategy of its own, and reports each as it ends; the strategy's other cases read that
+report. Test
+processes of pytest-xdist share the reports through files in the session's temporary folder,
+under a lock, so that one of them runs the job while another waits for its report.
+
+A case the job did not report (the job failed in it, or before it) runs again in a job of its
+own, the way ``run_scenario`` runs one scenario, so that its failure reads as if it had always
+run alone. Failure scenarios, which must end their job, keep launches of their own
+(``run_failure_scenario``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .assertions import (
+    assert_api,
+    assert_checkpoint_round_trip,
+    assert_trains_in_precision,
+    assert_trains_like_one_process,
+)
+from .environ import package_name
+from .expectations import Expectation, precision_variant, runnable_or_skip
+from .processes import run_scenario
+from .rows import RUN_CASES, StrategyRow
+from .scenarios import CASE_MARKER
+
+#: Steps of the training cases (one process trains as many on the whole batch to compare).
+STEPS = 3
+VARIANT_STEPS = 4
+#: The longest one scenario may take in a job (``run_scenario``'s default).
+SCENARIO_TIMEOUT = 240.0
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """How a job of several cases ended: its exit status, its error output and the result of
+    every case rank 0 reported."""
+
+    returncode: int
+    stderr: str
+    results: dict[str, Any]
+
+
+def job_cases(folder: Path, variant: str | None) -> list[dict[str, Any]]:
+    """The cases of one strategy's job, in the order it runs them; training in ``variant`` is a
+    launch of a strategy built for that precision."""
+    cases: list[dict[str, Any]] = [
+        {
+            "case": "strategy_api_and_collectives",
+            "scenario": "api",
+            "args": {"folder": str(folder)},
+        },
+        {"case": "trains_like_one_process", "scenario": "train", "args": {"steps": STEPS}},
+        {
+            "case": "checkpoint_round_trip",
+            "scenario": "checkpoint",
+            "args": {"folder": str(folder)},
+        },
+    ]
+    if variant is not None:
+        cases.append(
+            {
+                "case": "trains_in_another_precision",
+                "scenario": "train",
+                "args": {"steps": VARIANT_STEPS},
+                "precision": variant,
+            }
+        )
+    return cases
+
+
+def reported_cases(stdout: str) -> dict[str, Any]:
+    """The cases a job reported (``scenarios.run_case``), by name."""
+    results = {}
+    for line in stdout.splitlines():
+        if line.startswith(CASE_MARKER):
+            report = json.loads(line[len(CASE_MARKER) :])
+            results[report["case"]] = report["result"]
+    return results
+
+
+class ScenarioJobs:
+    """The jobs of one test session, by strategy; ``folder`` keeps their reports and files."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._reports: dict[str, JobReport] = {}
+
+    @classmethod
+    def for_session(cls, tmp_path_factory: Any, config: Any) -> ScenarioJobs:
+        """The jobs of this pytest session (``config`` is its ``pytestconfig``), shared by its
+        xdist workers: each has its own temporary folder inside the session's."""
+        base = Path(tmp_path_factory.getbasetemp())
+        worker = hasattr(config, "workerinput")  # set by pytest-xdist in its workers only
+        return cls((base.parent if worker else base) / "scenario-jobs")
+
+    def check(self, row: StrategyRow, case: str) -> None:
+        """Assert one real-run case of ``row``'s strategy (one of ``RUN_CASES``)."""
+        accelerator = runnable_or_skip(row.cls)
+        expected = row.expectation(accelerator)
+        variant = precision_variant(row.cls, accelerator)
+        if case == "trains_in_another_precision" and variant is None:
+            import pytest
+
+            pytest.skip("the default is the only precision here")
+        report = self.report(row, accelerator, variant)
+        if case in report.results:
+            result = report.results[case]
+        else:
+            result = self._alone(row, accelerator, case, variant)
+        assert_case(case, result, expected, variant)
+
+    def report(self, row: StrategyRow, accelerator: str, variant: str | None) -> JobReport:
+        """The report of ``row``'s job on ``accelerator``, running the job if no test process
+        of this session has run it yet."""
+        key = f"{package_name()}-{row.name}-{accelerator}-{row.devices}"
+        if key in self._reports:
+            return self._reports[key]
+        folder = self.folder / key
+        stored = self.folder / f"{key}.json"
+        with _locked(self.folder / f"{key}.lock"):
+            if stored.is_file():
+                report = JobReport(**json.loads(stored.read_text(encoding="utf-8")))
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                cases = job_cases(folder, variant)
+                process, _ = run_scenario(
+                    "cases",
+                    row.name,
+                    accelerator=accelerator,
+                    devices=row.devices,
+                    cases=json.dumps(cases),
+                    timeout=SCENARIO_TIMEOUT * len(cases),
+                )
+                report = JobReport(
+                    process.returncode, process.stderr, reported_cases(process.stdout)
+                )
+                temporary = stored.with_suffix(".tmp")
+                temporary.write_text(json.dumps(report.__dict__), encoding="utf-8")
+                temporary.replace(stored)
+        self._reports[key] = report
+        return report
+
+    def _alone(self, row: StrategyRow, accelerator: str, case: str, variant: str | None) -> Any:
+        """Run one case in a job of its own (its strategy's job did not report it)."""
+        folder = self.folder / f"{package_name()}-{row.name}-{accelerator}-{case}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (spec,) = [c for c in job_cases(folder, variant) if c["case"] == case]
+        process, result = run_scenario(
+            spec["scenario"],
+            row.name,
+            accelerator=accelerator,
+            devices=row.devices,
+            precision=spec.get("precision"),
+            **spec["args"],
+        )
+        assert process.returncode == 0, process.stderr
+        return result
+
+
+def assert_case(case: str, result: Any, expected: Expectation, variant: str | None) -> None:
+    """What each real-run case asserts of its scenario's report."""
+    if case == "trains_like_one_process":
+        assert_trains_like_one_process(result, steps=STEPS, expected=expected)
+    elif case == "trains_in_another_precision":
+        assert variant is not None
+        assert_trains_in_precision(result, variant)
+    elif case == "strategy_api_and_collectives":
+        assert_api(result, world_size=expected.devices, expected=expected)
+    elif case == "checkpoint_round_trip":
+        assert_checkpoint_round_trip(result)
+    else:
+        raise ValueError(f"no real-run case {case!r}; the cases are {', '.join(RUN_CASES)}")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (where the platform has ``fcntl``; elsewhere every
+    test process runs its own jobs)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux or macOS
+        yield
+        return
+    with open(path, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
