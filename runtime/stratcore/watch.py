@@ -56,15 +56,15 @@ def marked_processes(variable: str, marker: str) -> list[tuple[int, str]]:
 class Job:
     """``command`` running in fresh processes, watched for progress (see the module).
 
-    ``what`` names the job in failures. Output is captured as text unless ``stdout`` or
-    ``stderr`` name files to write it to.
+    ``what`` names the job in failures (by default, the command's first words). Its output is
+    captured, and given back as text.
     """
 
     def __init__(
         self,
         command: Sequence[str],
         *,
-        what: str,
+        what: str | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         input: str | None = None,
@@ -72,7 +72,7 @@ class Job:
         limit: float = LIMIT,
         start_new_session: bool = False,
     ) -> None:
-        self.what = what
+        self.what = what or _short(command)
         self.stall = stall
         self.limit = limit
         self.marker = uuid.uuid4().hex
@@ -143,17 +143,18 @@ class Job:
     def check(self, waiting_for: str) -> None:
         """Record progress; raise ``Stalled`` if there was none for ``stall`` seconds."""
         now = time.monotonic()
+        if self._samples and now - self._samples[-1][0] < _POLL:
+            return  # looked a moment ago
         written = self._written
         if written != self._seen_written:
             self._seen_written = written
             self.last_progress = now
-        if _PROC.is_dir():
-            cpu = self._cpu()
-            self._samples.append((now, cpu))
-            while self._samples and self._samples[0][0] < now - _WINDOW:
-                self._samples.popleft()
-            if cpu - min(sample for _, sample in self._samples) >= _MIN_CPU:
-                self.last_progress = now
+        cpu = self._cpu() if _PROC.is_dir() else 0.0
+        self._samples.append((now, cpu))
+        while self._samples[0][0] < now - _WINDOW:
+            self._samples.popleft()
+        if cpu - min(sample for _, sample in self._samples) >= _MIN_CPU:
+            self.last_progress = now
         if now - self.last_progress > self.stall:
             self.fail(
                 f"no progress for {self.stall:g} s (no output, and less than {_MIN_CPU:g} s "
@@ -232,10 +233,43 @@ class Job:
             reader.join(5.0)
 
 
-def run(command: Sequence[str], *, what: str, **options: Any) -> subprocess.CompletedProcess[str]:
+def run(
+    command: Sequence[str], *, check: bool = False, **options: Any
+) -> subprocess.CompletedProcess[str]:
     """Run ``command`` to its end (``Job``'s options); raise ``Stalled`` if it stops making
-    progress, after stopping all its processes."""
-    return Job(command, what=what, **options).finish()
+    progress, after stopping all its processes. With ``check``, a non-zero exit raises
+    ``subprocess.CalledProcessError``, as ``subprocess.run`` does."""
+    completed = Job(command, **options).finish()
+    if check:
+        completed.check_returncode()
+    return completed
+
+
+def finish_all(jobs: Sequence[Job]) -> list[subprocess.CompletedProcess[str]]:
+    """Wait for jobs that work together (the ranks of a job started one by one, as a
+    scheduler starts them). Any of them stalling fails the wait; once one has failed (ended
+    non-zero), the others, which may wait for it for ever, are stopped."""
+    try:
+        while any(job.process.poll() is None for job in jobs):
+            if any(job.process.poll() not in (None, 0) for job in jobs):
+                break
+            for job in jobs:
+                job.check(f"{job.what} to end")
+            time.sleep(0.2)
+        for job in jobs:
+            if job.process.poll() is None:
+                job.kill()
+        return [job.finish() for job in jobs]
+    finally:
+        for job in jobs:
+            job.kill()
+
+
+def _short(command: Sequence[str]) -> str:
+    """A command as a failure names it: the program and its first arguments, file names
+    without their folders."""
+    words = [Path(str(word)).name if "/" in str(word) else str(word) for word in command[:4]]
+    return " ".join(words) + (" ..." if len(command) > 4 else "")
 
 
 # --- /proc ----------------------------------------------------------------------------------
