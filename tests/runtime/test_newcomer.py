@@ -86,31 +86,13 @@ def test_under_torchrun_on_one_node(strategy: str, tmp_path: Path) -> None:
 def test_ddp_under_torchrun_on_two_nodes(tmp_path: Path) -> None:
     """Two torchrun groups on this host, as on two machines: 1 process each."""
 
+    script = python("newcomer.py", "--strategy", "ddp", "--devices", "1", "--num-nodes", "2")
+    script += ["--out", str(tmp_path)]
+
     def commands(port: str) -> list[list[str]]:
+        rendezvous = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port]
         return [
-            torchrun(
-                "--nnodes",
-                "2",
-                "--node-rank",
-                str(node),
-                "--nproc-per-node",
-                "1",
-                "--master-addr",
-                "127.0.0.1",
-                "--master-port",
-                port,
-                *python(
-                    "newcomer.py",
-                    "--strategy",
-                    "ddp",
-                    "--devices",
-                    "1",
-                    "--num-nodes",
-                    "2",
-                    "--out",
-                    str(tmp_path),
-                )[1:],
-            )
+            torchrun(*rendezvous, "--node-rank", str(node), "--nproc-per-node", "1", *script[1:])
             for node in (0, 1)
         ]
 
