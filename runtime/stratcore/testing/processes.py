@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import watch
+from ..environment import find_free_port
 from .environ import (
     RUN_MARKER_ENV,
     package_environ,
@@ -90,16 +91,6 @@ def run_scenario(
 PORT_TAKEN = ("EADDRINUSE", "cannot listen on port")
 
 
-def free_port() -> int:
-    """A port free just now. Another process may take it before a job binds it: run the job
-    with ``run_given_a_port``."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def run_given_a_port(
     start: Callable[[str], list[watch.Job]], attempts: int = 3
 ) -> list[subprocess.CompletedProcess[str]]:
@@ -107,7 +98,8 @@ def run_given_a_port(
     (``start(port)`` starts them), until they end (``watch.finish_all``). When the port was
     taken by another process before the job bound it, the job runs again on another port."""
     for _ in range(attempts):
-        done = watch.finish_all(start(str(free_port())))
+        # Free just now; another process may take it before the job binds it.
+        done = watch.finish_all(start(str(find_free_port())))
         if not any(taken in run.stderr for run in done for taken in PORT_TAKEN):
             break
     return done
