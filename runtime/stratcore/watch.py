@@ -32,8 +32,10 @@ from typing import IO, Any
 STALL = 120.0
 #: A last resort against a job that spins without end: generous, and named when it is reached.
 LIMIT = 3600.0
-#: The environment variable that marks every process of a job.
-MARKER_ENV = "STRATCORE_WATCH_MARKER"
+#: The environment variable that marks every process of a job is this prefix and the job's
+#: marker, set to 1: one variable per job, so that the processes of a job watched inside
+#: another (a command that watches its own commands) belong to both.
+MARKER_PREFIX = "STRATCORE_WATCH_"
 #: CPU seconds a job must use within ``_WINDOW`` seconds to count as progressing: 1% of a core.
 #: A job that waits (in a rendezvous, a collective, a pipe) uses far less, polling threads
 #: included; a starved one on a busy machine far more.
@@ -75,9 +77,10 @@ class Job:
         self.what = what or _short(command)
         self.stall = stall
         self.limit = limit
-        self.marker = uuid.uuid4().hex
+        #: The variable that marks the job's processes (set to 1 in their environment).
+        self.marker_env = MARKER_PREFIX + uuid.uuid4().hex
         environ = dict(os.environ if env is None else env)
-        environ[MARKER_ENV] = self.marker
+        environ[self.marker_env] = "1"
         environ.setdefault("PYTHONFAULTHANDLER", "1")
         self.started = time.monotonic()
         self.process = subprocess.Popen(
@@ -134,7 +137,7 @@ class Job:
         return [(pid, _command_line(pid)) for pid in self._pids()]
 
     def _pids(self) -> list[int]:
-        return _marked_pids(MARKER_ENV, self.marker, self._known)
+        return _marked_pids(self.marker_env, "1", self._known)
 
     def _cpu(self) -> float:
         """CPU seconds used by the job's live processes and the children they have reaped."""

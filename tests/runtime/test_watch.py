@@ -83,7 +83,7 @@ def test_wait_for_a_condition_and_the_processes_of_a_job() -> None:
         job.wait_for(lambda: "ready" in job.stdout, "the sleeper to be ready")
         [(pid, command)] = job.processes()
         assert pid == job.process.pid and "time.sleep(600)" in command
-        assert watch.marked_processes(watch.MARKER_ENV, job.marker) == [(pid, command)]
+        assert watch.marked_processes(job.marker_env, "1") == [(pid, command)]
     finally:
         job.kill()
     assert job.processes() == []
@@ -93,3 +93,12 @@ def test_the_limit_is_named_when_reached() -> None:
     spin = "while True: pass"
     with pytest.raises(watch.Stalled, match=r"^a spinning job: still running after 3 s while "):
         watch.run([PYTHON, "-c", spin], what="a spinning job", stall=60, limit=3)
+
+
+def test_the_processes_of_a_job_watched_inside_another_are_the_outer_jobs_too() -> None:
+    # A command that watches its own command (the benchmark harness under a test): the work
+    # below it is the outer job's progress too.
+    work = f"import time; end = time.monotonic() + {2 * STALL}\nwhile time.monotonic() < end: pass"
+    inner = f"import sys; from stratcore import watch; watch.run([sys.executable, '-c', {work!r}])"
+    completed = watch.run([PYTHON, "-c", inner], what="an outer job", stall=STALL)
+    assert completed.returncode == 0, completed.stderr
