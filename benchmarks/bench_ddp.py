@@ -49,8 +49,8 @@ def variants() -> list[str]:
 
 def step_config(settings: Settings) -> dict[str, int]:
     """Big enough for a step of tens of milliseconds on one thread per rank."""
-    if settings.quick:
-        return {"width": 256, "depth": 2, "batch": 64, "warmup": 1, "steps": 3, "threads": 1}
+    if settings.quick:  # a smoke test of the plumbing: one step
+        return {"width": 256, "depth": 2, "batch": 64, "warmup": 0, "steps": 1, "threads": 1}
     return {"width": 512, "depth": 4, "batch": 256, "warmup": 10, "steps": 60, "threads": 1}
 
 
@@ -217,8 +217,10 @@ def launch_latency(settings: Settings) -> Section:
         "end of rank 0's first training step (interpreter start-up, imports, starting the other "
         "ranks, process group, model set-up and one step of a "
         f"{_parameters(config) / 1e6:.2f} M-parameter MLP). The baseline starts both ranks "
-        "with torch.multiprocessing.start_processes (spawn) and calls init_process_group and "
-        f"DistributedDataParallel by hand. {rounds} round(s), rotating order."
+        "with torch.multiprocessing.start_processes (spawn), connects them through a store "
+        "it holds from before they start (as stratlib's launchers hold theirs), and calls "
+        f"init_process_group and DistributedDataParallel by hand. {rounds} round(s), rotating "
+        "order."
     )
     section.details += _retried_detail()
     RETRIED.clear()

@@ -45,7 +45,7 @@ def import_times(module: str) -> tuple[float, float, float]:
     interpreter."""
     statement = "" if module == "torch" else f"import {module}"
     command = [sys.executable, "-c", PROBE.format(statement=statement)]
-    completed = run_command(command, timeout=300, env=worker_env())
+    completed = run_command(command, env=worker_env())
     if completed.returncode != 0:
         raise BenchmarkError(f"import {module} failed:\n{completed.stderr[-3000:]}")
     cpu, wall, own = json.loads(completed.stdout.strip().splitlines()[-1])

@@ -7,13 +7,10 @@ imports, allocator, threads) cannot leak into a measurement.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import resource
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from stratcore.watch import Job, Stalled
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where the generated package and the generator live in a source checkout.
@@ -137,9 +136,7 @@ def compile_bytecode() -> str:
     the machine description.
     """
     folders = [str(GENERATED / "stratlib"), str(GENERATOR / "stratgen"), str(ROOT / "benchmarks")]
-    completed = run_command(
-        [sys.executable, "-m", "compileall", "-q", *folders], timeout=300, env=worker_env()
-    )
+    completed = run_command([sys.executable, "-m", "compileall", "-q", *folders], env=worker_env())
     if completed.returncode != 0:
         raise BenchmarkError(
             f"compileall failed:\n{completed.stdout[-2000:]}{completed.stderr[-2000:]}"
@@ -149,10 +146,7 @@ def compile_bytecode() -> str:
 
 
 def run_worker(
-    module: str,
-    args: Sequence[str],
-    timeout: float = 900.0,
-    env: dict[str, str] | None = None,
+    module: str, args: Sequence[str], env: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """Run ``python -m module args`` and return the JSON object it writes to ``--out``."""
     with tempfile.TemporaryDirectory(prefix="stratbench-") as folder:
@@ -161,7 +155,7 @@ def run_worker(
         # CLOCK_MONOTONIC is one clock for every process of the machine: workers report
         # time.monotonic() readings that are compared with this one.
         started = time.monotonic()
-        completed = run_command(command, timeout=timeout, env=worker_env(env))
+        completed = run_command(command, env=worker_env(env))
         if completed.returncode != 0 or not out.is_file():
             raise BenchmarkError(
                 f"{' '.join(command[1:])} exited with {completed.returncode}:\n"
@@ -182,35 +176,32 @@ class Completed:
     cpu: float
 
 
-def run_command(
-    command: Sequence[str], timeout: float, env: dict[str, str], cwd: Path = ROOT
-) -> Completed:
-    """Run ``command`` in a session of its own; on timeout, stop it and every process it
-    started (training ranks included) before raising.
+def run_command(command: Sequence[str], env: dict[str, str], cwd: Path = ROOT) -> Completed:
+    """Run ``command`` to its end. It fails (BenchmarkError) only when it stops making
+    progress: no output and no CPU time used by it or any process it started for
+    ``watch.STALL`` seconds (see ``stratcore.watch``), which on a busy machine tells a hang
+    from slowness; the error then says where each of its processes was. Every process it
+    started is stopped with it, training ranks included, and none is waited for after it
+    ended (a rank that outlives its launcher cannot hold the harness).
 
     Commands run one at a time, so the growth of this process's children CPU time while one
     runs is that command's own (user + system), which the machine's load barely changes.
     """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    process = subprocess.Popen(
-        list(command),
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    what = " ".join(Path(part).name if index == 0 else part for index, part in enumerate(command))
+    job = Job(command, what=what[:200], env=env, cwd=cwd, start_new_session=True)
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        finished = job.finish()
+    except Stalled as exc:
+        raise BenchmarkError(str(exc)) from None
     except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        job.kill()
         raise
+    finally:
+        job.kill()  # what the command left running
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Completed(process.returncode, stdout, stderr, cpu)
+    return Completed(finished.returncode, finished.stdout, finished.stderr, cpu)
 
 
 def _tail(text: str, lines: int = 30) -> str:

@@ -135,7 +135,7 @@ class Workspace:
             argv = [sys.executable, "-m", module, without, "--", *arguments]
         env = worker_env({"STRATGEN_CACHE_DIR": str(cache)})
         started = time.perf_counter()
-        completed = run_command(argv, timeout=600, env=env, cwd=self.folder)
+        completed = run_command(argv, env=env, cwd=self.folder)
         wall = time.perf_counter() - started
         if completed.returncode != expected:
             raise BenchmarkError(
@@ -163,7 +163,7 @@ class Workspace:
         argv[3:3] = (["--check"] if check else []) + (["--quiet"] if quiet else [])
         env = worker_env({"BLACK_CACHE_DIR": str(cache)})
         started = time.perf_counter()
-        completed = run_command(argv, timeout=600, env=env, cwd=self.folder)
+        completed = run_command(argv, env=env, cwd=self.folder)
         wall = time.perf_counter() - started
         if completed.returncode not in (0, 1):
             raise BenchmarkError(f"black failed:\n{completed.stderr[-3000:]}")

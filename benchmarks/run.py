@@ -41,6 +41,7 @@ from benchmarks.common import (
     Section,
     Settings,
     compile_bytecode,
+    run_command,
     worker_env,
 )
 
@@ -74,9 +75,7 @@ def machine() -> dict[str, str]:
         "    from importlib.metadata import version; l = version('lightning')\n"
         "print(json.dumps([torch.__version__, torch.get_num_threads(), l]))\n"
     )
-    completed = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=worker_env(), check=False
-    )
+    completed = run_command([sys.executable, "-c", probe], env=worker_env())
     torch_version, threads, lightning = (
         json.loads(completed.stdout) if completed.returncode == 0 else ("not importable", 0, None)
     )

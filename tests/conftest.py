@@ -13,8 +13,11 @@ testing.use_package("stratlib")
 # Fixture projects and golden trees contain generated test modules: they are data here.
 collect_ignore_glob = ["fixtures/*", "golden/*"]
 
+# The default profile is seeded (the same examples every run, a failure reproduces) and
+# bounded by each test's max_examples; the long one explores with fresh examples.
 settings.register_profile(
     "stratgen",
+    derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     print_blob=True,
@@ -22,6 +25,7 @@ settings.register_profile(
 settings.register_profile(
     "stratgen-long",
     parent=settings.get_profile("stratgen"),
+    derandomize=False,
     max_examples=1000,
 )
 settings.load_profile(os.environ.get("STRATGEN_HYPOTHESIS_PROFILE", "stratgen"))

@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratcore import watch
+
 REPO = Path(__file__).resolve().parent.parent
 GENERATOR = REPO / "generator"
 FIXTURES = REPO / "tests" / "fixtures"
@@ -50,18 +52,12 @@ def stratgen_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_process(
-    *argv: str | Path, cwd: Path, timeout: float = 120, **env: str
-) -> subprocess.CompletedProcess[str]:
+def run_process(*argv: str | Path, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m stratgen`` in a fresh interpreter."""
-    return subprocess.run(
+    return watch.run(
         [sys.executable, "-m", "stratgen", *[str(a) for a in argv]],
         cwd=cwd,
         env=stratgen_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
     )
 
 

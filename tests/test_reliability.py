@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from sgtest import STRATEGY_SPEC, make_project, run_cli, snapshot, stratgen_env
+from stratcore import watch
 
 BULK_FILES = 100
 BULK_BYTES = 120_000
@@ -54,15 +54,13 @@ def _write_bulk(root: Path, version: int) -> None:
         path.write_text(_bulk_text(version, index), encoding="utf-8")
 
 
-def _spawn(root: Path, *argv: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "stratgen", *argv],
-        cwd=root,
-        env=stratgen_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _spawn(root: Path, *argv: str) -> watch.Job:
+    return watch.Job([sys.executable, "-m", "stratgen", *argv], cwd=root, env=stratgen_env())
+
+
+def _finished(run: watch.Job) -> tuple[str, str]:
+    done = run.finish()
+    return done.stdout, done.stderr
 
 
 def _bulk_versions(root: Path) -> dict[int, int]:
@@ -81,9 +79,9 @@ def _bulk_versions(root: Path) -> dict[int, int]:
 def test_concurrent_generates_leave_a_consistent_tree(tmp_path: Path) -> None:
     root = _bulk_project(tmp_path / "project")
     runs = [_spawn(root, "generate") for _ in range(2)]
-    results = [run.communicate(timeout=300) for run in runs]
+    results = [_finished(run) for run in runs]
     for run, (_, err) in zip(runs, results, strict=True):
-        assert run.returncode == 0, err
+        assert run.process.returncode == 0, err
     # Both planned the same tree; the second to take the lock found nothing to write.
     written = sorted(int(out.strip().splitlines()[-1].split()[0]) for out, _ in results)
     assert written[0] == 0 and written[1] > BULK_FILES
@@ -97,8 +95,8 @@ def test_concurrent_generates_of_different_specs_end_in_one_of_them(tmp_path: Pa
     _write_bulk(root, version=2)
     runs = [_spawn(root, "generate") for _ in range(2)]
     for run in runs:
-        _, err = run.communicate(timeout=300)
-        assert run.returncode == 0, err
+        _, err = _finished(run)
+        assert run.process.returncode == 0, err
     assert _bulk_versions(root) == {2: BULK_FILES}
     assert run_cli("check", "--project", root).code == 0
 
@@ -113,14 +111,13 @@ def test_a_killed_generate_leaves_whole_files_that_check_reports_and_generate_re
 
     first = root / BULK_OUT / "f0000.py"
     run = _spawn(root, "generate")
-    deadline = time.monotonic() + 120
     while b"VERSION = 2" not in first.read_bytes():
-        assert run.poll() is None, "generate finished before it could be interrupted"
-        assert time.monotonic() < deadline
+        assert run.process.poll() is None, "generate finished before it could be interrupted"
+        run.check("generate to write its first new file")
         time.sleep(0.002)
-    os.kill(run.pid, signal.SIGKILL)
-    run.communicate(timeout=60)
-    assert run.returncode == -signal.SIGKILL
+    os.kill(run.process.pid, signal.SIGKILL)
+    run.finish()
+    assert run.process.returncode == -signal.SIGKILL
 
     counts = _bulk_versions(root)
     assert counts.get(1) and counts.get(2), f"not interrupted midway: {counts}"
@@ -149,13 +146,12 @@ def test_a_file_created_by_a_killed_run_is_still_removed_later(tmp_path: Path) -
 
     first = root / BULK_OUT / "f0000.py"
     run = _spawn(root, "generate")
-    deadline = time.monotonic() + 120
     while not first.exists():
-        assert run.poll() is None, "generate finished before it could be interrupted"
-        assert time.monotonic() < deadline
+        assert run.process.poll() is None, "generate finished before it could be interrupted"
+        run.check("generate to create its first file")
         time.sleep(0.002)
-    os.kill(run.pid, signal.SIGKILL)
-    run.communicate(timeout=60)
+    os.kill(run.process.pid, signal.SIGKILL)
+    run.finish()
     created = sorted(p.name for p in first.parent.glob("f*.py"))
     assert 0 < len(created) < BULK_FILES
 

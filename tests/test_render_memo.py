@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 from sgtest import REPO, run_cli, snapshot, stratgen_env
+from stratcore import watch
 
 from stratgen.files import digest
 from stratgen.fmt import Formatter
@@ -286,14 +286,10 @@ def test_keys_do_not_depend_on_the_hash_seed(generated: tuple[Path, Path], tmp_p
     counts = []
     for seed in ("1", "2"):
         shutil.rmtree(root / "generated")
-        completed = subprocess.run(
+        completed = watch.run(
             [sys.executable, "-m", "stratgen", "generate", "--timings"],
             cwd=root,
             env=stratgen_env(PYTHONHASHSEED=seed, STRATGEN_CACHE_DIR=str(cache)),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
         )
         assert completed.returncode == 0, completed.stderr
         found = MEMO.search(completed.stderr)

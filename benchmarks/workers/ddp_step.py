@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 VARIANTS = ("torch", "stratlib-ddp", "stratlib-ddp_spawn", "fabric")
+#: Seconds between looks at the ranks of the hand-written launch.
+POLL = 0.1
 
 
 @dataclass(frozen=True)
@@ -114,15 +116,23 @@ def import_group_defaults() -> None:
 
 
 def _torch_worker(rank: int, cfg: Config, port: int, results: Any) -> None:
+    import torch.distributed as dist
+
+    launched = prepare_threads(cfg)
+    import_group_defaults()
+    store = dist.TCPStore("127.0.0.1", port, cfg.ranks, is_master=False)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=cfg.ranks)
+    result = _train_torch(cfg, rank)
+    release_group()
+    if rank == 0:
+        results.put({**result, "threads_as_launched": launched})
+
+
+def _train_torch(cfg: Config, rank: int) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    launched = prepare_threads(cfg)
-    import_group_defaults()
-    dist.init_process_group("gloo", rank=rank, world_size=cfg.ranks)
     module = build_model(cfg)
     optimizer = torch.optim.SGD(module.parameters(), lr=0.01)
     model = DistributedDataParallel(module)
@@ -134,31 +144,69 @@ def _torch_worker(rank: int, cfg: Config, port: int, results: Any) -> None:
 
     result = timed_loop(cfg, rank, step)
     dist.barrier()
-    dist.destroy_process_group()
-    if rank == 0:
-        results.put({**result, "threads_as_launched": launched})
+    return result
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def release_group() -> None:
+    """Destroy the default process group, once the DDP module that used it is gone.
+
+    A DDP module keeps the group alive through its reducer. Freed after
+    ``destroy_process_group`` (at the end of the function that holds it, or later by the
+    garbage collector: DDP sits in reference cycles), the reducer destroys the group itself,
+    with the GIL held, and the group's destructor waits for its gloo worker thread, which may
+    be waiting for the GIL to release what its last work item held: both wait forever (about
+    one run in five of the hand-written launch under load). Collected while the group is still
+    registered, the reducer only lets go of it, and ``destroy_process_group`` destroys it
+    without the GIL.
+    """
+    import torch.distributed as dist
+
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def held_store(ranks: int, multi_tenant: bool = False) -> Any:
+    """The rendezvous store of a job, listening on a port of the kernel's choosing from before
+    the ranks start until the job ends, as stratlib's launchers and torchrun's agent hold it.
+
+    A port picked free and closed again (bind to port 0, close, hand out the number) stays
+    free until rank 0 binds it, seconds later on a busy machine: another process can take it
+    meanwhile, rank 0 then fails with EADDRINUSE, and the other ranks wait for it, or join
+    whatever listens there now. With ``multi_tenant``, an ``env://`` rendezvous of rank 0 in
+    this process uses this store instead of binding the port again.
+    """
+    import torch.distributed as dist
+
+    return dist.TCPStore(
+        "127.0.0.1",
+        0,
+        ranks,
+        is_master=True,
+        wait_for_workers=False,
+        multi_tenant=multi_tenant,
+    )
 
 
 def run_torch(cfg: Config) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
+    store = held_store(cfg.ranks)
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
     processes = mp.start_processes(
         _torch_worker,
-        args=(cfg, _free_port(), results),
+        args=(cfg, store.port, results),
         nprocs=cfg.ranks,
         join=False,
         start_method="spawn",
     )
+    # join() returns once every rank ended; as soon as one fails it stops the others and
+    # raises with the failed rank's traceback (rank 0 writes its small result into the pipe
+    # before it ends).
+    while not processes.join(timeout=POLL):
+        pass
     result: dict[str, Any] = results.get()
-    processes.join()
     return result
 
 
@@ -224,14 +272,19 @@ def run_fabric(cfg: Config) -> dict[str, Any] | None:
     from lightning.fabric import Fabric
 
     import_group_defaults()  # Fabric creates the group in launch()
+    store = None
+    if "LOCAL_RANK" not in os.environ:  # not one of the ranks Fabric starts
+        # Fabric would pick a port and close it again; this process is its rank 0, whose
+        # env:// rendezvous finds the held store by its port.
+        store = held_store(cfg.ranks, multi_tenant=True)
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(store.port)
     fabric = Fabric(accelerator="cpu", devices=cfg.ranks, strategy="ddp", precision="32-true")
     result: dict[str, Any] | None = fabric.launch(functools.partial(_fabric_train, cfg=cfg))
     # Lightning destroys only NCCL groups at exit; a gloo group left to interpreter shutdown
     # can abort the process like the defaults above. Destroyed after the measurement.
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    del fabric
+    release_group()
+    del store
     return result
 
 

@@ -8,10 +8,11 @@ Modules import one way only, from the bottom up (tests/test_import_graph.py fail
 imports inside functions included; ``if TYPE_CHECKING:`` imports for annotations do not count):
 
 1. version, exceptions, imports (and the generator's contract)
-2. collectives, precision, environment, accelerator, checkpoint_io, layer_sync, registry
+2. collectives, precision, environment, rendezvous, accelerator, checkpoint_io, layer_sync,
+   registry
 3. launchers (they know strategies only as annotations), sharded_checkpoint, checkpoint_state
 4. strategy, then single_device and parallel, then ipu and wrappers/*
-5. factory, then testing (which needs strategies only as annotations)
+5. factory, then testing (which needs strategies only as annotations), and watch (no import)
 """
 
 from .version import __version__

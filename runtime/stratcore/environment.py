@@ -195,6 +195,25 @@ class ClusterEnvironmentBase:
             return self._assigned[key]
         return int(self._read(key, as_int=True))
 
+    def given_main_port(self) -> int | None:
+        """The main port the job was given (a variable or a default), or None where the
+        environment leaves the choice to whoever starts the processes (the ``free_port``
+        fallback): a launcher then binds a port of the kernel's choosing and says which
+        (``set_main_port``), so that no other process can take it in between."""
+        source = self.main_port_source
+        if (
+            source.fallback == "free_port"
+            and source.default is None
+            and not any(os.environ.get(variable) for variable in source.env)
+        ):
+            return None
+        return self.main_port
+
+    def set_main_port(self, port: int) -> None:
+        """Set by the launcher whose rendezvous store listens on ``port``, where the choice was
+        left to it (see ``given_main_port``)."""
+        self._computed["main_port"] = port
+
     def world_size(self) -> int:
         return self._assigned_or_read("world_size")
 

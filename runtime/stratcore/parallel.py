@@ -32,6 +32,7 @@ from .imports import import_object, require
 from .launchers import ExternalLauncher, Launcher
 from .precision import PrecisionBase
 from .registry import registry_of
+from .rendezvous import joined_store
 from .strategy import StrategyBase
 
 
@@ -195,17 +196,20 @@ class ParallelStrategyBase(StrategyBase):
         if backend.init_hook is not None:
             import_object(backend.init_hook)()
         environment = self.cluster_environment
-        os.environ["MASTER_ADDR"] = environment.main_address
-        os.environ["MASTER_PORT"] = str(environment.main_port)
+        address, port = environment.main_address, environment.main_port
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address, str(port)
         with (
             creating_process_group(self.group_default_modules),
             self.timeouts_reported("connecting the processes"),
         ):
+            # The store the launcher holds, where it holds one; else the env:// rendezvous.
+            store = joined_store(address, port, self.world_size, self.timeout)
             dist.init_process_group(
                 backend.name,
                 rank=self.global_rank,
                 world_size=self.world_size,
                 timeout=timedelta(seconds=self.timeout),
+                store=store,
             )
 
     def _replace_process_group(self, backend: str) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import testing
+from stratcore import testing, watch
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE.parents[1] / "generated"
@@ -26,9 +25,7 @@ pytestmark = pytest.mark.slow
 def _scenario(name: str, folder: Path) -> Any:
     command = [sys.executable, str(HERE / "scripts" / "fixes.py"), name, str(folder)]
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
-    process = subprocess.run(
-        command, capture_output=True, text=True, env=env, cwd=folder, timeout=240
-    )
+    process = watch.run(command, env=env, cwd=folder)
     assert process.returncode == 0, f"{name} failed:\n{process.stderr[-4000:]}"
     lines = [line for line in process.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"{name} reported nothing:\n{process.stdout[-2000:]}"
@@ -67,36 +64,27 @@ def test_a_sharded_save_killed_midway_leaves_the_previous_checkpoint(
     if asynchronous:
         command.append("--async-io")
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
-    job = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,  # the job's ranks form one process group, killed together
-    )
+    # In a session of its own: the job's ranks form one process group, killed together.
+    job = watch.Job(command, env=env, start_new_session=True)
     try:
-        assert job.stdout is not None
-        assert job.stdout.readline().strip() == "saved 1", "the first save did not complete"
-        deadline = time.monotonic() + 120
+        job.wait_for(lambda: "\n" in job.stdout, "the first save")
+        assert job.stdout.startswith("saved 1\n"), "the first save did not complete"
         killed = False
-        while time.monotonic() < deadline and job.poll() is None:
+        while job.process.poll() is None:
             written = sum(
                 f.stat().st_size
                 for partial in tmp_path.glob(".last.ckpt.partial-*")
                 for f in partial.glob("*.distcp")
             )
             if written > 50_000_000:  # the second save is well under way
-                os.killpg(job.pid, signal.SIGKILL)
+                os.killpg(job.process.pid, signal.SIGKILL)
                 killed = True
                 break
+            job.check("the second save to write 50 MB")
             time.sleep(0.01)
-        job.wait(timeout=60)
+        remaining_output = job.finish().stdout.removeprefix("saved 1\n")
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-    remaining_output = job.stdout.read() if job.stdout else ""
+        job.kill()
     assert killed, f"the second save was never seen under way: {remaining_output!r}"
     assert "saved 2" not in remaining_output
 

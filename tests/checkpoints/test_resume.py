@@ -9,15 +9,15 @@ configs (``scripts/resume.py``). Every job is a fresh set of processes, as a res
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from stratcore import testing
+from stratcore import testing, watch
 
 import stratlib
 
@@ -69,9 +69,7 @@ def _run(phase: str, case: Case, devices: int, checkpoint: Path, out: Path) -> d
         command.append("--async-io")
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     env.pop("DS_ACCELERATOR", None)
-    process = subprocess.run(
-        command, capture_output=True, text=True, env=env, cwd=out.parent, timeout=400
-    )
+    process = watch.run(command, env=env, cwd=out.parent)
     assert process.returncode == 0, f"{phase} {case} failed:\n{process.stderr[-4000:]}"
     return json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
 
@@ -100,16 +98,51 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tenso
     return _weights(folder / "final.pt")
 
 
-@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, Path]]:
+    """The uninterrupted job of a case (it saves its checkpoint after step 2): the checkpoint
+    and the final weights. A case's job runs once for every test that needs it (in one pytest
+    process: the tests that share one are in one xdist group)."""
+    done: dict[str, tuple[Path, Path]] = {}
+
+    def run(name: str) -> tuple[Path, Path]:
+        if name not in done:
+            case = CASES[name]
+            folder = tmp_path_factory.mktemp("full")
+            checkpoint, uninterrupted = folder / "step2.ckpt", folder / "uninterrupted.pt"
+            _run("full", case, case.devices[0], checkpoint, uninterrupted)
+            done[name] = checkpoint, uninterrupted
+        return done[name]
+
+    return run
+
+
+#: Cases whose uninterrupted job the conversion test uses too.
+CONVERTED = ["fsdp sharded, 2 ranks resumed on 1", "deepspeed_stage_3 sharded"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        (
+            pytest.param(name, marks=[pytest.mark.xdist_group("resume-converted")])
+            if name in CONVERTED
+            else name
+        )
+        for name in CASES
+    ],
+)
 def test_trains_like_one_process_and_resumes_where_it_stopped(
-    case: Case, reference: dict[str, torch.Tensor], tmp_path: Path
+    name: str,
+    full_run: Callable[[str], tuple[Path, Path]],
+    reference: dict[str, torch.Tensor],
+    tmp_path: Path,
 ) -> None:
-    checkpoint = tmp_path / "step2.ckpt"
-    uninterrupted = tmp_path / "uninterrupted.pt"
+    case = CASES[name]
     resumed = tmp_path / "resumed.pt"
     first, second = case.devices
 
-    _run("full", case, first, checkpoint, uninterrupted)
+    checkpoint, uninterrupted = full_run(name)
     report = _run("resume", case, second, checkpoint, resumed)
 
     _assert_close(_weights(uninterrupted), reference, "training vs one process", buffers=False)
@@ -126,19 +159,22 @@ def test_trains_like_one_process_and_resumes_where_it_stopped(
     assert report["meta"] == {"note": "stopped", "lr": [0.0025]}
 
 
-@pytest.mark.parametrize(
-    "case", [CASES["fsdp sharded, 2 ranks resumed on 1"], CASES["deepspeed_stage_3 sharded"]]
-)
+@pytest.mark.xdist_group("resume-converted")
+@pytest.mark.parametrize("name", CONVERTED)
 def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
-    case: Case, reference: dict[str, torch.Tensor], tmp_path: Path
+    name: str,
+    full_run: Callable[[str], tuple[Path, Path]],
+    reference: dict[str, torch.Tensor],
+    tmp_path: Path,
 ) -> None:
-    checkpoint = tmp_path / "sharded.ckpt"
-    _run("full", case, 2, checkpoint, tmp_path / "uninterrupted.pt")
+    case = CASES[name]
+    assert case.devices[0] == 2
+    checkpoint, _ = full_run(name)
     assert checkpoint.is_dir(), "a sharded checkpoint is a folder"
     single = tmp_path / "single.ckpt"
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     command = [sys.executable, "-m", "stratcore.consolidate", str(checkpoint), str(single)]
-    converted = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    converted = watch.run(command, env=env)
     assert converted.returncode == 0, converted.stderr
 
     full = torch.load(single, weights_only=True)
@@ -158,9 +194,7 @@ def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
 def test_not_a_sharded_checkpoint_is_refused_with_exit_code_2(tmp_path: Path) -> None:
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     command = [sys.executable, "-m", "stratcore.consolidate", str(tmp_path), "out.ckpt"]
-    result = subprocess.run(
-        command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
-    )
+    result = watch.run(command, env=env, cwd=tmp_path)
     assert result.returncode == 2
     assert "is not a sharded checkpoint" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out.ckpt").exists()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import testing
+from stratcore import testing, watch
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +39,6 @@ def run_scenario(
     precision: str | None = None,
     args: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
-    timeout: float = 420,
 ) -> tuple[subprocess.CompletedProcess[str], Any]:
     """Run a scenario of scenarios.py with two processes; return the process and rank 0's result."""
     command = [sys.executable, str(SCENARIOS), scenario, strategy]
@@ -51,9 +50,7 @@ def run_scenario(
     environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(GENERATED), environ.get("PYTHONPATH")])
     )
-    process = subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, env=environ, cwd=HERE
-    )
+    process = watch.run(command, env=environ, cwd=HERE)
     result = None
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):

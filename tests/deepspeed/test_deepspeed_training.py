@@ -286,7 +286,6 @@ def test_both_ranks_start_with_an_empty_extension_cache(
         "deepspeed_stage_2",
         args={"folder": str(tmp_path)},
         env={"TORCH_EXTENSIONS_DIR": str(cache)},
-        timeout=900,
     )
     _assert_ok(process, result)
     assert list(

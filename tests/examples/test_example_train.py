@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from stratcore import watch
 
 pytest.importorskip("sklearn", reason="the example's data set ships with scikit-learn")
 
@@ -18,7 +19,7 @@ SCRIPT = ROOT / "examples" / "train.py"
 EPOCH_LINE = re.compile(r"^epoch (\d+)/(\d+): loss ([0-9.]+), val accuracy ([0-9.]+)", re.M)
 
 
-def run_example(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run_example(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -27,14 +28,7 @@ def run_example(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Compl
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "generated"), env.get("PYTHONPATH", "")]
     ).rstrip(os.pathsep)
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return watch.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env=env)
 
 
 def epochs(output: str) -> list[tuple[int, float, float]]:

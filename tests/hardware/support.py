@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stratcore import watch
 from stratcore.testing import clean_environ
 
 HERE = Path(__file__).resolve().parent
@@ -63,7 +64,6 @@ def run_script(
     standins: tuple[str, ...] = (),
     args: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
-    timeout: float = 180,
 ) -> Run:
     """Run ``source`` as ``folder/script.py`` with the stand-ins and the generated package."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -75,14 +75,7 @@ def run_script(
         {**(env or {}), "PYTHONPATH": os.pathsep.join([str(site), str(GENERATED)])}
     )
     environ["STANDIN_EVENTS"] = str(events)
-    process = subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=environ,
-    )
+    process = watch.run([sys.executable, str(script), *args], cwd=folder, env=environ)
     result = None
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):

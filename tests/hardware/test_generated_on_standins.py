@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from stratcore import watch
 from stratcore.testing import clean_environ
 
 from .support import GENERATED, REPO, install_standins
@@ -123,9 +124,7 @@ def _run_on_standins(
     report = tmp_path / "report.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += [f"--junitxml={report}", str(GENERATED / "tests" / test_file), *extra]
-    process = subprocess.run(
-        command, cwd=REPO, env=environ, capture_output=True, text=True, timeout=900
-    )
+    process = watch.run(command, cwd=REPO, env=environ)
     return process, _junit_outcomes(report) if report.is_file() else {}
 
 
@@ -166,9 +165,7 @@ def test_generated_tests_of_the_spec_pass_on_its_standins(spec: str, tmp_path: P
         command += ["-k", " and ".join(f"not {name}" for name in standin.hardware_only)]
     if standin.without_runs:
         command += ["-m", "not slow"]
-    process = subprocess.run(
-        command, cwd=REPO, env=environ, capture_output=True, text=True, timeout=900
-    )
+    process = watch.run(command, cwd=REPO, env=environ)
     outcomes = _junit_outcomes(report) if report.is_file() else {}
     assert process.returncode == 0, (
         f"the generated tests of specs/{spec}.yaml failed on the stand-ins:\n"

@@ -8,13 +8,13 @@ command its spec names under ``requires:``.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from stratcore import watch
 from stratcore.testing import clean_environ
 
 import stratlib
@@ -58,14 +58,7 @@ import stratcore.ipu, stratlib.hooks.ipu
 print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
 """
     environ = clean_environ({"PYTHONPATH": str(GENERATED)})
-    process = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    process = watch.run([sys.executable, "-c", code], cwd=tmp_path, env=environ)
     assert process.returncode == 0, process.stderr
     assert json.loads(process.stdout) == []
 

@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from stratcore import watch
 from stratcore.testing import assert_parameters_close, clean_environ, reference_parameters
 
 from .support import REPO
@@ -89,12 +90,8 @@ def tree_digest(folder: Path) -> dict[str, str]:
     }
 
 
-def run(
-    command: list[str], cwd: Path, env: dict[str, str], timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return watch.run(command, cwd=cwd, env=env)
 
 
 @pytest.mark.slow
@@ -129,7 +126,7 @@ def test_new_accelerator_and_strategies_from_a_spec_alone(tmp_path: Path) -> Non
     script = tmp_path / "check_acme.py"
     script.write_text(textwrap.dedent(CHECK), encoding="utf-8")
     fresh = clean_environ({"PYTHONPATH": str(project / "generated")})
-    process = run([sys.executable, str(script)], cwd=tmp_path, env=fresh, timeout=240)
+    process = run([sys.executable, str(script)], cwd=tmp_path, env=fresh)
     assert process.returncode == 0, process.stdout + process.stderr
     line = next(line for line in process.stdout.splitlines() if line.startswith("RESULT "))
     result = json.loads(line[len("RESULT ") :])
@@ -156,7 +153,6 @@ def test_new_accelerator_and_strategies_from_a_spec_alone(tmp_path: Path) -> Non
         ],
         cwd=project,
         env=clean_environ({"PYTHONPATH": str(project / "generated")}),
-        timeout=300,
     )
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert " passed" in tests.stdout and "failed" not in tests.stdout

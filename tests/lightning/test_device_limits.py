@@ -11,12 +11,12 @@ training function), in double precision, to the weights of one process training 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from sgtest import make_project, run_cli
+from stratcore import watch
 
 pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
 
@@ -78,13 +78,10 @@ def test_no_plugin_where_lightning_refuses_every_accelerator(project: Path, fram
 
 def test_the_generated_tests_pass_or_skip_saying_why(project: Path) -> None:
     tests = project / "out" / "tests" / "test_lightning_conf.py"
-    done = subprocess.run(
+    done = watch.run(
         [sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", str(tests)],
         cwd=project / "out",
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "out"), *sys.path])},
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from lightning.fabric.strategies import STRATEGY_REGISTRY
 from lightning.pytorch import Trainer
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
+from stratcore import watch
 from stratcore.exceptions import MisconfigurationError, MissingDependencyError
 from stratcore.lightning import check_lightning_version
 from stratcore.lightning.precision import build_precision, lightning_precision_class
@@ -244,7 +244,5 @@ def test_importing_stratcore_and_generated_packages_does_not_import_lightning() 
         str(ROOT / part)
         for part in ("runtime", "generator", "generated", "tests/lightning/support")
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = watch.run([sys.executable, "-c", code], env=env)
     assert done.returncode == 0, done.stdout + done.stderr

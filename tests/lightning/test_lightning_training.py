@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from stratcore import watch
 
 SUPPORT = Path(__file__).parent / "support"
 ROOT = Path(__file__).parents[2]
@@ -37,13 +37,8 @@ def run_two_ranks(script: str, out: Path) -> list[dict]:
     ):
         env.pop(name, None)
     env.setdefault("OMP_NUM_THREADS", "1")
-    done = subprocess.run(
-        [sys.executable, str(SUPPORT / script), str(out), str(STEPS)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=out,
+    done = watch.run(
+        [sys.executable, str(SUPPORT / script), str(out), str(STEPS)], env=env, cwd=out
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from stratcore import watch
 from stratcore.testing import assert_parameters_close, clean_environ, reference_parameters
+from stratcore.testing.processes import run_given_a_port
 
 pytest.importorskip("lightning")
 
@@ -212,13 +212,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT / "runtime"), str(ROOT / "generator")]),
     }
-    made = subprocess.run(
+    made = watch.run(
         [sys.executable, "-m", "stratgen", "generate", "--target", "lightning"],
         cwd=root,
         env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert made.returncode == 0, made.stdout + made.stderr
     return root
@@ -252,13 +249,10 @@ def test_the_spec_yields_lightning_plugins_and_their_tests(project: Path) -> Non
     # The built-in 'ddp' it extends is Lightning's own: no plugin shadows it.
     assert not (package / "pytorch" / "ddp.py").exists()
     tests = project / "generated" / "tests" / "test_lightning_acme.py"
-    ran = subprocess.run(
+    ran = watch.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
         cwd=project,
         env=_environ(project),
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-2000:]
     assert "8 passed" in ran.stdout, ran.stdout[-2000:]
@@ -290,13 +284,8 @@ def _reports(folder: Path) -> list[dict]:
 def test_an_ordinary_lightning_script_trains_on_two_ranks_lightning_starts(
     project: Path, tmp_path: Path
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "train.py", str(tmp_path)],
-        cwd=project,
-        env=_environ(project),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = watch.run(
+        [sys.executable, "train.py", str(tmp_path)], cwd=project, env=_environ(project)
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _check(_reports(tmp_path), "LightningEnvironment")
@@ -306,29 +295,26 @@ def test_an_ordinary_lightning_script_trains_on_two_ranks_lightning_starts(
 def test_the_script_trains_on_two_ranks_acmes_scheduler_starts(
     project: Path, tmp_path: Path
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    ranks = []
-    for rank in range(2):
-        job = {
-            "ACME_JOB_ID": "7",
-            "ACME_RANK": str(rank),
-            "ACME_LOCAL_RANK": str(rank),
-            "ACME_WORLD_SIZE": "2",
-            "ACME_MAIN_PORT": str(port),
-        }
-        ranks.append(
-            subprocess.Popen(
-                [sys.executable, "train.py", str(tmp_path)],
-                cwd=project,
-                env=_environ(project, job),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+
+    def start(port: str) -> list[watch.Job]:
+        ranks = []
+        for rank in range(2):
+            job = {
+                "ACME_JOB_ID": "7",
+                "ACME_RANK": str(rank),
+                "ACME_LOCAL_RANK": str(rank),
+                "ACME_WORLD_SIZE": "2",
+                "ACME_MAIN_PORT": port,
+            }
+            ranks.append(
+                watch.Job(
+                    [sys.executable, "train.py", str(tmp_path)],
+                    cwd=project,
+                    env=_environ(project, job),
+                )
             )
-        )
-    outputs = [process.communicate(timeout=300) for process in ranks]
-    for process, (out, err) in zip(ranks, outputs, strict=True):
-        assert process.returncode == 0, out[-3000:] + err[-3000:]
+        return ranks
+
+    for done in run_given_a_port(start):
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _check(_reports(tmp_path), "AcmeJobEnvironment")

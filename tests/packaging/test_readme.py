@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from stratcore import watch
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -83,14 +84,7 @@ def test_the_training_snippet_runs(tmp_path: Path) -> None:
         if not k.startswith(("MASTER_", "LOCAL_RANK", "WORLD_SIZE"))
     }
     env["PYTHONPATH"] = str(ROOT / "generated")
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = watch.run([sys.executable, str(script)], cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     # Both ranks ran the script; only rank 0 printed.
     assert len(re.findall(r"^mean loss over both ranks: -?[0-9.]+$", result.stdout, re.M)) == 1

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from stratcore import watch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,7 @@ def _build(source: Path, out: Path) -> None:
     else:  # pip builds it in an isolated environment, fetching hatchling
         command = [sys.executable, "-m", "pip", "wheel", "--no-deps"]
         command += ["--wheel-dir", str(out), str(source)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    result = watch.run(command)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
@@ -51,9 +52,7 @@ def _venv(folder: Path, wheels: list[Path]) -> Path:
     tests, through a path file: plain paths, so that no path file of that environment (an
     editable install of this checkout, for one) takes effect in the new one.
     """
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120
-    )
+    watch.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     python = folder / "bin" / "python"
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -63,7 +62,7 @@ def _venv(folder: Path, wheels: list[Path]) -> Path:
     ).stdout.strip()
     outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(purelib, "outer_dependencies.pth").write_text("\n".join(sorted(outer)) + "\n")
-    installed = subprocess.run(
+    installed = watch.run(
         [
             sys.executable,
             "-m",
@@ -74,10 +73,7 @@ def _venv(folder: Path, wheels: list[Path]) -> Path:
             "--no-deps",
             "--no-index",
             *map(str, wheels),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        ]
     )
     assert installed.returncode == 0, installed.stdout + installed.stderr
     return folder
@@ -150,7 +146,7 @@ def test_wheel_contents(wheels: dict[str, Path]) -> None:
 def run(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return watch.run(list(args), cwd=cwd, env=env)
 
 
 def test_installed_commands_work_from_any_folder(venv: Path, tmp_path: Path) -> None:

@@ -3,32 +3,24 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from stratcore import watch
 from stratcore.testing import clean_environ
+from stratcore.testing.processes import run_given_a_port
 from torch import nn
 
 SCRIPTS = Path(__file__).parent / "scripts"
 GENERATED = Path(__file__).resolve().parents[2] / "generated"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-#: Seconds a job may go without progress (a milestone in ``<out>/progress``, or output on
-#: stderr) before it counts as hung. The scripts' strategies also time out their collectives
-#: (their ``timeout`` option), which ends a job whose processes wait on each other sooner.
-STALL = 300.0
+#: Seconds a job may go without progress (output, or CPU time used by any of its processes)
+#: before it counts as hung (``stratcore.watch``). The scripts' strategies also time out their
+#: collectives (their ``timeout`` option), which ends a job whose processes wait on each other.
+STALL = watch.STALL
 
 
 def run_nodes(
@@ -42,56 +34,31 @@ def run_nodes(
 ) -> list[tuple[int, str]]:
     """Start ``scripts/<script> ... --out OUT`` (a script of the test's own: its path, and no
     ``--out``) once per node, NODE_RANK, MASTER_ADDR and MASTER_PORT set when there are
-    several; returns each one's exit code and stderr (stdout goes to ``OUT/stdout-<node>.log``).
-    The job fails when it makes no progress for ``stall`` seconds (no milestone in
-    ``OUT/progress``, nothing written to stdout or stderr), however long it takes."""
+    several; returns each one's exit code and stderr (stdout is also kept in
+    ``OUT/stdout-<node>.log``). The job fails when it makes no progress for ``stall`` seconds
+    (``stratcore.watch``), however long it takes; a port taken before the job bound it gives
+    the job another one."""
     path = SCRIPTS / script
     command = [sys.executable, str(path), *args]
     if path.parent == SCRIPTS:
         command += ["--out", str(out)]
-    port = str(free_port())
-    processes, logs = [], []
-    for node in range(nodes):
-        env = clean_environ(extra)
-        env["PYTHONPATH"] = str(GENERATED)
-        if nodes > 1:
-            env.update(NODE_RANK=str(node), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        stdout = (out / f"stdout-{node}.log").open("w", encoding="utf-8")
-        stderr = (out / f"stderr-{node}.log").open("w+", encoding="utf-8")
-        logs += [stdout, stderr]
-        processes.append(
-            subprocess.Popen(command, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True)
-        )
-    progress = out / "progress"
-    seen, since = None, time.monotonic()
-    while any(process.poll() is None for process in processes):
-        state = (_size(progress), *(os.fstat(log.fileno()).st_size for log in logs))
-        if state != seen:
-            seen, since = state, time.monotonic()
-        elif time.monotonic() - since > stall:
-            for process in processes:
-                process.kill()
-            last = (
-                progress.read_text(encoding="utf-8").splitlines()[-1:] if progress.exists() else []
-            )
-            raise AssertionError(
-                f"{script}: no progress for {stall:g} s (last milestone: {last or 'none'})"
-            )
-        time.sleep(0.5)
-    outcomes = []
-    for process, stderr in zip(processes, logs[1::2], strict=True):
-        stderr.seek(0)
-        outcomes.append((process.returncode, stderr.read()))
-    for log in logs:
-        log.close()
-    return outcomes
 
+    def start(port: str) -> list[watch.Job]:
+        jobs = []
+        for node in range(nodes):
+            env = clean_environ(extra)
+            env["PYTHONPATH"] = str(GENERATED)
+            if nodes > 1:
+                env.update(NODE_RANK=str(node), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            jobs.append(
+                watch.Job(command, what=f"{path.name} node {node}", env=env, cwd=cwd, stall=stall)
+            )
+        return jobs
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return -1
+    done = run_given_a_port(start)
+    for node, process in enumerate(done):
+        (out / f"stdout-{node}.log").write_text(process.stdout, encoding="utf-8")
+    return [(process.returncode, process.stderr) for process in done]
 
 
 def run_job(script: str, out: Path, *args: str, **kwargs: Any) -> Any:

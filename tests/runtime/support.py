@@ -5,24 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stratcore import testing
+from stratcore import testing, watch
+from stratcore.testing.processes import run_given_a_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 GENERATED = ROOT / "generated"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def script_env(**extra: str) -> dict[str, str]:
@@ -32,31 +25,21 @@ def script_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def start(command: list[str], **extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        command, env=script_env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+def start(command: list[str], **extra: str) -> watch.Job:
+    """``command`` running in a user's shell environment, watched for progress."""
+    what = " ".join(Path(part).name for part in command[1:3])
+    return watch.Job(command, what=what, env=script_env(**extra))
 
 
-def finish(
-    processes: list[subprocess.Popen[str]], timeout: float = 240
-) -> list[tuple[int, str, str]]:
-    """Wait for every process: (exit code, stdout, stderr) of each. Kills them all after
-    ``timeout``."""
-    deadline = time.monotonic() + timeout
-    results = []
-    for process in processes:
-        try:
-            stdout, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            stdout, stderr = process.communicate()
-            raise AssertionError(
-                f"{process.args} did not finish within {timeout} s:\n{stderr[-3000:]}"
-            ) from None
-        results.append((process.returncode, stdout, stderr))
-    return results
+def finish(jobs: list[watch.Job]) -> list[tuple[int, str, str]]:
+    """Wait for every job (``watch.finish_all``): (exit code, stdout, stderr) of each."""
+    return [(done.returncode, done.stdout, done.stderr) for done in watch.finish_all(jobs)]
+
+
+def finish_on_a_free_port(start: Callable[[str], list[watch.Job]]) -> list[tuple[int, str, str]]:
+    """Run jobs given a port (``testing.processes.run_given_a_port``): as ``finish``."""
+    done = run_given_a_port(start)
+    return [(run.returncode, run.stdout, run.stderr) for run in done]
 
 
 def python(script: str, *args: str) -> list[str]:

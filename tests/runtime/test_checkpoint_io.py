@@ -38,21 +38,21 @@ def test_sigkill_in_the_middle_of_a_large_save_keeps_the_previous_checkpoint(
 
     writer = start(python("big_save.py", str(path), "400"))
     try:
-        deadline = time.monotonic() + 120
         # Kill once the temporary file holds part of the checkpoint (and before it replaces
         # the target).
-        while time.monotonic() < deadline and writer.poll() is None:
+        while writer.process.poll() is None:
             partial = _temporary_files(tmp_path)
             if partial and partial[0].stat().st_size > 20 * 1024 * 1024:
-                writer.send_signal(signal.SIGKILL)
+                writer.process.send_signal(signal.SIGKILL)
                 break
+            writer.check("the save to write 20 MiB of its temporary file")
             time.sleep(0.005)
-        writer.wait(timeout=60)
+        stdout = writer.finish().stdout
     finally:
-        if writer.poll() is None:
-            writer.kill()
-    stdout = writer.stdout.read() if writer.stdout else ""
-    assert writer.returncode == -signal.SIGKILL, f"the writer was not killed midway: {stdout!r}"
+        writer.kill()
+    assert (
+        writer.process.returncode == -signal.SIGKILL
+    ), f"the writer was not killed midway: {stdout!r}"
     assert "saved" not in stdout
 
     checkpoint = io.load_checkpoint(path)

@@ -161,16 +161,15 @@ def test_unknown_reduce_op_names_the_allowed_ones() -> None:
 
 def test_popen_strategy_from_an_interactive_session_explains_the_alternative() -> None:
     """`python -c` has no script to start again for the other ranks."""
-    import subprocess
     import sys
+
+    from stratcore import watch
 
     from .support import script_env
 
     code = (
         "import stratlib; stratlib.get_strategy('ddp', accelerator='cpu', devices=2).launch(print)"
     )
-    process = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=script_env(), timeout=120
-    )
+    process = watch.run([sys.executable, "-c", code], what="python -c", env=script_env())
     assert process.returncode != 0
     assert "use a spawning strategy such as 'ddp_spawn' or 'ddp_notebook'" in process.stderr

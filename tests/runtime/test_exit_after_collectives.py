@@ -10,10 +10,10 @@ alive after stratlib's exit handler fails with exit code 3, an abort shows as -6
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
+from stratcore import watch
 
 from .support import SCRIPTS, script_env
 
@@ -23,12 +23,10 @@ JOBS = 50
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks, and reads /proc")
 def test_fifty_ddp_jobs_end_without_an_abort_or_a_leftover_group() -> None:
-    process = subprocess.run(
+    process = watch.run(
         [sys.executable, str(SCRIPTS / "exit_after_collectives.py"), str(JOBS), "ddp"],
+        what=f"{JOBS} ddp jobs",
         env=script_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
     )
     assert process.returncode == 0, process.stderr[-3000:]
     lines = [line for line in process.stdout.splitlines() if line.startswith("RESULT ")]

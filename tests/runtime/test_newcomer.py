@@ -15,7 +15,7 @@ import pytest
 import torch
 from stratcore import testing
 
-from .support import finish, free_port, python, read_result, start, torchrun
+from .support import finish, finish_on_a_free_port, python, read_result, start, torchrun
 
 STEPS = 3
 
@@ -74,8 +74,9 @@ def test_ddp_spawn_from_plain_python_in_bf16_mixed(tmp_path: Path) -> None:
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
 def test_under_torchrun_on_one_node(strategy: str, tmp_path: Path) -> None:
     """torchrun starts both ranks; the strategy's own launcher stands aside."""
+    # --standalone: torchrun's agent binds its store on a port of the kernel's choosing.
     command = torchrun(
-        "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+        "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
         *python("newcomer.py", "--strategy", strategy, "--devices", "2", "--out", str(tmp_path))[1:],
     )  # fmt: skip
     assert_all_succeeded(finish([start(command)]))
@@ -84,34 +85,20 @@ def test_under_torchrun_on_one_node(strategy: str, tmp_path: Path) -> None:
 
 def test_ddp_under_torchrun_on_two_nodes(tmp_path: Path) -> None:
     """Two torchrun groups on this host, as on two machines: 1 process each."""
-    port = str(free_port())
-    commands = [
-        torchrun(
-            "--nnodes",
-            "2",
-            "--node-rank",
-            str(node),
-            "--nproc-per-node",
-            "1",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            port,
-            *python(
-                "newcomer.py",
-                "--strategy",
-                "ddp",
-                "--devices",
-                "1",
-                "--num-nodes",
-                "2",
-                "--out",
-                str(tmp_path),
-            )[1:],
-        )
-        for node in (0, 1)
-    ]
-    assert_all_succeeded(finish([start(command) for command in commands]))
+
+    script = python("newcomer.py", "--strategy", "ddp", "--devices", "1", "--num-nodes", "2")
+    script += ["--out", str(tmp_path)]
+
+    def commands(port: str) -> list[list[str]]:
+        rendezvous = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port]
+        return [
+            torchrun(*rendezvous, "--node-rank", str(node), "--nproc-per-node", "1", *script[1:])
+            for node in (0, 1)
+        ]
+
+    assert_all_succeeded(
+        finish_on_a_free_port(lambda port: [start(command) for command in commands(port)])
+    )
     result = read_result(tmp_path)
     assert_trained_like_one_process(result, "TorchElasticEnvironment")
     assert result["sampler"] == {"num_replicas": 2, "rank": 0}
@@ -122,7 +109,6 @@ def test_two_nodes_started_by_hand(strategy: str, tmp_path: Path) -> None:
     """`python script.py` once per node with NODE_RANK, MASTER_ADDR and MASTER_PORT set (the
     default Lightning environment); DDP2 runs as its one-device-per-node case, and ddp_spawn
     spawns the node's one rank."""
-    port = str(free_port())
     command = python(
         "newcomer.py",
         "--strategy",
@@ -134,11 +120,14 @@ def test_two_nodes_started_by_hand(strategy: str, tmp_path: Path) -> None:
         "--out",
         str(tmp_path),
     )
-    processes = [
-        start(command, NODE_RANK=str(node), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        for node in (0, 1)
-    ]
-    assert_all_succeeded(finish(processes))
+    assert_all_succeeded(
+        finish_on_a_free_port(
+            lambda port: [
+                start(command, NODE_RANK=str(node), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+                for node in (0, 1)
+            ]
+        )
+    )
     result = read_result(tmp_path)
     assert_trained_like_one_process(result, "LightningEnvironment")
     assert (

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import stratcore
+from stratcore import watch
 from stratcore.version import RUNTIME_SERIES, RuntimeVersionError, check_runtime_version
 
 GENERATED = Path(__file__).resolve().parents[2] / "generated"
@@ -37,13 +37,7 @@ def test_importing_a_package_made_for_another_series_fails_before_anything_else(
     text = init.read_text(encoding="utf-8")
     assert stamped in text
     init.write_text(text.replace(stamped, 'check_runtime_version("9.9", "stratlib")'))
-    process = subprocess.run(
-        [sys.executable, "-c", "import stratlib"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    process = watch.run([sys.executable, "-c", "import stratlib"], what="import", cwd=tmp_path)
     assert process.returncode == 1
     last = process.stderr.strip().splitlines()[-1]
     assert last.startswith(

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratcore import watch
+
 from stratgen.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,18 +33,10 @@ def stratgen(*args: str | Path) -> Result:
 
 
 def stratgen_process(
-    *args: str | Path, cwd: Path | None = None, stdin: int | None = subprocess.DEVNULL
+    *args: str | Path, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m stratgen`` in a new process (no terminal unless given one)."""
-    return subprocess.run(
-        [sys.executable, "-m", "stratgen", *map(str, args)],
-        cwd=cwd,
-        env=source_env(),
-        stdin=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """Run ``python -m stratgen`` in a new process, without a terminal (its input is empty)."""
+    return watch.run([sys.executable, "-m", "stratgen", *map(str, args)], cwd=cwd, env=source_env())
 
 
 def source_env(**extra: str) -> dict[str, str]:

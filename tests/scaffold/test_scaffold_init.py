@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from scaffold_helpers import PACKAGE, stratgen, stratgen_process
+from stratcore import watch
 
 
 def test_init_lays_out_a_project(new_project: Path) -> None:
@@ -108,9 +108,7 @@ def test_init_with_lightning_renders_plugins_that_lightning_finds_by_name(tmp_pa
     )
     assert "import acme_strategies.lightning.pytorch" in (project / "README.md").read_text()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "src"), *sys.path])}
-    run = subprocess.run(
-        [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=300
-    )
+    run = watch.run([sys.executable, "-c", example], env=env)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["ToyDDPStrategy", "ToyAccelerator"]
 

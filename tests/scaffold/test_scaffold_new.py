@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from scaffold_helpers import PACKAGE, source_env, stratgen, stratgen_process
+from stratcore import watch
 
 from stratgen.cli import Console, build_parser
 from stratgen.commands import config_from
@@ -192,10 +193,9 @@ def test_force_replaces_a_spec(generated_project: Path) -> None:
     assert spec_of(generated_project, "toy")["strategies"][0]["name"] == "toy"
 
 
-def converse(
-    command: list[str], answers: list[str], cwd: Path, timeout: float = 120
-) -> tuple[int, str]:
-    """Run ``command`` on a pseudo-terminal, typing an answer after each prompt."""
+def converse(command: list[str], answers: list[str], cwd: Path) -> tuple[int, str]:
+    """Run ``command`` on a pseudo-terminal, typing an answer after each prompt. It fails if
+    the command writes nothing for ``watch.STALL`` seconds (the prompts come within moments)."""
     leader, follower = pty.openpty()
     process = subprocess.Popen(
         command,
@@ -209,11 +209,16 @@ def converse(
     os.close(follower)
     transcript = b""
     pending = list(answers)
-    deadline = time.monotonic() + timeout
+    last_output = time.monotonic()
     try:
-        while time.monotonic() < deadline:
+        while True:
             ready, _, _ = select.select([leader], [], [], 0.2)
+            assert time.monotonic() - last_output < watch.STALL, (
+                f"no output for {watch.STALL:g} s, waiting for a prompt or the end:\n"
+                + transcript.decode(errors="replace")
+            )
             if ready:
+                last_output = time.monotonic()
                 try:
                     chunk = os.read(leader, 4096)
                 except OSError:  # the process closed the terminal
@@ -225,7 +230,7 @@ def converse(
                     os.write(leader, pending.pop(0).encode() + b"\n")
             elif process.poll() is not None:
                 break
-        code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        code = process.wait()  # it closed the terminal: it is ending
     finally:
         if process.poll() is None:
             process.kill()
@@ -251,7 +256,7 @@ def test_questions_on_a_real_terminal(new_project: Path) -> None:
     # The generated tests of the new spec that need no training run check it through the
     # runtime: its registry name, options and precisions.
     env = {k: v for k, v in source_env().items() if k != "PYTHONPATH"}
-    facts = subprocess.run(
+    facts = watch.run(
         [
             sys.executable,
             "-m",
@@ -265,9 +270,6 @@ def test_questions_on_a_real_terminal(new_project: Path) -> None:
         ],
         cwd=new_project,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert facts.returncode == 0, facts.stdout[-3000:]
     assert " passed" in facts.stdout

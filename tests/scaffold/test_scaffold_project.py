@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from scaffold_helpers import PACKAGE, ROOT
+from stratcore import watch
 
 #: What the generated package must run without: stratgen and what stratgen uses.
 BLOCKED = ("stratgen", "jinja2", "yaml", "black", "copier")
@@ -60,12 +60,7 @@ def clean_env(project: Path) -> dict[str, str]:
 
 
 def test_the_blocker_blocks() -> None:
-    probe = subprocess.run(
-        [sys.executable, "-c", BLOCKER + "import yaml"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    probe = watch.run([sys.executable, "-c", BLOCKER + "import yaml"])
     assert probe.returncode != 0
     assert "yaml is blocked" in probe.stderr
 
@@ -75,7 +70,7 @@ def test_generated_package_trains_without_stratgen(shared_project: Path, tmp_pat
     pytest.importorskip("sklearn", reason="the example's data set ships with scikit-learn")
     runner = tmp_path / "runner.py"
     runner.write_text(RUNNER)
-    result = subprocess.run(
+    result = watch.run(
         [
             sys.executable,
             str(runner),
@@ -94,9 +89,6 @@ def test_generated_package_trains_without_stratgen(shared_project: Path, tmp_pat
         ],
         cwd=tmp_path,
         env=clean_env(shared_project),
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "blocked modules stayed out" in result.stdout
@@ -107,7 +99,7 @@ def test_generated_package_trains_without_stratgen(shared_project: Path, tmp_pat
 @pytest.mark.slow
 def test_generated_tests_of_the_project_pass(shared_project: Path) -> None:
     # The tests of the project's own spec; the others repeat stratlib's tests under its name.
-    result = subprocess.run(
+    result = watch.run(
         [
             sys.executable,
             "-m",
@@ -119,9 +111,6 @@ def test_generated_tests_of_the_project_pass(shared_project: Path) -> None:
         ],
         cwd=shared_project,
         env=clean_env(shared_project),
-        capture_output=True,
-        text=True,
-        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"\d+ passed", result.stdout)
@@ -131,12 +120,9 @@ def test_generated_tests_of_the_project_pass(shared_project: Path) -> None:
 @pytest.mark.slow
 def test_generated_package_passes_mypy(shared_project: Path) -> None:
     pytest.importorskip("mypy")
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-incremental"],  # [tool.mypy] of the project
+    result = watch.run(
+        [sys.executable, "-m", "mypy", "--no-incremental"],
         cwd=shared_project,
         env=clean_env(shared_project),
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-6000:]

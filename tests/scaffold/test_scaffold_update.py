@@ -4,12 +4,12 @@ repository brings the template's changes and keeps the user's edits."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from scaffold_helpers import ROOT, stratgen
+from stratcore import watch
 
 copier = pytest.importorskip("copier")
 
@@ -18,9 +18,7 @@ if shutil.which("git") is None:  # pragma: no cover - git is part of the develop
 
 
 def git(*args: str, cwd: Path) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=60
-    ).stdout
+    return watch.run(["git", *args], cwd=cwd, check=True).stdout
 
 
 @pytest.fixture(autouse=True)

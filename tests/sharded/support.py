@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from stratcore import watch
 from stratcore.testing import clean_environ, reference_batch
 from torch import nn
 
@@ -28,16 +29,10 @@ def environ(**extra: str) -> dict[str, str]:
 
 
 def run_script(
-    script: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+    script: str, *args: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], Any]:
     """Run ``scripts/<script>`` with ``args``; returns the process and its RESULT line, parsed."""
-    process = subprocess.run(
-        [sys.executable, str(SCRIPTS / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env or environ(),
-    )
+    process = watch.run([sys.executable, str(SCRIPTS / script), *args], env=env or environ())
     result = None
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -60,6 +55,25 @@ def run_scenario(
     if folder is not None:
         args += ["--folder", str(folder)]
     return run_script("scenarios.py", *args)
+
+
+def run_scenarios(runs: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, Any]]:
+    """Run several scenarios, each a launch of its own, in one job (``scenarios.py batch``):
+    the processes start once. ``runs`` maps a name to ``run``'s keyword arguments; returns
+    each name's (the job's process, rank 0's result, or None if the job failed before)."""
+    names = list(runs)
+    batch = json.dumps([runs[name] for name in names])
+    process = watch.run(
+        [sys.executable, str(SCRIPTS / "scenarios.py"), "batch", batch],
+        what=f"the scenarios {', '.join(names)}",
+        env=environ(),
+    )
+    results: dict[int, Any] = {}
+    for line in process.stdout.splitlines():
+        if line.startswith("RESULT "):
+            index, _, text = line[len("RESULT ") :].partition(" ")
+            results[int(index)] = json.loads(text)
+    return {name: (process, results.get(index)) for index, name in enumerate(names)}
 
 
 def scenarios_module() -> ModuleType:

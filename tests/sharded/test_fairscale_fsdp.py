@@ -6,15 +6,15 @@ optimizer-state round trip. See scripts/fairscale_fsdp_wrap.py for the one stand
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
 import time
 from typing import Any
 
 import pytest
 import torch
+from stratcore import watch
 from stratcore.exceptions import MisconfigurationError
+from stratcore.testing.processes import run_given_a_port
 
 import stratlib
 from stratlib import (
@@ -105,41 +105,26 @@ def test_mixed_precision_plugin_is_selected_for_it() -> None:
         assert plugin is FullyShardedNativeMixedPrecisionPlugin
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def two_ranks() -> list[dict[str, Any]]:
     """scripts/fairscale_fsdp_wrap.py on 2 ranks; each rank's report."""
     import json
 
-    port = str(free_port())
-    processes = []
-    for rank in range(2):
-        env = environ(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        processes.append(
-            subprocess.Popen(
+    def start(port: str) -> list[watch.Job]:
+        return [
+            watch.Job(
                 [sys.executable, os.fspath(SCRIPTS / "fairscale_fsdp_wrap.py")],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
+                env=environ(
+                    RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+                ),
             )
-        )
-    outputs = []
-    try:
-        for process in processes:
-            outputs.append(process.communicate(timeout=240))
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-    for process, (_, stderr) in zip(processes, outputs, strict=True):
-        assert process.returncode == 0, stderr
-    (line,) = [line for line in outputs[0][0].splitlines() if line.startswith("RESULT ")]
+            for rank in range(2)
+        ]
+
+    outputs = run_given_a_port(start)
+    for done in outputs:
+        assert done.returncode == 0, done.stderr
+    (line,) = [line for line in outputs[0].stdout.splitlines() if line.startswith("RESULT ")]
     return json.loads(line[len("RESULT ") :])
 
 

@@ -5,7 +5,6 @@ without fairscale, on 2 real CPU ranks over gloo."""
 from __future__ import annotations
 
 import inspect
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -14,7 +13,7 @@ import pytest
 import torch
 from fairscale.optim.grad_scaler import ShardedGradScaler
 from stratcore import precision as precision_module
-from stratcore import testing
+from stratcore import testing, watch
 from stratcore.exceptions import MisconfigurationError
 from stratcore.precision import make_grad_scaler
 from stratcore.testing import reference_model
@@ -22,14 +21,50 @@ from stratcore.testing import reference_model
 import stratlib
 from stratlib import DDPShardedStrategy, ShardedNativeMixedPrecisionPlugin
 
-from .support import assert_close, environ, run_scenario, run_script, train_alone
+from .support import (
+    assert_close,
+    environ,
+    run_scenario,
+    run_scenarios,
+    run_script,
+    train_alone,
+)
+
+
+@pytest.fixture(scope="module")
+def resume_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sharded-resume")
+
+
+@pytest.fixture(scope="module")
+def runs(resume_folder: Path) -> dict[str, tuple[Any, Any]]:
+    """The scenarios of 'ddp_sharded' that train, each a launch of its own, in one job."""
+    return run_scenarios(
+        {
+            "resume": {
+                "scenario": "resume",
+                "strategy_name": "ddp_sharded",
+                "options": {},
+                "folder": str(resume_folder),
+            },
+            "warm_optimizer": {
+                "scenario": "warm_optimizer",
+                "strategy_name": "ddp_sharded",
+                "options": {},
+                "steps": 2,
+            },
+        }
+    )
 
 
 @pytest.mark.parametrize("strategy", ["ddp_sharded", "ddp_sharded_spawn"])
 def test_optimizer_state_is_consolidated_on_rank_zero_and_loads_on_every_rank(
-    strategy: str, tmp_path: Path
+    runs: dict[str, tuple[Any, Any]], strategy: str, tmp_path: Path
 ) -> None:
-    process, result = run_scenario("resume", strategy, steps=3, folder=tmp_path)
+    if strategy == "ddp_sharded":
+        process, result = runs["resume"]
+    else:  # spawned processes: a job of its own
+        process, result = run_scenario("resume", strategy, steps=3, folder=tmp_path)
     assert process.returncode == 0, process.stderr
     assert result["optimizer_class"] == "OSS"
     reference = reference_model()
@@ -55,10 +90,12 @@ def test_optimizer_state_is_consolidated_on_rank_zero_and_loads_on_every_rank(
         assert_close(actual, tensor)
 
 
-def test_consolidated_state_loads_into_a_plain_optimizer(tmp_path: Path) -> None:
-    process, _ = run_scenario("resume", "ddp_sharded", steps=3, folder=tmp_path)
+def test_consolidated_state_loads_into_a_plain_optimizer(
+    runs: dict[str, tuple[Any, Any]], resume_folder: Path
+) -> None:
+    process, _ = runs["resume"]
     assert process.returncode == 0, process.stderr
-    checkpoint = torch.load(tmp_path / "resume.ckpt", weights_only=True)
+    checkpoint = torch.load(resume_folder / "resume.ckpt", weights_only=True)
     model = reference_model()
     model.load_state_dict(checkpoint["model"])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -74,8 +111,8 @@ def test_consolidated_state_loads_into_a_plain_optimizer(tmp_path: Path) -> None
         )
 
 
-def test_optimizer_state_from_before_setup_carries_over() -> None:
-    process, result = run_scenario("warm_optimizer", "ddp_sharded", steps=2)
+def test_optimizer_state_from_before_setup_carries_over(runs: dict[str, tuple[Any, Any]]) -> None:
+    process, result = runs["warm_optimizer"]
     assert process.returncode == 0, process.stderr
     expected = reference_model()
     train_alone(expected, steps=3)
@@ -178,16 +215,14 @@ def test_setup_without_an_optimizer_is_refused() -> None:
 
 def test_importing_the_package_does_not_import_fairscale() -> None:
     code = "import sys, stratlib; stratlib.get_strategy('ddp_sharded', accelerator='cpu', devices=2); print('fairscale' in sys.modules)"
-    process = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environ(), timeout=120
-    )
+    process = watch.run([sys.executable, "-c", code], env=environ())
     assert process.returncode == 0, process.stderr
     assert process.stdout.strip() == "False"
 
 
 def test_without_fairscale_the_strategies_say_what_to_install() -> None:
     # A simulation: fairscale is installed here, so the script hides it with an import hook.
-    process, result = run_script("without_fairscale.py", timeout=120)
+    process, result = run_script("without_fairscale.py")
     assert process.returncode == 0, process.stderr
     assert result["fairscale_findable"] is False
     assert result["fairscale_imported"] is False

@@ -3,7 +3,6 @@ full state dicts, on 2 real CPU ranks over gloo."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 import stratlib
 from stratlib import FSDPStrategy, FullyShardedNativeMixedPrecisionPlugin
 
-from .support import assert_close, run_scenario, scenarios_module, train_alone
+from .support import assert_close, run_scenario, run_scenarios, scenarios_module, train_alone
 
 SCENARIOS = scenarios_module()
 
@@ -94,6 +93,42 @@ def test_auto_wrap_option_types_are_checked_by_the_factory() -> None:
         stratlib.get_strategy("fsdp", accelerator="cpu", devices=2, auto_wrap_min_params="many")
 
 
+#: The scenarios that train, run in one job: (scenario, strategy, options[, precision]).
+AUTO_WRAP = {"auto_wrap_min_params": 100}
+RUNS = {
+    "whole": ("fsdp_nested", "fsdp", {}),
+    "auto_wrap": ("fsdp_nested", "fsdp", AUTO_WRAP),
+    "layers": ("fsdp_nested", "fsdp", {"auto_wrap_layers": ["torch.nn.Linear"]}),
+    "cpu_offload": ("fsdp_nested", "fsdp_cpu_offload", AUTO_WRAP),
+    "bf16-mixed": ("fsdp_nested", "fsdp", AUTO_WRAP, "bf16-mixed"),
+    "16-mixed": ("fsdp_nested", "fsdp", AUTO_WRAP, "16-mixed"),
+    "stale_optimizer": ("stale_optimizer", "fsdp", {}),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Any]]:
+    """Every training scenario of this module, each a launch of its own, in one job (its
+    processes start once); the resume scenario saves into a folder of its own."""
+    folder = tmp_path_factory.mktemp("fsdp-resume")
+    requests: dict[str, dict[str, Any]] = {
+        name: {
+            "scenario": run[0],
+            "strategy_name": run[1],
+            "options": run[2],
+            "precision": run[3] if len(run) > 3 else None,
+        }
+        for name, run in RUNS.items()
+    }
+    requests["resume"] = {
+        "scenario": "resume",
+        "strategy_name": "fsdp",
+        "options": {},
+        "folder": str(folder),
+    }
+    return run_scenarios(requests)
+
+
 def nested_reference(steps: int) -> dict[str, torch.Tensor]:
     model = SCENARIOS.nested_model()
     train_alone(model, steps)
@@ -101,17 +136,13 @@ def nested_reference(steps: int) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize(
-    ("options", "wrapped"),
-    [
-        ({}, [""]),
-        ({"auto_wrap_min_params": 100}, ["", "0.inner", "1"]),
-        ({"auto_wrap_layers": ["torch.nn.Linear"]}, ["", "0.inner", "1", "3"]),
-    ],
+    ("run", "wrapped"),
+    [("whole", [""]), ("auto_wrap", ["", "0.inner", "1"]), ("layers", ["", "0.inner", "1", "3"])],
 )
 def test_auto_wrapped_model_trains_like_one_process(
-    options: dict[str, Any], wrapped: list[str]
+    runs: dict[str, tuple[Any, Any]], run: str, wrapped: list[str]
 ) -> None:
-    process, result = run_scenario("fsdp_nested", "fsdp", options=options)
+    process, result = runs[run]
     assert process.returncode == 0, process.stderr
     assert result["wrapped"] == wrapped
     assert result["dtensors"] is True
@@ -138,12 +169,12 @@ def test_cpu_offload_alias_selects_the_offload_policy() -> None:
 
 
 @pytest.mark.parametrize(
-    ("strategy", "policy"), [("fsdp_cpu_offload", "CPUOffloadPolicy"), ("fsdp", "OffloadPolicy")]
+    ("run", "policy"), [("cpu_offload", "CPUOffloadPolicy"), ("auto_wrap", "OffloadPolicy")]
 )
 def test_cpu_offload_reaches_every_group_and_trains_like_one_process(
-    strategy: str, policy: str
+    runs: dict[str, tuple[Any, Any]], run: str, policy: str
 ) -> None:
-    process, result = run_scenario("fsdp_nested", strategy, options={"auto_wrap_min_params": 100})
+    process, result = runs[run]
     assert process.returncode == 0, process.stderr
     # The root keeps the last Linear's parameters, so all three groups hold some.
     assert result["offload"] == {name: policy for name in ["", "0.inner", "1"]}
@@ -194,11 +225,9 @@ def test_sixteen_mixed_builds_torchs_sharded_grad_scaler_where_needed() -> None:
     ("precision", "dtype"), [("bf16-mixed", "torch.bfloat16"), ("16-mixed", "torch.float16")]
 )
 def test_mixed_precision_computes_in_half_and_keeps_float32_shards(
-    precision: str, dtype: str
+    runs: dict[str, tuple[Any, Any]], precision: str, dtype: str
 ) -> None:
-    process, result = run_scenario(
-        "fsdp_nested", "fsdp", options={"auto_wrap_min_params": 100}, precision=precision
-    )
+    process, result = runs[precision]
     assert process.returncode == 0, process.stderr
     assert result["plugin"] == "FullyShardedNativeMixedPrecisionPlugin"
     assert result["seen"] == {"weight": dtype, "input": dtype}  # inside the wrapped layer's forward
@@ -224,8 +253,8 @@ def test_processes_exit_cleanly_after_asynchronous_collectives(attempt: int) -> 
     assert result == "done"
 
 
-def test_full_precision_computes_in_float32() -> None:
-    process, result = run_scenario("fsdp_nested", "fsdp", options={"auto_wrap_min_params": 100})
+def test_full_precision_computes_in_float32(runs: dict[str, tuple[Any, Any]]) -> None:
+    process, result = runs["auto_wrap"]
     assert process.returncode == 0, process.stderr
     assert result["plugin"] == "PrecisionPlugin"
     assert result["seen"] == {"weight": "torch.float32", "input": "torch.float32"}
@@ -234,8 +263,10 @@ def test_full_precision_computes_in_float32() -> None:
 # --- optimizers created before setup ---------------------------------------------------------
 
 
-def test_optimizer_created_before_setup_is_rebound_to_the_sharded_parameters() -> None:
-    process, result = run_scenario("fsdp_nested", "fsdp", options={"auto_wrap_min_params": 100})
+def test_optimizer_created_before_setup_is_rebound_to_the_sharded_parameters(
+    runs: dict[str, tuple[Any, Any]],
+) -> None:
+    process, result = runs["auto_wrap"]
     assert process.returncode == 0, process.stderr
     assert result["replaced"] is True  # fully_shard swapped every parameter
     assert result["optimizer_uses_model_parameters"] is True
@@ -243,8 +274,8 @@ def test_optimizer_created_before_setup_is_rebound_to_the_sharded_parameters() -
     assert result["momentum_is_dtensor"] is True  # state was created for the sharded parameters
 
 
-def test_optimizer_that_already_stepped_is_refused() -> None:
-    process, result = run_scenario("stale_optimizer", "fsdp")
+def test_optimizer_that_already_stepped_is_refused(runs: dict[str, tuple[Any, Any]]) -> None:
+    process, result = runs["stale_optimizer"]
     assert process.returncode == 0, process.stderr
     assert "SGD already holds state" in result["error"]
     assert "load its state afterwards" in result["error"]
@@ -263,8 +294,10 @@ def test_optimizer_with_foreign_parameters_is_refused() -> None:
 # --- full state dicts --------------------------------------------------------------------------
 
 
-def test_optimizer_state_is_full_on_rank_zero_and_loads_on_every_rank(tmp_path: Path) -> None:
-    process, result = run_scenario("resume", "fsdp", steps=3, folder=tmp_path)
+def test_optimizer_state_is_full_on_rank_zero_and_loads_on_every_rank(
+    runs: dict[str, tuple[Any, Any]],
+) -> None:
+    process, result = runs["resume"]
     assert process.returncode == 0, process.stderr
     reference = reference_model()
     optimizer = train_alone(reference, steps=3)

@@ -12,7 +12,9 @@ A strategy names its launcher by class (``StrategyBase.launcher_class``); each l
 ``name`` ('none', 'external', 'popen', 'spawn', 'fork', 'forkserver'; the XLA and horovodrun
 launchers live next to their wrappers, in ``stratcore.wrappers.xla`` and ``.horovod``).
 
-When any rank fails, the launchers stop every other rank and raise ``ProcessFailedError`` with
+The launchers that start ranks themselves bind the job's rendezvous store before the first
+rank starts and hold it while the job runs (``stratcore.rendezvous``): no other process can
+take its port in between. When any rank fails, the launchers stop every other rank and raise ``ProcessFailedError`` with
 the failing rank's traceback within seconds; no process is left behind. A process whose
 launcher dies ends itself.
 """

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..exceptions import MisconfigurationError
+from ..rendezvous import HostedStore
 
 if TYPE_CHECKING:
     from ..parallel import ParallelStrategyBase
@@ -87,6 +88,27 @@ class ExternalLauncher(Launcher):
                 f"launcher (torchrun, srun, mpirun) that starts {expected} processes"
             )
         return run_reporting_errors(strategy, function, args, kwargs)
+
+
+def rendezvous_environ(strategy: ParallelStrategyBase) -> tuple[HostedStore | None, dict[str, str]]:
+    """Where the ranks of a job started here meet: on the first node, a store bound now, before
+    any rank starts, and held by the caller until the job ends (see ``stratcore.rendezvous``);
+    on other nodes, the first node's address and port. Returns the store and the variables
+    that tell the ranks."""
+    environment = strategy.cluster_environment
+    if environment.node_rank() != 0:
+        return None, {
+            "MASTER_ADDR": environment.main_address,
+            "MASTER_PORT": str(environment.main_port),
+        }
+    store = HostedStore(
+        environment.main_address,
+        environment.given_main_port(),
+        strategy.num_nodes * strategy.num_processes,
+        strategy.timeout,
+    )
+    environment.set_main_port(store.port)
+    return store, store.environ
 
 
 _launches_entered = 0

@@ -31,6 +31,7 @@ from .base import (
     POLL_INTERVAL,
     TERMINATE_GRACE,
     Launcher,
+    rendezvous_environ,
     run_reporting_errors,
     watch_parent,
 )
@@ -38,6 +39,7 @@ from .reports import Report, failure_message, is_peer_failure, root_cause, uneve
 
 if TYPE_CHECKING:
     from ..parallel import ParallelStrategyBase
+    from ..rendezvous import HostedStore
 
 
 def script_command() -> list[str]:
@@ -77,9 +79,18 @@ class _PopenJob:
     """
 
     def __init__(
-        self, strategy: ParallelStrategyBase, command: list[str], env: dict[str, str]
+        self,
+        strategy: ParallelStrategyBase,
+        command: list[str],
+        env: dict[str, str],
+        store: HostedStore | None,
+        rendezvous: dict[str, str],
     ) -> None:
         self.owner = os.getpid()
+        # This process is rank 0: it finds the store as the others do, while the job lasts.
+        self.store = store
+        self.saved_environ = {name: os.environ.get(name) for name in rendezvous}
+        os.environ.update(rendezvous)
         self.num_processes: int = strategy.num_processes
         self.node_rank = strategy.node_rank
         self.folder = Path(tempfile.mkdtemp(prefix="stratlib-ranks-"))
@@ -169,6 +180,14 @@ class _PopenJob:
                 path.unlink()
         with contextlib.suppress(OSError):
             self.folder.rmdir()
+        if self.store is not None:
+            self.store.close()
+        for name, value in self.saved_environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self.saved_environ = {}
         if _job is self:
             _job = None
 
@@ -364,14 +383,13 @@ class PopenLauncher(Launcher):
         if num_processes == 1:
             return run_reporting_errors(strategy, function, args, kwargs)
         command = script_command()
-        os.environ["MASTER_ADDR"] = environment.main_address
-        os.environ["MASTER_PORT"] = str(environment.main_port)
-        env = os.environ.copy()
+        store, rendezvous = rendezvous_environ(strategy)
+        env = {**os.environ, **rendezvous}
         env.update(
             NODE_RANK=str(environment.node_rank()),
             WORLD_SIZE=str(strategy.num_nodes * num_processes),
             LOCAL_WORLD_SIZE=str(num_processes),
             **{PARENT_PID_ENV: str(os.getpid())},
         )
-        _job = _PopenJob(strategy, command, env)
+        _job = _PopenJob(strategy, command, env, store, rendezvous)
         return _job.run_rank_zero(strategy, function, args, kwargs)

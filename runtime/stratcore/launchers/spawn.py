@@ -18,6 +18,7 @@ from .base import (
     POLL_INTERVAL,
     TERMINATE_GRACE,
     Launcher,
+    rendezvous_environ,
     run_reporting_errors,
     watch_parent,
 )
@@ -35,12 +36,12 @@ def _spawned_worker(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     result_file: str,
-    master: tuple[str, str],
+    rendezvous: Mapping[str, str],
 ) -> None:
     # The parent is the launching process, or the forkserver, which ends with it.
     watch_parent(os.getppid())
     os.environ["LOCAL_RANK"] = str(local_rank)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master
+    os.environ.update(rendezvous)
     try:
         result = strategy.run_worker(function, args, kwargs)
         if strategy.is_global_zero:
@@ -99,22 +100,25 @@ class SpawnLauncher(Launcher):
         configure_ranks = getattr(strategy, "configure_ranks", None)
         if callable(configure_ranks):
             configure_ranks()
-        master = (environment.main_address, str(environment.main_port))
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master
+        store, rendezvous = rendezvous_environ(strategy)
         with tempfile.TemporaryDirectory(prefix="stratlib-spawn-") as folder:
             result_file = os.path.join(folder, "result.pickle")
-            process_context = mp.start_processes(
-                _spawned_worker,
-                args=(strategy, function, args, kwargs, result_file, master),
-                nprocs=strategy.num_processes,
-                join=False,
-                start_method=self.start_method,
-            )
-            processes = process_context.processes
             try:
-                failed = _wait_for_processes(processes, process_context.error_files)
+                process_context = mp.start_processes(
+                    _spawned_worker,
+                    args=(strategy, function, args, kwargs, result_file, rendezvous),
+                    nprocs=strategy.num_processes,
+                    join=False,
+                    start_method=self.start_method,
+                )
+                processes = process_context.processes
+                try:
+                    failed = _wait_for_processes(processes, process_context.error_files)
+                finally:
+                    _stop_processes(processes)
             finally:
-                _stop_processes(processes)
+                if store is not None:
+                    store.close()
             if failed:
                 raise self._failure(process_context, failed)
             if not os.path.exists(result_file):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ check_lightning_version()  # before Lightning is imported
 
 import lightning.pytorch as pl  # noqa: E402
 
-from .. import testing  # noqa: E402
+from .. import testing, watch  # noqa: E402
 from ..exceptions import MisconfigurationError, MissingDependencyError  # noqa: E402
 from ..registry import registry_of  # noqa: E402
 from .contract import DEVICE_LIMITS, FRAMEWORKS  # noqa: E402
@@ -120,14 +119,14 @@ def run_training(
     precision: str,
     folder: Path,
     steps: int = 3,
-    timeout: float = 240,
 ) -> list[dict[str, Any]]:
-    """Run the training scenario; returns every rank's report, in rank order."""
+    """Run the training scenario; returns every rank's report, in rank order. It fails only
+    when its processes stop making progress (``stratcore.watch``), not on a time limit."""
     command = [sys.executable, "-m", __name__, framework, module, strategy, accelerator]
     command += [str(devices), precision, str(steps), str(folder)]
     environ = testing.package_environ(module.split(".")[0], {"OMP_NUM_THREADS": "1"})
-    done = subprocess.run(
-        command, cwd=folder, env=environ, capture_output=True, text=True, timeout=timeout
+    done = watch.run(
+        command, what=f"{framework} training with {strategy!r}", cwd=folder, env=environ
     )
     assert done.returncode == 0, (
         f"{framework} training with {strategy!r} failed (exit {done.returncode}):\n"

@@ -39,8 +39,6 @@ from .scenarios import CASE_MARKER
 #: Steps of the training cases (one process trains as many on the whole batch to compare).
 STEPS = 3
 VARIANT_STEPS = 4
-#: The longest one scenario may take in a job (``run_scenario``'s default).
-SCENARIO_TIMEOUT = 240.0
 
 
 @dataclass(frozen=True)
@@ -143,7 +141,6 @@ class ScenarioJobs:
                     accelerator=accelerator,
                     devices=row.devices,
                     cases=json.dumps(cases),
-                    timeout=SCENARIO_TIMEOUT * len(cases),
                 )
                 report = JobReport(
                     process.returncode, process.stderr, reported_cases(process.stdout)

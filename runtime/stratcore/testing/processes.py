@@ -9,10 +9,13 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import watch
+from ..environment import find_free_port
 from .environ import (
     RUN_MARKER_ENV,
     package_environ,
@@ -64,20 +67,42 @@ def run_scenario(
     strategy: str,
     *,
     devices: int = 2,
-    timeout: float = 240,
+    stall: float = watch.STALL,
     env: dict[str, str] | None = None,
     **options: Any,
 ) -> tuple[subprocess.CompletedProcess[str], Any]:
     """Run a scenario in a fresh process; returns the process and rank 0's parsed result.
 
     Keyword arguments become the scenario's command-line options (``precision="64-true"``,
-    ``steps=3``, ``folder=...``); ``strategy_options`` is a dict of strategy options.
+    ``steps=3``, ``folder=...``); ``strategy_options`` is a dict of strategy options. There is
+    no time limit: the run fails (``stratcore.watch.Stalled``) only when none of its
+    processes has used the CPU or written output for ``stall`` seconds.
     """
     _skip_unless_optimizers_in_setup(strategy)
     command = _scenario_command(scenario, strategy, devices, options)
     environ = _scenario_environ(env, uuid.uuid4().hex)
-    process = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environ)
+    process = watch.run(
+        command, what=f"scenario {scenario!r} of {strategy!r}", env=environ, stall=stall
+    )
     return process, _result_of(process.stdout)
+
+
+#: How a job says that the port it was given is taken (torch's store, stratcore's launchers).
+PORT_TAKEN = ("EADDRINUSE", "cannot listen on port")
+
+
+def run_given_a_port(
+    start: Callable[[str], list[watch.Job]], attempts: int = 3
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run processes that meet on a port given to each of them, as a scheduler gives one
+    (``start(port)`` starts them), until they end (``watch.finish_all``). When the port was
+    taken by another process before the job bound it, the job runs again on another port."""
+    for _ in range(attempts):
+        # Free just now; another process may take it before the job binds it.
+        done = watch.finish_all(start(str(find_free_port())))
+        if not any(taken in run.stderr for run in done for taken in PORT_TAKEN):
+            break
+    return done
 
 
 def _skip_unless_optimizers_in_setup(strategy: str) -> None:
@@ -106,6 +131,8 @@ class FailureRun:
     seconds_to_stop: float | None
     #: Processes of the run still alive a few seconds after the launcher ended: (pid, command).
     leftovers: list[tuple[int, str]]
+    #: Seconds from the start of the run to the failure: how slow the machine is just now.
+    seconds_to_fail: float | None = None
 
 
 def run_failure_scenario(
@@ -115,7 +142,7 @@ def run_failure_scenario(
     rank: int = 1,
     how: str = "raise",
     devices: int = 2,
-    timeout: float = 180,
+    stall: float = watch.STALL,
     env: dict[str, str] | None = None,
     kill_launcher: bool = False,
     **options: Any,
@@ -123,7 +150,9 @@ def run_failure_scenario(
     """Run the ``fail`` scenario: rank ``rank`` raises, exits, SIGKILLs itself or hangs.
 
     With ``kill_launcher``, the launching process is SIGKILLed once the failing rank is in
-    place (use it with ``how="hang"``): its ranks must notice and end.
+    place (use it with ``how="hang"``): its ranks must notice and end. A job that does not
+    end fails the test (``stratcore.watch.Stalled``) once none of its processes has used the
+    CPU or written output for ``stall`` seconds, with what each of them was doing.
     """
     import signal
 
@@ -133,64 +162,45 @@ def run_failure_scenario(
     )
     marker = uuid.uuid4().hex
     failed_at = folder / "failed_at"
-    process = subprocess.Popen(
+    started = time.time()
+    job = watch.Job(
         command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        what=f"the failing {strategy!r} job (rank {rank}: {how})",
         env=_scenario_environ(env, marker),
+        stall=stall,
     )
     try:
         if kill_launcher:
-            deadline = time.monotonic() + timeout
-            while (
-                not failed_at.is_file() and process.poll() is None and time.monotonic() < deadline
-            ):
-                time.sleep(0.05)
+            job.wait_for(failed_at.is_file, f"rank {rank} to be in place to hang")
             time.sleep(0.5)  # let the other ranks enter their collective
             failed_at.write_text(repr(time.time()), encoding="utf-8")
-            process.send_signal(signal.SIGKILL)
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+            job.process.send_signal(signal.SIGKILL)
+        finished = job.finish(f"every process of the job to end after rank {rank} failed")
+    finally:
+        leftovers = leftover_processes(marker)
+        ended = time.time()
+        job.kill()
         _kill_marked(marker)
-        process.kill()
-        stdout, stderr = process.communicate()
-        raise AssertionError(
-            f"the failing job did not end within {timeout} s:\n{stderr[-4000:]}"
-        ) from None
-    leftovers = leftover_processes(marker)
-    ended = time.time()
-    seconds = ended - float(failed_at.read_text(encoding="utf-8")) if failed_at.is_file() else None
-    _kill_marked(marker)
-    return FailureRun(process.returncode, stdout, stderr, seconds, leftovers)
+    failed = float(failed_at.read_text(encoding="utf-8")) if failed_at.is_file() else None
+    return FailureRun(
+        finished.returncode,
+        finished.stdout,
+        finished.stderr,
+        None if failed is None else ended - failed,
+        leftovers,
+        None if failed is None else failed - started,
+    )
 
 
 def _marked_processes(marker: str) -> list[tuple[int, str]]:
     """Live processes whose environment carries ``marker`` (found through /proc, or psutil)."""
-    needle = f"{RUN_MARKER_ENV}={marker}".encode()
-    found = []
-    proc = Path("/proc")
-    if proc.is_dir():
-        for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if needle not in (entry / "environ").read_bytes().split(b"\0"):
-                    continue
-                stat = (entry / "stat").read_text()
-                if stat[stat.rindex(")") + 2 :].startswith(("Z", "X")):
-                    continue  # ended, waiting to be reaped
-                command = (
-                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                )
-            except OSError:
-                continue
-            found.append((int(entry.name), command.strip()))
-        return found
+    if Path("/proc").is_dir():
+        return watch.marked_processes(RUN_MARKER_ENV, marker)
     try:
         import psutil
     except ImportError:
         return []
+    found = []
     for process in psutil.process_iter(["pid", "cmdline", "status"]):
         try:
             if process.info["status"] == psutil.STATUS_ZOMBIE:
@@ -202,7 +212,7 @@ def _marked_processes(marker: str) -> list[tuple[int, str]]:
     return found
 
 
-def leftover_processes(marker: str, wait: float = 5.0) -> list[tuple[int, str]]:
+def leftover_processes(marker: str, wait: float = 30.0) -> list[tuple[int, str]]:
     """Processes of a run still alive ``wait`` seconds after its launcher ended (they may take
     a moment to notice that their launcher is gone); returns as soon as none is left."""
     deadline = time.monotonic() + wait
@@ -221,10 +231,27 @@ def _kill_marked(marker: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+#: Seconds a job may take to stop after a failure on an idle machine, with room to spare:
+#: the launchers need about TERMINATE_GRACE + PEER_GRACE.
+STOP_ALLOWANCE = 20.0
+
+
 def assert_job_stopped(
-    run: FailureRun, *, rank: int | None, message: str | None = None, within: float = 20.0
+    run: FailureRun,
+    *,
+    rank: int | None,
+    message: str | None = None,
+    within: float | None = None,
+    waits: float = 0.0,
 ) -> None:
-    """A failing job ended non-zero, named ``rank`` (and ``message``), quickly, with nothing left."""
+    """A failing job ended non-zero, named ``rank`` (and ``message``), quickly, with nothing left.
+
+    Quickly: within ``within`` seconds of the failure if given; else within
+    ``STOP_ALLOWANCE`` plus the time the job took from its start to the failure (which grows
+    with the machine's load as stopping does), plus ``waits``, the seconds the job is meant to
+    wait (a hanging rank's collective timeout). A launcher that waits for the collective
+    timeout instead of stopping the job takes far longer.
+    """
     assert (
         run.returncode != 0
     ), f"the job succeeded although rank {rank} failed:\n{run.stderr[-3000:]}"
@@ -236,6 +263,16 @@ def assert_job_stopped(
         assert message in run.stderr, f"the error does not say {message!r}:\n{run.stderr[-3000:]}"
     assert not run.leftovers, f"processes outlived the job: {run.leftovers}"
     assert run.seconds_to_stop is not None, "the failing rank did not record when it failed"
-    assert (
-        run.seconds_to_stop < within
-    ), f"the job took {run.seconds_to_stop:.1f} s to stop (limit {within} s)"
+    if within is None:
+        startup = run.seconds_to_fail or 0.0
+        limit = STOP_ALLOWANCE + startup + waits
+        allowed = (
+            f"{STOP_ALLOWANCE:g} s, plus the {startup:.0f} s the job took to start and fail "
+            f"on this machine now" + (f", plus the {waits:g} s it waits" if waits else "")
+        )
+    else:
+        limit, allowed = within, f"{within:g} s"
+    assert run.seconds_to_stop < limit, (
+        f"the job took {run.seconds_to_stop:.1f} s to stop after the failure (allowed: "
+        f"{allowed}); its launcher should stop every rank within seconds"
+    )

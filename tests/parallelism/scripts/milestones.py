@@ -1,10 +1,11 @@
-"""Progress marks of the parallelism scripts: every process appends a line to
-``<out>/progress`` whenever it reaches a milestone (a launch done); the tests take a growing
-file as the sign that a job is alive (``support.run_nodes``)."""
+"""Progress marks of the parallelism scripts: a line on stderr whenever a script reaches a
+milestone (a launch done), which a failure report shows; output is also what tells the
+tests' waiting (``stratcore.watch``) that a job is alive."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TypeVar
 
@@ -12,7 +13,6 @@ T = TypeVar("T")
 
 
 def reached(out: str | Path, name: str, value: T) -> T:
-    """Mark milestone ``name`` in ``out`` and hand ``value`` back."""
-    with (Path(out) / "progress").open("a", encoding="utf-8") as file:
-        file.write(f"{os.getpid()} {name}\n")
+    """Mark milestone ``name`` (of the job writing to ``out``) and hand ``value`` back."""
+    print(f"milestone {name} reached by process {os.getpid()} ({out})", file=sys.stderr, flush=True)
     return value

@@ -20,7 +20,7 @@ def step(strategy: stratlib.StrategyBase) -> float:
 
 
 def main(mode: str) -> None:
-    strategy = stratlib.get_strategy("ddp", accelerator="cpu", devices=2, timeout=120.0)
+    strategy = stratlib.get_strategy("ddp", accelerator="cpu", devices=2)
     total = strategy.launch(step)
     rank = strategy.global_rank
     print(f"rank {rank}: first launch summed {total}", flush=True)

@@ -240,7 +240,38 @@ SCENARIOS = {
 }
 
 
+def run(
+    scenario: str,
+    strategy_name: str,
+    options: dict[str, Any],
+    precision: str | None = None,
+    steps: int = 3,
+    folder: str = ".",
+) -> Any:
+    """Launch ``scenario`` with the strategy; rank 0's result (None on other ranks)."""
+    strategy = stratlib.get_strategy(
+        strategy_name, accelerator="cpu", devices=2, precision=precision, **options
+    )
+    function = SCENARIOS[scenario]
+    if scenario in ("fsdp_nested", "warm_optimizer", "async_burst"):
+        return strategy.launch(function, steps)
+    if scenario == "resume":
+        return strategy.launch(function, steps, folder)
+    return strategy.launch(function)
+
+
 def main() -> int:
+    """``scenarios.py SCENARIO STRATEGY [--options JSON] ...`` runs one scenario and prints
+    ``RESULT <json>``; ``scenarios.py batch JSON`` runs every scenario of a JSON list of runs
+    (the keyword arguments of ``run``) one after the other in the same processes (the script's
+    launches share them), and prints ``RESULT <index> <json>`` after each."""
+    rank_zero = os.environ.get("RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0"
+    if sys.argv[1:2] == ["batch"]:
+        for index, request in enumerate(json.loads(sys.argv[2])):
+            result = run(**request)
+            if rank_zero:
+                print(f"RESULT {index} " + json.dumps(result), flush=True)
+        return 0
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("strategy")
@@ -249,21 +280,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--folder", default=".")
     args = parser.parse_args()
-    strategy = stratlib.get_strategy(
-        args.strategy,
-        accelerator="cpu",
-        devices=2,
-        precision=args.precision,
-        **json.loads(args.options),
-    )
-    scenario = SCENARIOS[args.scenario]
-    if args.scenario in ("fsdp_nested", "warm_optimizer", "async_burst"):
-        result = strategy.launch(scenario, args.steps)
-    elif args.scenario == "resume":
-        result = strategy.launch(scenario, args.steps, args.folder)
-    else:
-        result = strategy.launch(scenario)
-    if os.environ.get("RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0":
+    options = json.loads(args.options)
+    result = run(args.scenario, args.strategy, options, args.precision, args.steps, args.folder)
+    if rank_zero:
         print("RESULT " + json.dumps(result), flush=True)
     return 0
 
