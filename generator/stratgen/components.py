@@ -42,13 +42,16 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
     attributes = [
         ("name", literal(spec.name)),
         ("device_type", literal(spec.device_type)),
+        ("current_device_hook", literal(spec.current_device)),
         ("indexed", literal(spec.indexed)),
         ("backend", backend_ref(accelerator.backend, imports)),
         ("default_precision", literal(spec.precision.default or "32-true")),
         ("supported_precisions", literal(tuple(supported))),
+        ("precision_probes", literal(dict(spec.precision.probes or {}))),
         ("grad_scaler", literal(spec.grad_scaler)),
         ("auto_devices", literal(spec.auto_devices)),
         ("is_available_hook", literal(spec.is_available)),
+        ("build_marker", literal(spec.build_marker)),
         ("device_count_hook", literal(spec.device_count)),
         ("visible_devices_env", literal(spec.visible_devices_env)),
         ("set_device_hook", literal(spec.set_device)),
@@ -56,9 +59,20 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
         ("after_backward_hook", literal(spec.step_hooks.after_backward)),
         ("after_optimizer_step_hook", literal(spec.step_hooks.after_optimizer_step)),
         ("requires", requirements_source(spec.requires, imports)),
+        ("install", literal(spec.install)),
+        ("deepspeed_accelerator", literal(spec.deepspeed_accelerator)),
+        ("sync_batchnorm", literal(spec.sync_batchnorm)),
     ]
-    # Attributes equal to the core's defaults only add noise.
+    # Attributes equal to the core's defaults only add noise (a device type of None is the
+    # core's: found at run time through current_device_hook).
     defaults = {
+        "device_type": "None",
+        "current_device_hook": "None",
+        "precision_probes": "{}",
+        "build_marker": "None",
+        "install": "None",
+        "deepspeed_accelerator": "None",
+        "sync_batchnorm": "False",
         "indexed": "True",
         "grad_scaler": "False",
         "auto_devices": "None",
@@ -287,6 +301,12 @@ def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyMo
             args.append(f"init_hook={literal(backend.init_hook)}")
         if backend.requires:
             args.append(f"requires={requirements_source(backend.requires, imports)}")
+        if backend.torch_name:
+            args.append(f"torch_name={literal(backend.torch_name)}")
+        if backend.registered_by:
+            args.append(f"registered_by={literal(backend.registered_by)}")
+        if backend.from_device_map:
+            args.append("from_device_map=True")
         constant = backend_constant(name)
         comment = "".join(f"#: {comment_text(line)}\n" for line in backend.description.split("\n"))
         body.append(f"{comment}{constant} = CollectiveBackend({', '.join(args)})")

@@ -142,7 +142,7 @@ def spec_modules(
         source = (first.source if isinstance(first, Accelerator) else first.strategy.source).path
         for entry in entries:
             if isinstance(entry, Accelerator):
-                base = accelerator_base(entry.spec.device_type)
+                base = accelerator_base(entry.spec.device_type or "")
                 imports.third_party.add(f"from {lightning}.accelerators import {base}")
                 imports.add_local(*ADAPTERS["accelerator"])
                 imports.add_local("", "accelerators")

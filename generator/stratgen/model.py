@@ -130,6 +130,11 @@ class PrecisionDefaults:
     supported: tuple[PrecisionName, ...] | None = described(
         "Every precision this component accepts; omit to accept all."
     )
+    probes: dict[PrecisionName, ImportPath] | None = described(
+        "Accelerators only: supported precisions the device runs only where a function says "
+        "so, e.g. {bf16-mixed: 'torch_npu.npu:is_bf16_supported'}; elsewhere they are refused "
+        "with the function named."
+    )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
 
@@ -162,6 +167,20 @@ class Backend:
         "Function called (without arguments) before the process group is created."
     )
     requires: tuple[Requirement, ...] = described("Modules the backend needs.", default=())
+    torch_name: Name | None = described(
+        "Name torch.distributed knows the backend by, where it differs from 'name' (two "
+        "vendors' libraries may register the same one, e.g. 'hccl')."
+    )
+    registered_by: ModulePath | None = described(
+        "Module whose import registers the backend with torch.distributed; imported before "
+        "the process group is created."
+    )
+    from_device_map: bool = described(
+        "The backend is whichever one torch maps the device type to "
+        "(torch.distributed.Backend.default_device_backend_map), known at run time; "
+        "'reduce_ops' and 'casts' are what the spec relies on from any of them.",
+        default=False,
+    )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
 
@@ -193,7 +212,14 @@ class AcceleratorSpec:
 
     name: Name = required("Name users pass as accelerator=..., e.g. 'hpu'.", inherit=False)
     class_name: ClassName = required("Generated class, e.g. 'HPUAccelerator'.", inherit=False)
-    device_type: Name = required("torch.device type, e.g. 'cuda' or 'hpu'.")
+    device_type: Name | None = described(
+        "torch.device type, e.g. 'cuda' or 'hpu'; required unless 'current_device' gives it."
+    )
+    current_device: ImportPath | None = described(
+        "Function returning the device torch uses at run time (or None), for an accelerator "
+        "that stands for whichever device is present, e.g. 'torch.accelerator:current_accelerator'; "
+        "its type is the device type."
+    )
     description: str = described("Docstring of the class.", default="", inherit=False)
     module: Name | None = described("Module name in the package; defaults to the accelerator name.")
     indexed: bool = described(
@@ -202,8 +228,18 @@ class AcceleratorSpec:
         default=True,
     )
     requires: tuple[Requirement, ...] = described("Modules that must be importable.", default=())
+    install: str | None = described(
+        "What to install to use the device, where its software is not a module 'requires' "
+        "can name (e.g. a build of torch for it); shown by `stratgen list` and in the error "
+        "where the device is absent."
+    )
     is_available: ImportPath | None = described(
         "Function returning whether the device is present; omit for always available."
+    )
+    build_marker: ImportPath | None = described(
+        "Attribute ('module:name') set only in builds of torch for this device, where another "
+        "device shares its device type (e.g. 'torch.version:hip' for ROCm); where it is unset "
+        "the device is absent."
     )
     device_count: ImportPath | None = described(
         "Function returning the number of devices; omit for devices that are processes "
@@ -230,6 +266,16 @@ class AcceleratorSpec:
     teardown: ImportPath | None = described("Function called without arguments at teardown.")
     step_hooks: StepHooks = described_factory(
         "Functions called after backward / optimizer step.", StepHooks
+    )
+    deepspeed_accelerator: Name | None = described(
+        "DeepSpeed's name for the device: the DS_ACCELERATOR value with which strategies that "
+        "wrap the model in DeepSpeed select its accelerator class (e.g. 'npu'); omit where it "
+        "is the device type."
+    )
+    sync_batchnorm: bool = described(
+        "Whether torch.nn.SyncBatchNorm synchronises batch statistics on this device "
+        "(sync_batchnorm=True is refused elsewhere).",
+        default=False,
     )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()

@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 
 from stratcore.contract import ENVIRONMENT_VALUES, PRECISIONS
 
+from . import devicechecks
 from .catalog import (
     BASE_SPECS,
     ROOT_STRATEGY,
@@ -208,6 +209,7 @@ def _declare_backend(
             problems.add(
                 field_loc(backend, "casts"), f"{path}.casts.{src}", f"casts {src} to itself"
             )
+    devicechecks.check_backend_naming(problems, backend, path)
     catalog.backends.setdefault(backend.name, backend)
     catalog.backend_sources.setdefault(backend.name, source)
 
@@ -249,6 +251,7 @@ def _resolve_accelerators(catalog: Catalog, problems: Problems) -> None:
         check_precision_defaults(
             problems, spec.precision, "accelerator.precision", spec.precision.default, supported
         )
+        devicechecks.check_accelerator(problems, spec, supported)
         if backend is not None:
             catalog.accelerators[spec.name] = Accelerator(
                 spec=spec,
@@ -471,4 +474,5 @@ def _strategy_precision(
     supported = precision.supported if precision and precision.supported else parent_supported
     if precision is not None:
         check_precision_defaults(problems, precision, f"{path}.precision", default, supported)
+    devicechecks.check_no_probes(problems, precision, f"{path}.precision")
     return default, tuple(supported)

@@ -59,13 +59,19 @@ def _expectation(catalog: Catalog, strategy: Strategy, accelerator_name: str, de
         f"devices={devices}",
         f"default_precision={literal(default)}",
         f"precisions={literal(precisions)}",
-        f"backend={literal(backend.name)}",
+        # The name the process group runs under (the spec's own where torch names it at run time).
+        f"backend={literal(backend.torch_name or backend.name)}",
         f"reduce_ops={literal(tuple(backend.reduce_ops))}",
     ]
     if backend.casts:
         arguments.append(f"casts={literal(dict(backend.casts))}")
     if step_hooks:
         arguments.append(f"step_hooks={literal(step_hooks)}")
+    if backend.from_device_map:
+        arguments.append("backend_from_device_map=True")
+    probes = {m: p for m, p in (accelerator.spec.precision.probes or {}).items() if m in precisions}
+    if probes:
+        arguments.append(f"probes={literal(probes)}")
     return f"testing.Expectation({', '.join(arguments)})"
 
 

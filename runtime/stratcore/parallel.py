@@ -115,9 +115,12 @@ class ParallelStrategyBase(StrategyBase):
     @property
     def collective_backend(self) -> CollectiveBackend:
         """The backend the process group uses, with its capabilities."""
+        accelerator = self.accelerator
         if self.process_group_backend is not None:
-            return registry_of(type(self)).backend(self.process_group_backend)
-        return self.backend or self.accelerator.backend
+            backend = registry_of(type(self)).backend(self.process_group_backend)
+        else:
+            backend = self.backend or accelerator.backend
+        return backend.for_device(accelerator.device_type)
 
     # -- ranks ---------------------------------------------------------------------------
 
@@ -169,7 +172,7 @@ class ParallelStrategyBase(StrategyBase):
                 raise MisconfigurationError(
                     f"process_group_backend={name!r} is not a collective backend; use one of {', '.join(known)}"
                 )
-            if not dist.is_backend_available(name):
+            if not dist.is_backend_available(self.collective_backend.process_group_name):
                 raise MisconfigurationError(
                     f"process_group_backend={name!r} is not available in this torch build"
                     f" (available: {', '.join(b for b in known if dist.is_backend_available(b))})"
@@ -188,9 +191,10 @@ class ParallelStrategyBase(StrategyBase):
     def setup_distributed(self) -> None:
         """Create the default process group, or reuse the one an earlier launch created."""
         backend = self.collective_backend
-        if dist.is_initialized() and not self._replace_process_group(backend.name):
+        if dist.is_initialized() and not self._replace_process_group(backend.process_group_name):
             return
         require(backend.requires, f"backend {backend.name!r}")
+        backend.register()
         if backend.init_hook is not None:
             import_object(backend.init_hook)()
         environment = self.cluster_environment
@@ -201,7 +205,7 @@ class ParallelStrategyBase(StrategyBase):
             self.timeouts_reported("connecting the processes"),
         ):
             dist.init_process_group(
-                backend.name,
+                backend.process_group_name,
                 rank=self.global_rank,
                 world_size=self.world_size,
                 timeout=timedelta(seconds=self.timeout),
@@ -292,7 +296,7 @@ class ParallelStrategyBase(StrategyBase):
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not self._distributed():
             return obj
-        device = self.root_device if self.collective_backend.name == "nccl" else None
+        device = self.root_device if self.collective_backend.process_group_name == "nccl" else None
         with self.timeouts_reported("broadcast"):
             return collectives.broadcast_object(obj, src, device=device)
 
@@ -300,7 +304,7 @@ class ParallelStrategyBase(StrategyBase):
         if not self._distributed():
             return
         with self.timeouts_reported(f"barrier {name!r}" if name else "barrier"):
-            if self.collective_backend.name == "nccl":
+            if self.collective_backend.process_group_name == "nccl":
                 dist.barrier(device_ids=[self.root_device.index or 0])
             else:
                 dist.barrier()

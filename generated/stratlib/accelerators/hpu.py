@@ -41,3 +41,4 @@ class HPUAccelerator(Accelerator):
             "pip install habana-torch-plugin (from Habana's SynapseAI software stack)",
         ),
     )
+    sync_batchnorm: ClassVar[bool] = True

@@ -2,9 +2,11 @@
 processes (ZeRO stages 1, 2 and 3), optionally offloaded to CPU memory.
 
 ``deepspeed`` is imported only when a strategy sets up its environment, never when the
-package is imported. On the CPU, DeepSpeed must run on its CPU accelerator, which it picks from
-the ``DS_ACCELERATOR`` variable when it is first imported; the strategy sets that variable
-before it launches processes, so every process it starts inherits it.
+package is imported. DeepSpeed runs on one of its accelerator classes, which it picks from the
+``DS_ACCELERATOR`` variable when it is first imported (and guesses from what is installed
+without it); the strategy sets that variable to its device's DeepSpeed name (the accelerator
+spec's ``deepspeed_accelerator``, else its device type) before it launches processes, so
+every process it starts inherits it.
 """
 
 from __future__ import annotations
@@ -215,13 +217,16 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         return super().launch(function, *args, **kwargs)
 
     def select_deepspeed_accelerator(self) -> None:
-        """Make DeepSpeed pick its CPU accelerator when this strategy trains on the CPU.
+        """Make DeepSpeed pick its accelerator class for this strategy's device (the
+        accelerator's ``deepspeed_accelerator``, by default its device type).
 
         DeepSpeed reads ``DS_ACCELERATOR`` once, when it is first imported; processes started
         afterwards inherit the variable. A value set by the user is kept.
         """
-        if self.accelerator.device_type == "cpu":
-            os.environ.setdefault(DS_ACCELERATOR_ENV, "cpu")
+        accelerator = self.accelerator
+        os.environ.setdefault(
+            DS_ACCELERATOR_ENV, accelerator.deepspeed_accelerator or accelerator.device_type
+        )
 
     def setup_environment(self) -> None:
         if self._environment_ready:
@@ -237,7 +242,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         os.environ["LOCAL_RANK"] = str(self.local_rank)
         load_ops_in_turn(ops_to_build(self.deepspeed_config()))
         deepspeed.init_distributed(
-            dist_backend=self.collective_backend.name, auto_mpi_discovery=False
+            dist_backend=self.collective_backend.process_group_name, auto_mpi_discovery=False
         )
 
     def _check_deepspeed_accelerator(self) -> None:
@@ -248,7 +253,8 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         if accelerator.device_name() != wanted:
             raise MisconfigurationError(
                 f"DeepSpeed runs on its {accelerator.device_name()!r} accelerator, but the strategy "
-                f"trains on {wanted!r}; set {DS_ACCELERATOR_ENV}={wanted} before deepspeed is imported"
+                f"trains on {wanted!r}; set {DS_ACCELERATOR_ENV}="
+                f"{self.accelerator.deepspeed_accelerator or wanted} before deepspeed is imported"
             )
         if self.precision_plugin.precision.startswith("16") and not accelerator.is_fp16_supported():
             raise MisconfigurationError(
