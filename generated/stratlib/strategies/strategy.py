@@ -19,4 +19,17 @@ class Strategy(StrategyBase):
     started and how they communicate.
     """
 
-    accelerators: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")
+    accelerators: ClassVar[tuple[str, ...]] = (
+        "cpu",
+        "cuda",
+        "generic",
+        "hpu",
+        "ipu",
+        "mlu",
+        "mps",
+        "musa",
+        "npu",
+        "rocm",
+        "tpu",
+        "xpu",
+    )
