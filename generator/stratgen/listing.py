@@ -118,7 +118,12 @@ def strategy_table(
             status = "yes" if ok else f"no: {why}"
         else:
             status = "-"
-        accel_rows.append([name, accelerator.class_name, accelerator.backend.name, status])
+        backend = accelerator.backend
+        if backend.from_device_map:
+            shown = f"{backend.name} (torch's map)"
+        else:
+            shown = backend.name + (f" ({backend.torch_name})" if backend.torch_name else "")
+        accel_rows.append([name, accelerator.class_name, shown, status])
     out.append(table(accel_rows, ["accelerator", "class", "backend", "available here"]))
     rows = device_rows(catalog, selection.strategies, selection.accelerators, lightning_target)
     out += ["", "Devices and frameworks:", "", device_blocks(rows)]
