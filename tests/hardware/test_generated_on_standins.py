@@ -41,25 +41,11 @@ class StandIn:
     environ: dict[str, str] = field(default_factory=dict)
     #: Generated tests left to the hardware (a pytest -k expression), and why.
     hardware_only: tuple[str, ...] = ()
-    #: Generated tests that would repeat, on the stand-ins, what the CPU's own generated tests
-    #: run (see ``WRAPPERS_AS_ON_CPU``).
-    as_on_cpu: tuple[str, ...] = ()
     #: Tests that must skip here, by name: the stand-in makes the device present.
     expected_skips: tuple[str, ...] = ()
     #: Only the tests without real runs (pytest -m "not slow"), and why.
     without_runs: str | None = None
 
-
-#: The FSDP and DeepSpeed strategies of a device take from its spec only the accelerator and the
-#: backend; with the stand-in device's processes on the CPU (and DeepSpeed on its CPU
-#: accelerator), training in another precision, checkpoints and a rank's failure run exactly as in
-#: generated/tests/test_fsdp.py and test_deepspeed.py, which run them on the CPU. Their
-#: registration, precisions, collectives (the device's backend rules) and training stay.
-WRAPPERS_AS_ON_CPU = tuple(
-    f"{wrapper}_{test}"
-    for wrapper in ("fsdp", "deepspeed")
-    for test in ("trains_in_another_precision", "checkpoint_round_trip", "rank_failure")
-)
 
 STANDINS = {
     "hpu": StandIn(
@@ -118,14 +104,12 @@ STANDINS = {
         torch=("xpu", "xccl"),
         hardware_only=("gives_processes",),
         expected_skips=("test_xpu_accelerator_absent_is_a_clear_error",),
-        as_on_cpu=WRAPPERS_AS_ON_CPU,
     ),
     "npu": StandIn(
         packages=("torch_npu",),
         on_cpu=("npu",),
         hardware_only=("gives_processes",),
         expected_skips=("test_npu_accelerator_absent_is_a_clear_error",),
-        as_on_cpu=WRAPPERS_AS_ON_CPU,
     ),
     # MLU370 devices have no bfloat16: the stand-in's probe says so, and bfloat16 is refused.
     "mlu": StandIn(
@@ -134,14 +118,12 @@ STANDINS = {
         environ={"STANDIN_MLU_BF16": "0"},
         hardware_only=("gives_processes",),
         expected_skips=("test_mlu_accelerator_absent_is_a_clear_error",),
-        as_on_cpu=WRAPPERS_AS_ON_CPU,
     ),
     "musa": StandIn(
         packages=("torch_musa",),
         on_cpu=("musa",),
         hardware_only=("gives_processes",),
         expected_skips=("test_musa_accelerator_absent_is_a_clear_error",),
-        as_on_cpu=WRAPPERS_AS_ON_CPU,
     ),
     # A ROCm build drives torch's 'cuda' devices, which a CPU build cannot pretend to have:
     # the stand-in makes the accelerator present with 2 devices and the build a ROCm one.
@@ -151,7 +133,6 @@ STANDINS = {
         torch=("hip", "nccl"),
         hardware_only=("gives_processes",),
         expected_skips=("test_rocm_accelerator_absent_is_a_clear_error",),
-        as_on_cpu=WRAPPERS_AS_ON_CPU,
     ),
     "generic": StandIn(
         packages=(),
@@ -159,7 +140,6 @@ STANDINS = {
         torch=("accelerator",),
         hardware_only=("gives_processes",),
         expected_skips=("test_generic_accelerator_absent_is_a_clear_error",),
-        as_on_cpu=WRAPPERS_AS_ON_CPU,
     ),
 }
 
@@ -224,9 +204,8 @@ def test_lightning_plugins_of_the_spec_train_on_its_standins(spec: str, tmp_path
 def test_generated_tests_of_the_spec_pass_on_its_standins(spec: str, tmp_path: Path) -> None:
     standin = STANDINS[spec]
     extra = []
-    deselected = (*standin.hardware_only, *standin.as_on_cpu)
-    if deselected:
-        extra += ["-k", " and ".join(f"not {name}" for name in deselected)]
+    if standin.hardware_only:
+        extra += ["-k", " and ".join(f"not {name}" for name in standin.hardware_only)]
     if standin.without_runs:
         extra += ["-m", "not slow"]
     process, outcomes = _run_on_standins(spec, f"test_{spec}.py", tmp_path, extra)
