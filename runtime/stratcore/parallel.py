@@ -116,10 +116,12 @@ class ParallelStrategyBase(StrategyBase):
     def collective_backend(self) -> CollectiveBackend:
         """The backend the process group uses, with its capabilities."""
         accelerator = self.accelerator
-        if self.process_group_backend is not None:
-            backend = registry_of(type(self)).backend(self.process_group_backend)
-        else:
-            backend = self.backend or accelerator.backend
+        backend = self.backend or accelerator.backend
+        chosen = self.process_group_backend
+        # The name torch knows the strategy's own backend by stands for that backend (two
+        # vendors' libraries may register the same name); any other name is looked up.
+        if chosen is not None and chosen not in (backend.name, backend.torch_name):
+            backend = registry_of(type(self)).backend(chosen)
         return backend.for_device(accelerator.device_type)
 
     # -- ranks ---------------------------------------------------------------------------

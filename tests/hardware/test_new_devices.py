@@ -198,6 +198,21 @@ def test_rocm_is_present_only_on_a_rocm_build(monkeypatch: pytest.MonkeyPatch) -
     assert ROCmAccelerator.collective_backend().process_group_name == "nccl"
 
 
+# --- backends that share torch's name ------------------------------------------------------------
+
+
+def test_torchs_name_for_a_devices_backend_means_that_devices_backend() -> None:
+    """Habana's and Huawei's HCCL are both 'hccl' to torch: process_group_backend='hccl' keeps
+    each device's own (with its reductions and registration), and other names are looked up."""
+    npu = stratlib.DDPStrategy(accelerator=NPUAccelerator(), process_group_backend="hccl")
+    assert npu.collective_backend is stratlib.backends.ASCEND_HCCL
+    assert npu.collective_backend.registered_by == "torch_npu"
+    hpu = stratlib.DDPStrategy(accelerator=stratlib.HPUAccelerator(), process_group_backend="hccl")
+    assert hpu.collective_backend is stratlib.backends.HCCL
+    gloo = stratlib.DDPStrategy(accelerator=NPUAccelerator(), process_group_backend="gloo")
+    assert gloo.collective_backend is stratlib.backends.GLOO
+
+
 # --- DeepSpeed and SyncBatchNorm ---------------------------------------------------------------------
 
 
