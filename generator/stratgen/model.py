@@ -131,9 +131,8 @@ class PrecisionDefaults:
         "Every precision this component accepts; omit to accept all."
     )
     probes: dict[PrecisionName, ImportPath] | None = described(
-        "Accelerators only: supported precisions the device runs only where a function says "
-        "so, e.g. {bf16-mixed: 'torch_npu.npu:is_bf16_supported'}; elsewhere they are refused "
-        "with the function named."
+        "Accelerators only: supported precisions run only where a function says so (e.g. "
+        "{bf16-mixed: 'torch_npu.npu:is_bf16_supported'}), refused elsewhere naming it."
     )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
@@ -172,8 +171,7 @@ class Backend:
         "vendors' libraries may register the same one, e.g. 'hccl')."
     )
     registered_by: ModulePath | None = described(
-        "Module whose import registers the backend with torch.distributed; imported before "
-        "the process group is created."
+        "Module whose import registers the backend with torch.distributed (imported first)."
     )
     from_device_map: bool = described(
         "The backend is whichever one torch maps the device type to "
@@ -216,9 +214,8 @@ class AcceleratorSpec:
         "torch.device type, e.g. 'cuda' or 'hpu'; required unless 'current_device' gives it."
     )
     current_device: ImportPath | None = described(
-        "Function returning the device torch uses at run time (or None), for an accelerator "
-        "that stands for whichever device is present, e.g. 'torch.accelerator:current_accelerator'; "
-        "its type is the device type."
+        "Function returning the device present at run time, whose type is the device type, "
+        "e.g. 'torch.accelerator:current_accelerator'."
     )
     description: str = described("Docstring of the class.", default="", inherit=False)
     module: Name | None = described("Module name in the package; defaults to the accelerator name.")
@@ -229,17 +226,15 @@ class AcceleratorSpec:
     )
     requires: tuple[Requirement, ...] = described("Modules that must be importable.", default=())
     install: str | None = described(
-        "What to install to use the device, where its software is not a module 'requires' "
-        "can name (e.g. a build of torch for it); shown by `stratgen list` and in the error "
-        "where the device is absent."
+        "What to install for the device where 'requires' cannot name it (e.g. a build of "
+        "torch); shown by `stratgen list` and where the device is absent."
     )
     is_available: ImportPath | None = described(
         "Function returning whether the device is present; omit for always available."
     )
     build_marker: ImportPath | None = described(
-        "Attribute ('module:name') set only in builds of torch for this device, where another "
-        "device shares its device type (e.g. 'torch.version:hip' for ROCm); where it is unset "
-        "the device is absent."
+        "Attribute ('module:name') set only by builds of torch for this device, which shares "
+        "its device type with another (e.g. 'torch.version:hip'); unset, the device is absent."
     )
     device_count: ImportPath | None = described(
         "Function returning the number of devices; omit for devices that are processes "
@@ -268,9 +263,8 @@ class AcceleratorSpec:
         "Functions called after backward / optimizer step.", StepHooks
     )
     deepspeed_accelerator: Name | None = described(
-        "DeepSpeed's name for the device: the DS_ACCELERATOR value with which strategies that "
-        "wrap the model in DeepSpeed select its accelerator class (e.g. 'npu'); omit where it "
-        "is the device type."
+        "DS_ACCELERATOR value with which DeepSpeed strategies select DeepSpeed's class for the "
+        "device (e.g. 'npu'); omit where it is the device type."
     )
     sync_batchnorm: bool = described(
         "Whether torch.nn.SyncBatchNorm synchronises batch statistics on this device "

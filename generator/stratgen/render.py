@@ -357,13 +357,9 @@ def _registry(
         package=package,
         import_blocks=imports.lines("registry.py"),
         strategies=entries,
-        # In order of preference for accelerator="auto": devices first, then those that stand
-        # for whichever device torch finds (current_device), the CPU last.
+        # In order of preference for accelerator="auto" (Accelerator.preference).
         accelerators=[
-            (a.name, a.class_name)
-            for a in sorted(
-                accelerators, key=lambda a: (a.name == "cpu", a.spec.current_device is not None)
-            )
+            (a.name, a.class_name) for a in sorted(accelerators, key=lambda a: a.preference)
         ],
         precision_plugins=[p.class_name for p in selectable],
         environments=[(e.name, e.class_name) for e in concrete_envs],
