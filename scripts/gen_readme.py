@@ -4,6 +4,7 @@ Each generated part sits between ``<!-- BEGIN GENERATED: NAME -->`` and
 ``<!-- END GENERATED: NAME -->``:
 
 - ``strategies``: the built-in strategies and their registry aliases, from the specs;
+- ``devices``: the built-in devices x frameworks table (what ``stratgen list`` also shows);
 - ``commands``: every command with its options, from the argument parser;
 - ``config``: the keys of ``[tool.stratgen]``, from the configuration class;
 - ``spec-reference``: every key of the spec format, from the JSON Schema.
@@ -33,6 +34,7 @@ if str(ROOT / "generator") not in sys.path:
 from stratgen import model  # noqa: E402
 from stratgen.catalog import Catalog  # noqa: E402
 from stratgen.cli import build_parser  # noqa: E402
+from stratgen.devicetable import HEADER, device_rows  # noqa: E402
 from stratgen.jsonschema import spec_schema  # noqa: E402
 from stratgen.listing import strategy_rows  # noqa: E402
 from stratgen.project import CONFIG_KEYS, Config, Project, load_config  # noqa: E402
@@ -109,6 +111,15 @@ def strategies_section() -> str:
     return table(
         ["strategy / alias", "accelerators", "backend", "launcher", "CPU-only machine"], rows
     )
+
+
+def devices_section() -> str:
+    """Every built-in device: its strategies with stratlib, with Lightning's Trainer and Fabric,
+    its precisions and what to install (the rows ``stratgen list`` prints)."""
+    catalog = builtin_catalog()
+    selection = select(catalog)
+    rows = device_rows(catalog, selection.strategies, selection.accelerators)
+    return table(HEADER, [[f"`{r.device}`", *r.cells()[1:]] for r in rows]) + "\n"
 
 
 # --- commands -------------------------------------------------------------------------------
@@ -324,6 +335,7 @@ def hpu_spec_section() -> str:
 
 SECTIONS: dict[str, Callable[[], str]] = {
     "strategies": lambda: strategies_section() + "\n",
+    "devices": devices_section,
     "hpu-spec": hpu_spec_section,
     "commands": commands_section,
     "project-options": project_options_section,

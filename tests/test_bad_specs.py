@@ -44,6 +44,11 @@ REQUIRED = {
     "ambiguous precision plugins": "34_ambiguous_precision_plugins",
     "default precision not accepted on an accelerator": "47_default_precision_not_on_accelerator",
     "option without a type the runtime does not read": "48_option_without_type",
+    "device type missing, or given twice": "60_device_type_or_current_device",
+    "precision probes outside the supported ones, or of the default": "61_precision_probes",
+    "backend from torch's device map with a fixed name": "62_device_map_backend_with_torch_name",
+    "formats of the device keys": "63_device_key_formats",
+    "precision probes on a strategy": "64_probes_on_a_strategy",
 }
 
 

@@ -142,7 +142,7 @@ def test_no_escape_codes_in_a_real_process(project: Path) -> None:
 def test_list_shows_every_strategy_and_alias_of_the_catalog() -> None:
     result = run_cli("list", "--project", REPO)
     assert result.code == 0 and result.err == ""
-    strategy_table, accelerator_table = result.out.split("\n\n")
+    strategy_table, accelerator_table, *devices = result.out.split("\n\n")
     lines = strategy_table.splitlines()
     assert lines[0].split() == [
         "strategy",
@@ -164,6 +164,9 @@ def test_list_shows_every_strategy_and_alias_of_the_catalog() -> None:
     accelerators = accelerator_table.splitlines()
     assert accelerators[0].split()[:3] == ["accelerator", "class", "backend"]
     assert {line.split()[0] for line in accelerators[2:]} == set(catalog.accelerators)
+    # Then the devices x frameworks table, one block per accelerator (tests/test_device_table.py).
+    assert devices[0].strip() == "Devices and frameworks:"
+    assert {block.splitlines()[0] for block in devices[1:]} == set(catalog.accelerators)
 
 
 def test_list_without_probe(project: Path) -> None:

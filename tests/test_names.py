@@ -5,8 +5,8 @@ The rule, stated once (ARCHITECTURE.md, "Names"): spec key ``k`` becomes the cla
 (Lightning's API: ``is_available()``, ``detect()``, ``world_size()``, ``launcher``); then the
 attribute says what the value is: ``k_hook`` for the import path of a function the class calls,
 ``k_condition`` for a ``Condition``, ``k_source`` for a ``ValueSource``, ``launcher_class``
-for the launcher. Two nested mappings flatten: ``precision: {default, supported}`` becomes
-``default_precision`` and ``supported_precisions``; ``step_hooks: {after_backward, ...}``
+for the launcher. Two nested mappings flatten: ``precision: {default, supported, probes}``
+becomes ``default_precision``, ``supported_precisions`` and ``precision_probes``; ``step_hooks: {after_backward, ...}``
 becomes ``after_backward_hook``, ....
 
 The test reads the built-in specs as plain YAML, applies the rule on its own and compares each
@@ -42,6 +42,7 @@ PACKAGES = {
 #: Keys whose value is the import path of a function the class calls.
 FUNCTIONS = {
     "is_available",
+    "current_device",
     "device_count",
     "set_device",
     "teardown",
@@ -125,6 +126,7 @@ def expected_and_actual(cls: type, key: str, value: Any) -> list[tuple[str, Any,
                     "supported_precisions",
                     _tuple(value["supported"]) if "supported" in value else None,
                 ),
+                ("precision_probes", value.get("probes")),
             )
             if want is not None
         ]

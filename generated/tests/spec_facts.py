@@ -15,6 +15,14 @@ ON_CPU = Expectation(
 
 ON_CUDA = Expectation(default_precision="32-true", precisions=PRECISIONS, backend="nccl")
 
+ON_GENERIC = Expectation(
+    default_precision="32-true",
+    precisions=("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"),
+    backend="device_default",
+    reduce_ops=("sum", "product", "min", "max"),
+    backend_from_device_map=True,
+)
+
 ON_HPU = Expectation(
     default_precision="bf16-mixed",
     precisions=("32-true", "bf16-mixed", "bf16-true"),
@@ -34,11 +42,52 @@ ON_IPU = Expectation(
     casts={"bool": "int32"},
 )
 
+ON_MLU = Expectation(
+    default_precision="32-true",
+    precisions=("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"),
+    backend="cncl",
+    reduce_ops=("sum", "product", "min", "max"),
+    casts={"int16": "int32"},
+    probes={
+        "bf16-mixed": "torch_mlu.mlu:is_bf16_supported",
+        "bf16-true": "torch_mlu.mlu:is_bf16_supported",
+    },
+)
+
 ON_MPS = Expectation(
     default_precision="32-true",
     precisions=("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"),
     backend="gloo",
     casts={"bool": "int32"},
+)
+
+ON_MUSA = Expectation(
+    default_precision="32-true",
+    precisions=("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"),
+    backend="mccl",
+    casts={"int16": "int32"},
+    probes={
+        "bf16-mixed": "torch_musa:is_bf16_supported",
+        "bf16-true": "torch_musa:is_bf16_supported",
+    },
+)
+
+ON_NPU = Expectation(
+    default_precision="32-true",
+    precisions=("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"),
+    backend="hccl",
+    reduce_ops=("sum", "product", "min", "max"),
+    casts={"bool": "int32", "uint8": "int32", "float64": "float32"},
+    probes={
+        "bf16-mixed": "torch_npu.npu:is_bf16_supported",
+        "bf16-true": "torch_npu.npu:is_bf16_supported",
+    },
+)
+
+ON_ROCM = Expectation(
+    default_precision="32-true",
+    precisions=("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"),
+    backend="nccl",
 )
 
 ON_TPU = Expectation(
@@ -47,6 +96,17 @@ ON_TPU = Expectation(
     backend="xla",
     reduce_ops=("sum", "product", "min", "max"),
     step_hooks={"after_optimizer_step": "torch_xla.core.xla_model:mark_step"},
+)
+
+ON_XPU = Expectation(
+    default_precision="32-true",
+    precisions=("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"),
+    backend="xccl",
+    reduce_ops=("sum", "product", "min", "max"),
+    probes={
+        "bf16-mixed": "torch.xpu:is_bf16_supported",
+        "bf16-true": "torch.xpu:is_bf16_supported",
+    },
 )
 
 PARALLEL_OPTIONS = {"timeout": 1800.0, "process_group_backend": None}

@@ -90,6 +90,12 @@ class Accelerator:
     module: str
     backend: Backend
 
+    @property
+    def preference(self) -> tuple[bool, bool]:
+        """Sort key for accelerator='auto': devices first, then an accelerator for whichever
+        device torch finds (``current_device``), the CPU last."""
+        return (self.name == "cpu", self.spec.current_device is not None)
+
 
 @dataclass(frozen=True)
 class PrecisionPlugin:

@@ -210,7 +210,12 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
     from .selection import select
 
     catalog = resolve(project.sources())
-    console.say(strategy_table(catalog, select(catalog), probe=not args.no_probe))
+    lightning = "lightning" in project.config.targets
+    console.say(
+        strategy_table(
+            catalog, select(catalog), probe=not args.no_probe, lightning_target=lightning
+        )
+    )
     return EXIT_OK
 
 

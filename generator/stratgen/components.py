@@ -42,23 +42,30 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
     values: list[tuple[str, object]] = [
         ("name", spec.name),
         ("device_type", spec.device_type),
+        ("current_device_hook", spec.current_device),
         ("indexed", spec.indexed),
         ("backend", accelerator.backend),
         ("default_precision", spec.precision.default or DEFAULT_PRECISION),
         ("supported_precisions", tuple(spec.precision.supported or PRECISIONS)),
+        ("precision_probes", dict(spec.precision.probes or {})),
         ("grad_scaler", spec.grad_scaler),
         ("auto_devices", spec.auto_devices),
         ("is_available_hook", spec.is_available),
+        ("build_marker", spec.build_marker),
         ("device_count_hook", spec.device_count),
         ("visible_devices_env", spec.visible_devices_env),
         ("set_device_hook", spec.set_device),
         ("teardown_hook", spec.teardown),
         ("after_backward_hook", spec.step_hooks.after_backward),
         ("after_optimizer_step_hook", spec.step_hooks.after_optimizer_step),
+        ("install", spec.install),
+        ("deepspeed_accelerator", spec.deepspeed_accelerator),
+        ("sync_batchnorm", spec.sync_batchnorm),
     ]
-    # What equals the runtime's default only adds noise; the backend is always the package's own
-    # (it carries the spec's capabilities).
-    runtime = class_defaults(*ACCELERATOR_ROOT)
+    # What equals the runtime's default only adds noise (so does a device type of None: the
+    # runtime then finds it through current_device_hook); the backend is always the package's
+    # own (it carries the spec's capabilities).
+    runtime = {**class_defaults(*ACCELERATOR_ROOT), "device_type": None}
     attributes = [
         (key, backend_ref(accelerator.backend, imports) if key == "backend" else literal(value))
         for key, value in values
@@ -281,6 +288,12 @@ def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyMo
             args.append(f"init_hook={literal(backend.init_hook)}")
         if backend.requires:
             args.append(f"requires={requirements_source(backend.requires, imports)}")
+        if backend.torch_name:
+            args.append(f"torch_name={literal(backend.torch_name)}")
+        if backend.registered_by:
+            args.append(f"registered_by={literal(backend.registered_by)}")
+        if backend.from_device_map:
+            args.append("from_device_map=True")
         constant = backend_constant(name)
         comment = "".join(f"#: {comment_text(line)}\n" for line in backend.description.split("\n"))
         body.append(f"{comment}{constant} = CollectiveBackend({', '.join(args)})")

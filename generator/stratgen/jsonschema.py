@@ -9,7 +9,9 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from .model import Pattern, SpecFile
+from stratcore.contract import Pattern
+
+from .model import SpecFile
 from .parse import spec_fields, type_hints
 
 SCHEMA_ID = "https://stratgen.dev/schema/spec-v1.json"

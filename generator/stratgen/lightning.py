@@ -37,6 +37,7 @@ from stratcore.lightning.contract import (
 from .catalog import Accelerator, Catalog, ClusterEnvironment, Strategy
 from .errors import StratgenError
 from .pyapi import Imports, PyClass, PyModule, first_sentence, literal, wrap_exactly
+from .testcases import processes_per_node
 
 WHAT = {"pytorch": "Lightning's Trainer", "fabric": "Lightning Fabric"}
 
@@ -144,7 +145,7 @@ def spec_modules(
         source = (first.source if isinstance(first, Accelerator) else first.strategy.source).path
         for entry in entries:
             if isinstance(entry, Accelerator):
-                base = accelerator_base(entry.spec.device_type)
+                base = accelerator_base(entry.spec.device_type or "")
                 imports.third_party.add(f"from {lightning}.accelerators import {base}")
                 imports.add_local(*ADAPTERS["accelerator"])
                 imports.add_local("", "accelerators")
@@ -363,15 +364,15 @@ def modules(catalog: Catalog, strategy_names: Iterable[str], sources: str) -> li
 
 @dataclass
 class TestCases:
-    """What the generated tests of one spec file check, per framework."""
+    """What the generated tests of one spec file check: a row for each accelerator plugin and
+    for each registry name of a strategy plugin, in each framework."""
 
     source: str
-    #: framework -> accelerator class names
-    accelerators: dict[str, list[str]] = field(default_factory=dict)
-    #: framework -> (registry name, class name, preset literal)
-    names: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
-    #: framework -> (class name, registry name, processes it trains on)
-    trains: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
+    #: (framework, accelerator class name)
+    accelerators: list[tuple[str, str]] = field(default_factory=list)
+    #: (framework, registry name, class name, preset literal or None, processes it trains on
+    #: on the row of its first name, the strategy's own, else None)
+    rows: list[tuple[str, str, str, str | None, int | None]] = field(default_factory=list)
 
 
 def test_cases(catalog: Catalog, strategy_names: Iterable[str]) -> dict[str, TestCases]:
@@ -382,15 +383,19 @@ def test_cases(catalog: Catalog, strategy_names: Iterable[str]) -> dict[str, Tes
         selection = select(catalog, names, framework)
         for accelerator in selection.accelerators:
             case = cases.setdefault(accelerator.source.stem, TestCases(accelerator.source.path))
-            case.accelerators.setdefault(framework, []).append(accelerator.class_name)
+            case.accelerators.append((framework, accelerator.class_name))
         for plugin in selection.strategies:
             strategy = plugin.strategy
             case = cases.setdefault(strategy.source.stem, TestCases(strategy.source.path))
-            case.names.setdefault(framework, []).extend(
-                (name, strategy.class_name, literal(preset)) for name, preset in plugin.names
-            )
-            processes = 1 if strategy.base == "single_device" else 2
-            case.trains.setdefault(framework, []).append(
-                (strategy.class_name, strategy.name, processes)
+            processes = processes_per_node(strategy)
+            case.rows.extend(
+                (
+                    framework,
+                    name,
+                    strategy.class_name,
+                    literal(preset) if preset else None,
+                    processes if index == 0 else None,
+                )
+                for index, (name, preset) in enumerate(plugin.names)
             )
     return cases

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from functools import cache
 
 from .catalog import Accelerator, Catalog
+from .devicetable import device_blocks, device_rows
 from .selection import Selection
 
 
@@ -27,15 +28,22 @@ def _call(path: str) -> object:
 
 def _accelerator_available(accelerator: Accelerator) -> tuple[bool, str]:
     spec = accelerator.spec
-    return _probe(spec.name, tuple(r.module for r in spec.requires), spec.is_available)
+    requires = tuple(r.module for r in spec.requires)
+    return _probe(spec.name, requires, spec.is_available, spec.build_marker)
 
 
 @cache
-def _probe(name: str, requires: tuple[str, ...], is_available: str | None) -> tuple[bool, str]:
+def _probe(
+    name: str, requires: tuple[str, ...], is_available: str | None, build_marker: str | None
+) -> tuple[bool, str]:
     """Whether an accelerator is usable here; probing may import its runtime, so once only."""
     missing = [module for module in requires if not module_present(module)]
     if missing:
         return False, f"needs {', '.join(missing)}"
+    if build_marker is not None:
+        module, _, attribute = build_marker.partition(":")
+        if not getattr(importlib.import_module(module), attribute, None):
+            return False, f"not a build with {module}.{attribute}"
     if is_available is None:
         return True, ""
     module = is_available.partition(":")[0]
@@ -97,7 +105,9 @@ def strategy_rows(catalog: Catalog, selection: Selection, probe: bool) -> list[l
     return rows
 
 
-def strategy_table(catalog: Catalog, selection: Selection, probe: bool = True) -> str:
+def strategy_table(
+    catalog: Catalog, selection: Selection, probe: bool = True, lightning_target: bool = False
+) -> str:
     header = ["strategy", "class", "accelerators", "backend", "launcher", "available here"]
     out = [table(strategy_rows(catalog, selection, probe), header), ""]
     accel_rows = []
@@ -108,6 +118,13 @@ def strategy_table(catalog: Catalog, selection: Selection, probe: bool = True) -
             status = "yes" if ok else f"no: {why}"
         else:
             status = "-"
-        accel_rows.append([name, accelerator.class_name, accelerator.backend.name, status])
+        backend = accelerator.backend
+        if backend.from_device_map:
+            shown = f"{backend.name} (torch's map)"
+        else:
+            shown = backend.name + (f" ({backend.torch_name})" if backend.torch_name else "")
+        accel_rows.append([name, accelerator.class_name, shown, status])
     out.append(table(accel_rows, ["accelerator", "class", "backend", "available here"]))
+    rows = device_rows(catalog, selection.strategies, selection.accelerators, lightning_target)
+    out += ["", "Devices and frameworks:", "", device_blocks(rows)]
     return "\n".join(out)

@@ -17,10 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from stratcore import contract
 from stratcore.contract import (
-    ENVIRONMENT_VALUES,
-    PRECISIONS,
-    PRECISION_ALIASES,
-    REDUCE_OPS,
     DType,
     EnvVar,
     ModulePath,
@@ -69,20 +65,6 @@ else:
     Launcher = Literal[tuple(contract.LAUNCHERS)]
     PrecisionKind = Literal[tuple(contract.PRECISION_KINDS)]
 
-__all__ = [
-    "ENVIRONMENT_VALUES",
-    "PRECISION_ALIASES",
-    "PRECISIONS",
-    "REDUCE_OPS",
-    "DType",
-    "EnvVar",
-    "ModulePath",
-    "OptionType",
-    "Pattern",
-    "PrecisionName",
-    "ReduceOp",
-]
-
 
 def required(text: str, *, inherit: bool = True) -> Any:
     """A spec key that must be given."""
@@ -130,6 +112,10 @@ class PrecisionDefaults:
     supported: tuple[PrecisionName, ...] | None = described(
         "Every precision this component accepts; omit to accept all."
     )
+    probes: dict[PrecisionName, ImportPath] | None = described(
+        "Accelerators only: supported precisions run only where a function says so (e.g. "
+        "{bf16-mixed: 'torch_npu.npu:is_bf16_supported'}), refused elsewhere naming it."
+    )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
 
@@ -162,6 +148,19 @@ class Backend:
         "Function called (without arguments) before the process group is created."
     )
     requires: tuple[Requirement, ...] = described("Modules the backend needs.", default=())
+    torch_name: Name | None = described(
+        "Name torch.distributed knows the backend by, where it differs from 'name' (two "
+        "vendors' libraries may register the same one, e.g. 'hccl')."
+    )
+    registered_by: ModulePath | None = described(
+        "Module whose import registers the backend with torch.distributed (imported first)."
+    )
+    from_device_map: bool = described(
+        "The backend is whichever one torch maps the device type to "
+        "(torch.distributed.Backend.default_device_backend_map), known at run time; "
+        "'reduce_ops' and 'casts' are what the spec relies on from any of them.",
+        default=False,
+    )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
 
@@ -200,7 +199,13 @@ class AcceleratorSpec:
 
     name: Name = required("Name users pass as accelerator=..., e.g. 'hpu'.", inherit=False)
     class_name: ClassName = required("Generated class, e.g. 'HPUAccelerator'.", inherit=False)
-    device_type: Name = required("torch.device type, e.g. 'cuda' or 'hpu'.")
+    device_type: Name | None = described(
+        "torch.device type, e.g. 'cuda' or 'hpu'; required unless 'current_device' gives it."
+    )
+    current_device: ImportPath | None = described(
+        "Function returning the device present at run time, whose type is the device type, "
+        "e.g. 'torch.accelerator:current_accelerator'."
+    )
     description: str = described("Docstring of the class.", default="", inherit=False)
     module: Name | None = described("Module name in the package; defaults to the accelerator name.")
     indexed: bool = described(
@@ -209,8 +214,16 @@ class AcceleratorSpec:
         default=True,
     )
     requires: tuple[Requirement, ...] = described("Modules that must be importable.", default=())
+    install: str | None = described(
+        "What to install for the device where 'requires' cannot name it (e.g. a build of "
+        "torch); shown by `stratgen list` and where the device is absent."
+    )
     is_available: ImportPath | None = described(
         "Function returning whether the device is present; omit for always available."
+    )
+    build_marker: ImportPath | None = described(
+        "Attribute ('module:name') set only by builds of torch for this device, which shares "
+        "its device type with another (e.g. 'torch.version:hip'); unset, the device is absent."
     )
     device_count: ImportPath | None = described(
         "Function returning the number of devices; omit for devices that are processes "
@@ -237,6 +250,15 @@ class AcceleratorSpec:
     teardown: ImportPath | None = described("Function called without arguments at teardown.")
     step_hooks: StepHooks = described_factory(
         "Functions called after backward / optimizer step.", StepHooks
+    )
+    deepspeed_accelerator: Name | None = described(
+        "DS_ACCELERATOR value with which DeepSpeed strategies select DeepSpeed's class for the "
+        "device (e.g. 'npu'); omit where it is the device type."
+    )
+    sync_batchnorm: bool = described(
+        "Whether torch.nn.SyncBatchNorm synchronises batch statistics on this device "
+        "(sync_batchnorm=True is refused elsewhere).",
+        default=False,
     )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()

@@ -17,8 +17,10 @@ import typing
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, Union
 
+from stratcore.contract import Pattern
+
 from .errors import Location, SpecError, SpecProblem, did_you_mean, one_of
-from .model import Pattern, SpecFile
+from .model import SpecFile
 
 if TYPE_CHECKING:  # nodes are made by yamlload: a run whose specs all come from the cache
     from .yamlload import Node  # never imports it, nor pyyaml

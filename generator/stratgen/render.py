@@ -89,7 +89,8 @@ def _render_lightning(
         files.append(RenderedFile(f"{package_dir}/{module.path}", text, True))
     test_template = renderer.template("tests/test_lightning.py.j2")
     for stem, case in sorted(lightning.test_cases(catalog, selection.strategies).items()):
-        frameworks = [f for f in ("fabric", "pytorch") if f in case.names or f in case.accelerators]
+        used = {row[0] for row in case.rows} | {framework for framework, _ in case.accelerators}
+        frameworks = [f for f in ("fabric", "pytorch") if f in used]
         text = test_template.render(
             header=header(f"{case.source} (Lightning target)"),
             case=case,
@@ -270,9 +271,9 @@ def _registry(
         package=package,
         import_blocks=imports.lines("registry.py"),
         strategies=entries,
-        # In order of preference for accelerator="auto": devices first, the CPU last.
+        # In order of preference for accelerator="auto" (Accelerator.preference).
         accelerators=[
-            (a.name, a.class_name) for a in sorted(accelerators, key=lambda a: a.name == "cpu")
+            (a.name, a.class_name) for a in sorted(accelerators, key=lambda a: a.preference)
         ],
         precision_plugins=[p.class_name for p in selectable],
         environments=[(e.name, e.class_name) for e in concrete_envs],

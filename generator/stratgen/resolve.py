@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from stratcore.contract import ENVIRONMENT_VALUES, PRECISIONS
 
+from . import devicechecks
 from .catalog import (
     BASE_SPECS,
     ROOT_STRATEGY,
@@ -40,7 +41,6 @@ from .corefacts import runtime_bases, runtime_option
 from .errors import Location, did_you_mean
 from .model import (
     AcceleratorSpec,
-    Backend,
     ClusterEnvironmentSpec,
     Option,
     PrecisionPluginSpec,
@@ -48,7 +48,7 @@ from .model import (
     ValueSource,
 )
 from .parse import spec_fields
-from .resolve_backends import backend_ref, resolve_backends
+from .resolve_backends import backend_ref, resolve_backends, strategy_backend
 
 E = TypeVar("E")
 
@@ -197,6 +197,7 @@ def _resolve_accelerators(catalog: Catalog, problems: Problems) -> None:
         check_precision_defaults(
             problems, spec.precision, "accelerator.precision", spec.precision.default, supported
         )
+        devicechecks.check_accelerator(problems, spec, supported)
         if backend is not None:
             catalog.accelerators[spec.name] = Accelerator(
                 spec=spec,
@@ -382,7 +383,7 @@ def _resolve_strategy(
         parent=parent,
         wrapper=wrapper,
         launcher=launcher,
-        backend=_strategy_backend(catalog, problems, spec, path, parent),
+        backend=strategy_backend(catalog, problems, spec, path, parent),
         default_precision=default_precision,
         supported_precisions=tuple(supported),
         cluster=tuple(cluster),
@@ -419,21 +420,6 @@ def _with_runtime_facts(
     )
 
 
-def _strategy_backend(
-    catalog: Catalog, problems: Problems, spec: StrategySpec, path: str, parent: Strategy | None
-) -> Backend | None:
-    """'auto' -> None (chosen from the accelerator); a declared name; or an inline declaration."""
-    if spec.backend is None:
-        return parent.backend if parent else None
-    if isinstance(spec.backend, Backend):
-        return catalog.backends.get(spec.backend.name)
-    if spec.backend == "auto":
-        return None
-    return backend_ref(
-        catalog, problems, spec.backend, field_loc(spec, "backend"), f"{path}.backend"
-    )
-
-
 def _strategy_precision(
     problems: Problems, spec: StrategySpec, path: str, parent: Strategy | None
 ) -> tuple[str | None, tuple[str, ...]]:
@@ -445,4 +431,5 @@ def _strategy_precision(
     supported = precision.supported if precision and precision.supported else parent_supported
     if precision is not None:
         check_precision_defaults(problems, precision, f"{path}.precision", default, supported)
+    devicechecks.check_no_probes(problems, precision, f"{path}.precision")
     return default, tuple(supported)

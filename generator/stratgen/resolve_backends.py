@@ -3,10 +3,11 @@ rest)."""
 
 from __future__ import annotations
 
-from .catalog import Catalog, Source
+from . import devicechecks
+from .catalog import Catalog, Source, Strategy
 from .checks import Problems, field_loc
 from .errors import Location, did_you_mean
-from .model import Backend
+from .model import Backend, StrategySpec
 
 
 def resolve_backends(catalog: Catalog, problems: Problems) -> None:
@@ -49,6 +50,7 @@ def _declare_backend(
             problems.add(
                 field_loc(backend, "casts"), f"{path}.casts.{src}", f"casts {src} to itself"
             )
+    devicechecks.check_backend_naming(problems, backend, path)
     catalog.backends.setdefault(backend.name, backend)
     catalog.backend_sources.setdefault(backend.name, source)
 
@@ -66,3 +68,19 @@ def backend_ref(
         f"declared backends: {', '.join(catalog.backends) or 'none'}",
     )
     return None
+
+
+def strategy_backend(
+    catalog: Catalog, problems: Problems, spec: StrategySpec, path: str, parent: Strategy | None
+) -> Backend | None:
+    """A strategy's backend: 'auto' -> None (chosen from the accelerator); a declared name; or
+    an inline declaration; unset, its parent's."""
+    if spec.backend is None:
+        return parent.backend if parent else None
+    if isinstance(spec.backend, Backend):
+        return catalog.backends.get(spec.backend.name)
+    if spec.backend == "auto":
+        return None
+    return backend_ref(
+        catalog, problems, spec.backend, field_loc(spec, "backend"), f"{path}.backend"
+    )

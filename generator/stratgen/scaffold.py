@@ -13,11 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stratcore.contract import DEFAULT_PRECISION, GENERAL_LAUNCHERS, STRATEGY_KINDS
+from stratcore.contract import (
+    DEFAULT_PRECISION,
+    GENERAL_LAUNCHERS,
+    PRECISIONS,
+    PRECISION_ALIASES,
+    STRATEGY_KINDS,
+)
 
 from .errors import StratgenError, did_you_mean
 from .files import atomic_write
-from .model import PRECISIONS, PRECISION_ALIASES
 from .project import Project
 from .resolve import resolve
 

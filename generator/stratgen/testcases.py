@@ -116,7 +116,8 @@ def _expectation(catalog: Catalog, strategy: Strategy | None, accelerator_name: 
     keywords = [
         ("default_precision", literal(default)),
         ("precisions", "PRECISIONS" if precisions == PRECISIONS else literal(precisions)),
-        ("backend", literal(backend.name)),
+        # The name the process group runs under (the spec's own where torch names it at run time).
+        ("backend", literal(backend.torch_name or backend.name)),
     ]
     if tuple(backend.reduce_ops) != REDUCE_OPS:
         keywords.append(("reduce_ops", literal(tuple(backend.reduce_ops))))
@@ -124,6 +125,11 @@ def _expectation(catalog: Catalog, strategy: Strategy | None, accelerator_name: 
         keywords.append(("casts", literal(dict(backend.casts))))
     if step_hooks:
         keywords.append(("step_hooks", literal(step_hooks)))
+    if backend.from_device_map:
+        keywords.append(("backend_from_device_map", "True"))
+    probes = {m: p for m, p in (accelerator.spec.precision.probes or {}).items() if m in precisions}
+    if probes:
+        keywords.append(("probes", literal(probes)))
     return _call("Expectation", [], keywords)
 
 

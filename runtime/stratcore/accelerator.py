@@ -2,13 +2,16 @@
 
 Generated accelerator classes only set the class attributes below from their spec; probes and
 hooks are import paths (``'torch.cuda:is_available'``) resolved when first needed, so that a
-missing hardware plugin costs nothing until it is used.
+missing hardware plugin costs nothing until it is used. An accelerator whose device type is
+known only at run time (``current_device_hook``, e.g. whatever ``torch.accelerator`` finds) asks
+for it each time ``device_type`` is read.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -21,6 +24,16 @@ from .imports import Requirement, import_object, require
 GLOO = CollectiveBackend("gloo")
 
 
+class _DeviceType:
+    """``Accelerator.device_type`` where a class does not set it: the type of the device its
+    ``current_device_hook`` returns (the CPU where that is None or there is no hook)."""
+
+    def __get__(self, instance: Any, owner: type[Accelerator]) -> str:
+        hook = owner.current_device_hook
+        device = import_object(hook)() if hook is not None else None
+        return torch.device(device).type if device is not None else "cpu"
+
+
 class Accelerator:
     """Base class of accelerators.
 
@@ -29,16 +42,26 @@ class Accelerator:
     """
 
     name: ClassVar[str] = ""
-    device_type: ClassVar[str] = "cpu"
-    #: Whether devices carry an index (cuda:0) or are addressed as a whole (cpu, hpu).
+    #: torch.device type of the devices; see ``_DeviceType`` for classes that do not set it.
+    device_type: ClassVar[str] = _DeviceType()  # type: ignore[assignment]
+    #: Function returning the device torch uses at run time (an accelerator for whichever
+    #: device is present); its type is ``device_type``.
+    current_device_hook: ClassVar[str | None] = None
+    #: Whether devices carry an index (cuda:0) or are addressed as a whole (cpu processes).
     indexed: ClassVar[bool] = True
     backend: ClassVar[CollectiveBackend] = GLOO
     default_precision: ClassVar[str] = DEFAULT_PRECISION
     supported_precisions: ClassVar[tuple[str, ...]] = PRECISIONS
+    #: Supported precisions the device has only where a function says so (precision ->
+    #: 'module:function'), e.g. bfloat16 on devices that report it.
+    precision_probes: ClassVar[Mapping[str, str]] = {}
     grad_scaler: ClassVar[bool] = False
     #: Devices selected by devices="auto"; None selects every available device.
     auto_devices: ClassVar[int | None] = None
     is_available_hook: ClassVar[str | None] = None
+    #: 'module:attribute' that only builds of torch for this device set (not None, not empty),
+    #: for devices that share a device type with another build's devices.
+    build_marker: ClassVar[str | None] = None
     #: Function counting devices; None for devices that are processes (any number).
     device_count_hook: ClassVar[str | None] = None
     visible_devices_env: ClassVar[str | None] = None
@@ -47,13 +70,20 @@ class Accelerator:
     after_backward_hook: ClassVar[str | None] = None
     after_optimizer_step_hook: ClassVar[str | None] = None
     requires: ClassVar[tuple[Requirement, ...]] = ()
+    #: What to install to use the device, where ``requires`` cannot name it.
+    install: ClassVar[str | None] = None
+    #: DeepSpeed's name for the device (the DS_ACCELERATOR value of its accelerator class),
+    #: where it is not the device type.
+    deepspeed_accelerator: ClassVar[str | None] = None
+    #: Whether torch.nn.SyncBatchNorm synchronises batch statistics on this device.
+    sync_batchnorm: ClassVar[bool] = False
 
     # -- what is here --------------------------------------------------------------------
 
     @classmethod
     def is_available(cls) -> bool:
         """Whether the device's software is installed and at least one device is present."""
-        if not all(r.available for r in cls.requires):
+        if not all(r.available for r in cls.requires) or not cls.built_for():
             return False
         if cls.is_available_hook is None:
             return True
@@ -70,9 +100,26 @@ class Accelerator:
         return int(import_object(cls.device_count_hook)()) if cls.is_available() else 0
 
     @classmethod
+    def built_for(cls) -> bool:
+        """Whether this build of torch is one for the device (always, without a build marker)."""
+        if cls.build_marker is None:
+            return True
+        try:
+            return bool(import_object(cls.build_marker))
+        except (ImportError, AttributeError):
+            return False
+
+    @classmethod
     def check_available(cls) -> None:
         """Raise a clear error if this accelerator cannot be used here."""
         require(cls.requires, f"accelerator={cls.name!r}")
+        hint = f"; it needs: {cls.install}" if cls.install else ""
+        if not cls.built_for():
+            marker = str(cls.build_marker).replace(":", ".")
+            raise MisconfigurationError(
+                f"accelerator={cls.name!r} needs a build of torch for it, and this one "
+                f"(torch {torch.__version__}) is not: {marker} is not set{hint}"
+            )
         if not cls.is_available():
             probe = (
                 f" ({cls.is_available_hook.replace(':', '.')}() is False)"
@@ -80,8 +127,41 @@ class Accelerator:
                 else ""
             )
             raise MisconfigurationError(
-                f"accelerator={cls.name!r} is not available on this machine{probe}"
+                f"accelerator={cls.name!r} is not available on this machine{probe}{hint}"
             )
+
+    @classmethod
+    def collective_backend(cls) -> CollectiveBackend:
+        """The backend processes on this device use by default (for a backend taken from
+        torch's device map, the one torch maps ``device_type`` to)."""
+        return cls.backend.for_device(cls.device_type)
+
+    # -- precisions ----------------------------------------------------------------------
+
+    @classmethod
+    def precision_refused(cls, precision: str) -> str | None:
+        """Why the device here cannot run ``precision``, one of its supported precisions that
+        a probe decides; None when it can (or when no device is present to ask)."""
+        probe = cls.precision_probes.get(precision)
+        if probe is None or not cls.is_available():
+            return None
+        try:
+            supported = bool(import_object(probe)())
+        except Exception as exc:  # a probe that cannot run answers "no"
+            supported, failure = False, f" ({type(exc).__name__}: {exc})"
+        else:
+            failure = ""
+        if supported:
+            return None
+        return (
+            f"precision={precision!r}: accelerator {cls.name!r} runs it only where "
+            f"{probe.replace(':', '.')}() is True, and it is not on this machine{failure}"
+        )
+
+    @classmethod
+    def available_precisions(cls) -> tuple[str, ...]:
+        """The supported precisions the device here runs (the probed ones it confirms)."""
+        return tuple(p for p in cls.supported_precisions if cls.precision_refused(p) is None)
 
     # -- which devices -------------------------------------------------------------------
 
@@ -164,9 +244,18 @@ class Accelerator:
 
     @classmethod
     def get_parallel_devices(cls, indices: Sequence[int]) -> list[torch.device]:
-        if cls.indexed:
-            return [torch.device(cls.device_type, i) for i in indices]
-        return [torch.device(cls.device_type) for _ in indices]
+        """One ``torch.device`` per process. The device's software is imported first: an
+        extension of torch (a PrivateUse1 device) gives torch the device type's name."""
+        for requirement in cls.requires:
+            if requirement.available:
+                importlib.import_module(requirement.module)
+        try:
+            if cls.indexed:
+                return [torch.device(cls.device_type, i) for i in indices]
+            return [torch.device(cls.device_type) for _ in indices]
+        except RuntimeError:  # a device type torch does not know without the device's software
+            require(cls.requires, f"accelerator={cls.name!r}")
+            raise
 
     # -- per process ---------------------------------------------------------------------
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -34,6 +35,40 @@ class CollectiveBackend:
     casts: Mapping[str, str] = field(default_factory=dict)
     init_hook: str | None = None
     requires: tuple[Requirement, ...] = ()
+    #: The name torch.distributed knows the backend by, where it differs from ``name`` (two
+    #: vendors' libraries may register the same name).
+    torch_name: str | None = None
+    #: Module whose import registers the backend with torch.distributed.
+    registered_by: str | None = None
+    #: Whether the backend is the one torch maps the device type to
+    #: (``Backend.default_device_backend_map``), known only at run time (``for_device``).
+    from_device_map: bool = False
+
+    @property
+    def process_group_name(self) -> str:
+        """The name ``torch.distributed.init_process_group`` takes for this backend."""
+        return self.torch_name or self.name
+
+    def for_device(self, device_type: str) -> CollectiveBackend:
+        """This backend on devices of ``device_type``: for a backend taken from torch's device
+        map, the one torch maps that type to, with this backend's capabilities."""
+        if not self.from_device_map:
+            return self
+        self.register()
+        mapped = dist.Backend.default_device_backend_map.get(device_type)
+        if mapped is None:
+            raise MisconfigurationError(
+                f"backend {self.name!r} is the one torch.distributed maps the device type to, and "
+                f"it maps none to {device_type!r} (Backend.default_device_backend_map: "
+                f"{dict(dist.Backend.default_device_backend_map)}); name a backend with "
+                "process_group_backend"
+            )
+        return replace(self, torch_name=str(mapped), from_device_map=False)
+
+    def register(self) -> None:
+        """Make the backend known to torch.distributed: import the module that registers it."""
+        if self.registered_by is not None:
+            importlib.import_module(self.registered_by)
 
     def cast_for(self, dtype: torch.dtype) -> torch.dtype | None:
         """The dtype to reduce ``dtype`` in, or None if the backend handles it as is."""

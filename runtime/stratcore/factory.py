@@ -155,7 +155,7 @@ def _processes_started_per_node(
 def auto_strategy(registry: Registry, accelerator: Accelerator, processes: int) -> str:
     """What strategy='auto' means on ``accelerator``: 'single_device' for one process and
     'ddp' for several, or the first registered strategy of that kind made for the device
-    (e.g. 'hpu_single' and 'hpu_parallel' on Habana devices)."""
+    (e.g. 'acme_single' and 'acme_parallel' on a device 'acme' whose spec provides them)."""
     wanted = "single_device" if processes == 1 else "parallel"
     preferred = "single_device" if wanted == "single_device" else "ddp"
     candidates: list[str] = []
@@ -240,6 +240,9 @@ def _check_precision(
             f"precision={shown!r}: accelerator {accelerator.name!r} supports "
             f"{', '.join(accelerator.supported_precisions)}"
         )
+    refused = accelerator.precision_refused(mode)
+    if refused is not None:
+        raise MisconfigurationError(refused)
 
 
 # --- describing the registry -------------------------------------------------------------------
@@ -289,7 +292,7 @@ class StrategyFactory:
         Args:
             strategy: A registry name in any letter case (``"ddp"``, ``"ddp_spawn"``, ``"ddp_find_unused_parameters_true"``,
                 ...), ``"auto"`` (``"single_device"`` for one device, else ``"ddp"``, or the
-                strategies a device's spec provides for them, such as ``"hpu_parallel"``), a strategy
+                strategies a device's spec provides for them, such as ``"acme_parallel"``), a strategy
                 class, or an instance to complete.
             accelerator: ``"auto"`` (the first available one the strategy supports), a name such
                 as ``"cpu"`` or ``"cuda"`` in any letter case, or an Accelerator.

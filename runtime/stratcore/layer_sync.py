@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from .exceptions import MisconfigurationError
+
+if TYPE_CHECKING:
+    from .accelerator import Accelerator
 
 
 class LayerSync(ABC):
@@ -21,8 +25,15 @@ class LayerSync(ABC):
     def revert(self, module: nn.Module) -> nn.Module:
         """Undo ``apply``."""
 
-    def check_supported(self, module: nn.Module, device: torch.device, world_size: int) -> None:
-        """Raise MisconfigurationError if ``module`` cannot be synchronised on ``device``."""
+    def check_supported(
+        self,
+        module: nn.Module,
+        device: torch.device,
+        world_size: int,
+        accelerator: Accelerator | None = None,
+    ) -> None:
+        """Raise MisconfigurationError if ``module`` cannot be synchronised on ``device`` (of
+        ``accelerator``, where the strategy knows it)."""
         return None
 
 
@@ -33,28 +44,37 @@ class TorchSyncBatchNorm(LayerSync):
     torch implements the synchronised statistics only for accelerators (its
     ``batch_norm_stats`` kernels have no CPU version, and ``SyncBatchNorm`` refuses CPU
     tensors), so several CPU processes cannot use it; ``check_supported`` says so before
-    training starts rather than at the first forward pass.
+    training starts rather than at the first forward pass. Which devices it synchronises on is
+    a fact of each accelerator's spec (``sync_batchnorm``); without an accelerator, CUDA devices
+    and the PrivateUse1 device torch names are taken to support it.
     """
-
-    #: Device types whose tensors torch.nn.SyncBatchNorm synchronises.
-    device_types: tuple[str, ...] = ("cuda", "hpu", "xpu")
 
     def apply(self, module: nn.Module) -> nn.Module:
         return nn.SyncBatchNorm.convert_sync_batchnorm(module)
 
-    def check_supported(self, module: nn.Module, device: torch.device, world_size: int) -> None:
+    def check_supported(
+        self,
+        module: nn.Module,
+        device: torch.device,
+        world_size: int,
+        accelerator: Accelerator | None = None,
+    ) -> None:
         if world_size < 2:
             return  # a single process normalises with its own statistics
-        supported = (*self.device_types, torch._C._get_privateuse1_backend_name())
-        if device.type in supported:
+        if accelerator is not None:
+            supported = accelerator.sync_batchnorm
+        else:
+            supported = device.type in ("cuda", torch._C._get_privateuse1_backend_name())
+        if supported:
             return
         if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()):
             return
+        where = f" (accelerator {accelerator.name!r})" if accelerator is not None else ""
         raise MisconfigurationError(
             f"sync_batchnorm=True: torch.nn.SyncBatchNorm synchronises batch statistics only on "
-            f"{', '.join(self.device_types)} devices (torch {torch.__version__.split('+')[0]} has no CPU "
-            f"kernels for it), and this strategy trains on {device.type}; use sync_batchnorm=False on "
-            f"{device.type}, or train on an accelerator"
+            f"accelerators whose spec says it does (torch {torch.__version__.split('+')[0]} has no "
+            f"CPU kernels for it), and this strategy trains on {device.type}{where}; use "
+            f"sync_batchnorm=False on {device.type}, or train on an accelerator"
         )
 
     def revert(self, module: nn.Module) -> nn.Module:

@@ -117,9 +117,14 @@ class ParallelStrategyBase(StrategyBase):
     @property
     def collective_backend(self) -> CollectiveBackend:
         """The backend the process group uses, with its capabilities."""
-        if self.process_group_backend is not None:
-            return registry_of(type(self)).backend(self.process_group_backend)
-        return self.backend or self.accelerator.backend
+        accelerator = self.accelerator
+        backend = self.backend or accelerator.backend
+        chosen = self.process_group_backend
+        # The name torch knows the strategy's own backend by stands for that backend (two
+        # vendors' libraries may register the same name); any other name is looked up.
+        if chosen is not None and chosen not in (backend.name, backend.torch_name):
+            backend = registry_of(type(self)).backend(chosen)
+        return backend.for_device(accelerator.device_type)
 
     # -- ranks ---------------------------------------------------------------------------
 
@@ -171,7 +176,7 @@ class ParallelStrategyBase(StrategyBase):
                 raise MisconfigurationError(
                     f"process_group_backend={name!r} is not a collective backend; use one of {', '.join(known)}"
                 )
-            if not dist.is_backend_available(name):
+            if not dist.is_backend_available(self.collective_backend.process_group_name):
                 raise MisconfigurationError(
                     f"process_group_backend={name!r} is not available in this torch build"
                     f" (available: {', '.join(b for b in known if dist.is_backend_available(b))})"
@@ -190,9 +195,10 @@ class ParallelStrategyBase(StrategyBase):
     def setup_distributed(self) -> None:
         """Create the default process group, or reuse the one an earlier launch created."""
         backend = self.collective_backend
-        if dist.is_initialized() and not self._replace_process_group(backend.name):
+        if dist.is_initialized() and not self._replace_process_group(backend.process_group_name):
             return
         require(backend.requires, f"backend {backend.name!r}")
+        backend.register()
         if backend.init_hook is not None:
             import_object(backend.init_hook)()
         environment = self.cluster_environment
@@ -205,7 +211,7 @@ class ParallelStrategyBase(StrategyBase):
             # The store the launcher holds, where it holds one; else the env:// rendezvous.
             store = joined_store(address, port, self.world_size, self.timeout)
             dist.init_process_group(
-                backend.name,
+                backend.process_group_name,
                 rank=self.global_rank,
                 world_size=self.world_size,
                 timeout=timedelta(seconds=self.timeout),
@@ -297,7 +303,7 @@ class ParallelStrategyBase(StrategyBase):
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not self._distributed():
             return obj
-        device = self.root_device if self.collective_backend.name == "nccl" else None
+        device = self.root_device if self.collective_backend.process_group_name == "nccl" else None
         with self.timeouts_reported("broadcast"):
             return collectives.broadcast_object(obj, src, device=device)
 
@@ -305,7 +311,7 @@ class ParallelStrategyBase(StrategyBase):
         if not self._distributed():
             return
         with self.timeouts_reported(f"barrier {name!r}" if name else "barrier"):
-            if self.collective_backend.name == "nccl":
+            if self.collective_backend.process_group_name == "nccl":
                 dist.barrier(device_ids=[self.root_device.index or 0])
             else:
                 dist.barrier()

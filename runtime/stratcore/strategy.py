@@ -248,7 +248,9 @@ class StrategyBase(CheckpointingBase):
         module, compiled = _uncompiled(module)
         module = self.precision_plugin.convert_module(module)
         if self._layer_sync is not None:
-            self._layer_sync.check_supported(module, self.root_device, self.world_size)
+            self._layer_sync.check_supported(
+                module, self.root_device, self.world_size, self.accelerator
+            )
             module = self._layer_sync.apply(module)
         module = self.model_to_device(module)
         hook = self.hook("setup")

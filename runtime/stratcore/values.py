@@ -47,7 +47,7 @@ ModulePath = Annotated[
     str,
     Pattern(
         r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
-        "a dotted module path such as 'habana_frameworks.torch'",
+        "a dotted module path such as 'torch.distributed'",
     ),
 ]
 EnvVar = Annotated[

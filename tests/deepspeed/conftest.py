@@ -27,7 +27,9 @@ Runner = Callable[..., tuple[subprocess.CompletedProcess[str], Any]]
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No cluster variables from outside, and no DeepSpeed accelerator chosen in advance."""
     testing.isolated_environment(monkeypatch)
-    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    # Set, then removed, so that what a launch sets is removed when the test ends.
+    monkeypatch.setenv("DS_ACCELERATOR", "")
+    monkeypatch.delenv("DS_ACCELERATOR")
     yield
 
 

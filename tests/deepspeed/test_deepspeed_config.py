@@ -176,7 +176,10 @@ def test_zero_stage_outside_the_choices_is_refused_by_the_factory() -> None:
 def test_mistakes_surface_when_launching_before_any_process_starts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    # Set, then removed: monkeypatch then removes what the strategy sets when the test ends
+    # (a variable it only removes, absent, it leaves as the test leaves it).
+    monkeypatch.setenv("DS_ACCELERATOR", "")
+    monkeypatch.delenv("DS_ACCELERATOR")
     strategy = _strategy(zero_stage=1, offload_parameters=True)
     with pytest.raises(MisconfigurationError, match="offload_parameters needs ZeRO stage 3"):
         strategy.launch(lambda _: None)

@@ -1,8 +1,10 @@
 """Running scripts against stand-ins of hardware packages that cannot be installed here.
 
 The stand-ins under ``standins/`` are small CPU-only packages with the names and the functions
-of the real ones (habana_frameworks, horovod, torch_xla, poptorch, bagua). They record every
-call in a JSON-lines file, so that a test can check what stratlib called and in which order.
+of the real ones (habana_frameworks, horovod, torch_xla, poptorch, bagua, torch_npu, torch_mlu,
+torch_musa); ``standin_torch`` stands in for the parts of torch's device builds. They record
+every call in a JSON-lines file, so that a test can check what stratlib called and in which
+order.
 They are copied into a temporary folder and put on the PYTHONPATH of a fresh process only:
 the test process itself never sees them.
 """
@@ -48,12 +50,18 @@ class Run:
         return sorted({e["pid"] for e in self.events})
 
 
-def install_standins(folder: Path, packages: tuple[str, ...]) -> Path:
+def install_standins(folder: Path, packages: tuple[str, ...], devices: bool = False) -> Path:
+    """A folder for the PYTHONPATH with the stand-in ``packages``; with ``devices``, also
+    ``sitecustomize``, which places the accelerators named in STANDIN_ON_CPU on the CPU and
+    stands in for the parts of torch named in STANDIN_TORCH."""
     site = folder / "standin-site"
     site.mkdir(parents=True, exist_ok=True)
-    shutil.copy(STANDINS / "standin_events.py", site)
+    for helper in STANDINS.glob("standin_*.py"):  # what the stand-in packages share
+        shutil.copy(helper, site)
     for package in packages:
         shutil.copytree(STANDINS / package, site / package, dirs_exist_ok=True)
+    if devices:
+        shutil.copy(STANDINS / "sitecustomize.py", site)
     return site
 
 
@@ -64,10 +72,12 @@ def run_script(
     standins: tuple[str, ...] = (),
     args: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    devices: bool = False,
 ) -> Run:
-    """Run ``source`` as ``folder/script.py`` with the stand-ins and the generated package."""
+    """Run ``source`` as ``folder/script.py`` with the stand-ins and the generated package
+    (``devices``: with ``sitecustomize`` too, see ``install_standins``)."""
     folder.mkdir(parents=True, exist_ok=True)
-    site = install_standins(folder, standins)
+    site = install_standins(folder, standins, devices)
     script = folder / "script.py"
     script.write_text(textwrap.dedent(source), encoding="utf-8")
     events = folder / "events.jsonl"

@@ -1,10 +1,12 @@
 """The generated tests of the hardware specs, run here against the stand-ins.
 
-generated/tests/test_<spec>.py of HPU, TPU/XLA, IPU, Horovod and Bagua skip on a machine
-without that hardware. Here they run in a fresh pytest process whose PYTHONPATH holds the
-stand-in packages (tests/hardware/standins: CPU-only packages with the names and functions
+generated/tests/test_<spec>.py of HPU, TPU/XLA, IPU, Horovod, Bagua, Intel XPU, Ascend NPU,
+Cambricon MLU, Moore Threads MUSA, AMD ROCm and the generic torch.accelerator device skip on a
+machine without that hardware. Here they run in a fresh pytest process whose PYTHONPATH holds
+the stand-in packages (tests/hardware/standins: CPU-only packages with the names and functions
 of the real ones, backed by gloo) and ``standins/sitecustomize.py``, which gives the
-processes of the stand-in accelerators the CPU. The generated tests are not changed for
+processes of the stand-in accelerators the CPU and stands in for the parts of torch's device
+builds the specs name (``standins/standin_torch.py``). The generated tests are not changed for
 this: they find their device present and run.
 
 What only the real hardware can check, the runs below deselect or leave to it: where tensors
@@ -35,6 +37,8 @@ class StandIn:
     packages: tuple[str, ...]
     #: Accelerators whose processes get the CPU ('cuda:2': also present, with 2 devices).
     on_cpu: tuple[str, ...] = ()
+    #: Parts of torch's device builds to stand in for (``standins/standin_torch.py``).
+    torch: tuple[str, ...] = ()
     environ: dict[str, str] = field(default_factory=dict)
     #: Generated tests left to the hardware (a pytest -k expression), and why.
     hardware_only: tuple[str, ...] = ()
@@ -93,6 +97,51 @@ STANDINS = {
             "(tests/hardware/test_bagua.py trains through the wrapper with the CPU accelerator)"
         ),
     ),
+    # The devices of today's accelerators: their processes get the CPU, so where tensors live
+    # ('gives_processes') is left to the hardware.
+    "xpu": StandIn(
+        packages=(),
+        on_cpu=("xpu",),
+        torch=("xpu", "xccl"),
+        hardware_only=("gives_processes",),
+        expected_skips=("test_accelerator[xpu-absent_is_a_clear_error]",),
+    ),
+    "npu": StandIn(
+        packages=("torch_npu",),
+        on_cpu=("npu",),
+        hardware_only=("gives_processes",),
+        expected_skips=("test_accelerator[npu-absent_is_a_clear_error]",),
+    ),
+    # MLU370 devices have no bfloat16: the stand-in's probe says so, and bfloat16 is refused.
+    "mlu": StandIn(
+        packages=("torch_mlu",),
+        on_cpu=("mlu",),
+        environ={"STANDIN_MLU_BF16": "0"},
+        hardware_only=("gives_processes",),
+        expected_skips=("test_accelerator[mlu-absent_is_a_clear_error]",),
+    ),
+    "musa": StandIn(
+        packages=("torch_musa",),
+        on_cpu=("musa",),
+        hardware_only=("gives_processes",),
+        expected_skips=("test_accelerator[musa-absent_is_a_clear_error]",),
+    ),
+    # A ROCm build drives torch's 'cuda' devices, which a CPU build cannot pretend to have:
+    # the stand-in makes the accelerator present with 2 devices and the build a ROCm one.
+    "rocm": StandIn(
+        packages=(),
+        on_cpu=("rocm:2",),
+        torch=("hip", "nccl"),
+        hardware_only=("gives_processes",),
+        expected_skips=("test_accelerator[rocm-absent_is_a_clear_error]",),
+    ),
+    "generic": StandIn(
+        packages=(),
+        on_cpu=("generic",),
+        torch=("accelerator",),
+        hardware_only=("gives_processes",),
+        expected_skips=("test_accelerator[generic-absent_is_a_clear_error]",),
+    ),
 }
 
 
@@ -114,13 +163,11 @@ def _run_on_standins(
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
     """Run one generated test module in a fresh pytest process on ``spec``'s stand-ins."""
     standin = STANDINS[spec]
-    site = install_standins(tmp_path, standin.packages)
-    (site / "sitecustomize.py").write_bytes(
-        (Path(__file__).parent / "standins" / "sitecustomize.py").read_bytes()
-    )
+    site = install_standins(tmp_path, standin.packages, devices=True)
     environ = clean_environ(standin.environ)
     environ["PYTHONPATH"] = os.pathsep.join([str(site), str(GENERATED)])
     environ["STANDIN_ON_CPU"] = ",".join(standin.on_cpu)
+    environ["STANDIN_TORCH"] = ",".join(standin.torch)
     report = tmp_path / "report.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += [f"--junitxml={report}", str(GENERATED / "tests" / test_file), *extra]
@@ -128,45 +175,40 @@ def _run_on_standins(
     return process, _junit_outcomes(report) if report.is_file() else {}
 
 
+#: Specs whose devices have Lightning plugins (Lightning 2.6 has none of these devices).
+LIGHTNING = ("hpu", "xpu", "npu", "mlu", "musa", "rocm", "generic")
+
+
 @pytest.mark.slow
-def test_lightning_plugins_of_the_hpu_spec_train_on_its_standins(tmp_path: Path) -> None:
-    """The Lightning target's tests of specs/hpu.yaml, with HPUs standing in on the CPU: the
-    Trainer and Fabric plugins register, and train on one and on two processes (over the
-    stand-in HCCL, with its emulated reductions) like one process."""
+@pytest.mark.parametrize("spec", LIGHTNING)
+def test_lightning_plugins_of_the_spec_train_on_its_standins(spec: str, tmp_path: Path) -> None:
+    """The Lightning target's tests of the spec, with its devices standing in on the CPU: the
+    Trainer and Fabric plugins register under the spec's names, and a Trainer (built with
+    ``accelerator="<device>", strategy="<name>"`` after ``import stratlib.lightning.pytorch``)
+    and a Fabric loop train on one and on two processes, over the stand-in backend with the
+    spec's emulated reductions, like one process. The FSDP plugins skip: Lightning's
+    FSDPStrategy wraps the model in torch's FSDP1, which needs a device other than the CPU."""
     pytest.importorskip("lightning")
-    process, outcomes = _run_on_standins("hpu", "test_lightning_hpu.py", tmp_path, [])
+    process, outcomes = _run_on_standins(spec, f"test_lightning_{spec}.py", tmp_path, [])
     assert process.returncode == 0, process.stdout[-6000:] + process.stderr[-2000:]
-    assert len(outcomes) == 6 and set(outcomes.values()) == {"passed"}, outcomes
+    skipped = sorted(name for name, outcome in outcomes.items() if outcome == "skipped")
+    fsdp_runs = [n for n in outcomes if "trains_like_one_process" in n and "_fsdp" in n]
+    assert skipped == sorted(fsdp_runs), outcomes
+    trained = [n for n, o in outcomes.items() if o == "passed" and "trains_like_one_process" in n]
+    assert len(trained) >= 4, outcomes  # Trainer and Fabric, one and two processes
+    assert set(outcomes.values()) <= {"passed", "skipped"}, outcomes
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", list(STANDINS))
 def test_generated_tests_of_the_spec_pass_on_its_standins(spec: str, tmp_path: Path) -> None:
     standin = STANDINS[spec]
-    site = install_standins(tmp_path, standin.packages)
-    (site / "sitecustomize.py").write_bytes(
-        (Path(__file__).parent / "standins" / "sitecustomize.py").read_bytes()
-    )
-    environ = clean_environ(standin.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(site), str(GENERATED)])
-    environ["STANDIN_ON_CPU"] = ",".join(standin.on_cpu)
-    report = tmp_path / "report.xml"
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={report}",
-        str(GENERATED / "tests" / f"test_{spec}.py"),
-    ]
+    extra = []
     if standin.hardware_only:
-        command += ["-k", " and ".join(f"not {name}" for name in standin.hardware_only)]
+        extra += ["-k", " and ".join(f"not {name}" for name in standin.hardware_only)]
     if standin.without_runs:
-        command += ["-m", "not slow"]
-    process = watch.run(command, cwd=REPO, env=environ)
-    outcomes = _junit_outcomes(report) if report.is_file() else {}
+        extra += ["-m", "not slow"]
+    process, outcomes = _run_on_standins(spec, f"test_{spec}.py", tmp_path, extra)
     assert process.returncode == 0, (
         f"the generated tests of specs/{spec}.yaml failed on the stand-ins:\n"
         + process.stdout[-6000:]

@@ -21,6 +21,7 @@ class CPUAccelerator(Accelerator):
     """
 
     name: ClassVar[str] = "cpu"
+    device_type: ClassVar[str] = "cpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = GLOO
     supported_precisions: ClassVar[tuple[str, ...]] = (

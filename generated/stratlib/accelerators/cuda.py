@@ -29,3 +29,4 @@ class CUDAAccelerator(Accelerator):
     visible_devices_env: ClassVar[str | None] = "CUDA_VISIBLE_DEVICES"
     set_device_hook: ClassVar[str | None] = "torch.cuda:set_device"
     teardown_hook: ClassVar[str | None] = "torch.cuda:empty_cache"
+    sync_batchnorm: ClassVar[bool] = True

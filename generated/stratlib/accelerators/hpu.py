@@ -35,6 +35,7 @@ class HPUAccelerator(Accelerator):
     visible_devices_env: ClassVar[str | None] = "HABANA_VISIBLE_MODULES"
     after_backward_hook: ClassVar[str | None] = "habana_frameworks.torch.core:mark_step"
     after_optimizer_step_hook: ClassVar[str | None] = "habana_frameworks.torch.core:mark_step"
+    sync_batchnorm: ClassVar[bool] = True
     requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "habana_frameworks.torch",

@@ -27,6 +27,7 @@ class IPUAccelerator(Accelerator):
     """
 
     name: ClassVar[str] = "ipu"
+    device_type: ClassVar[str] = "cpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = GLOO
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")

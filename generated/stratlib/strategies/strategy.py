@@ -21,4 +21,17 @@ class Strategy(StrategyBase):
     Its arguments are those of ``StrategyBase``.
     """
 
-    accelerators: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "hpu", "ipu", "mps", "tpu")
+    accelerators: ClassVar[tuple[str, ...]] = (
+        "cpu",
+        "cuda",
+        "generic",
+        "hpu",
+        "ipu",
+        "mlu",
+        "mps",
+        "musa",
+        "npu",
+        "rocm",
+        "tpu",
+        "xpu",
+    )

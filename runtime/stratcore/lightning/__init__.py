@@ -5,9 +5,9 @@ A generated package can also emit plugins for Lightning's ``Trainer`` (``lightni
 an adapter here and from the Lightning class that gives the behaviour, and names the generated
 stratcore-side class that carries the spec's facts::
 
-    class HPUParallelStrategy(StrategyAdapter, lightning.pytorch.strategies.DDPStrategy):
-        spec = stratlib.strategies.hpu_parallel.HPUParallelStrategy
-        strategy_name = "hpu_parallel"
+    class AcmeParallelStrategy(StrategyAdapter, lightning.pytorch.strategies.DDPStrategy):
+        spec = acmelib.strategies.acme_parallel.AcmeParallelStrategy
+        strategy_name = "acme_parallel"
         environments = (SLURMEnvironment, ...)
 
 The adapters (``accelerators``, ``strategies``, ``environments``, ``precision``) turn the facts

@@ -2,8 +2,8 @@
 
 A generated Lightning accelerator is::
 
-    class HPUAccelerator(AcceleratorAdapter, lightning.pytorch.accelerators.Accelerator):
-        spec = stratlib.accelerators.hpu.HPUAccelerator
+    class AcmeAccelerator(AcceleratorAdapter, lightning.pytorch.accelerators.Accelerator):
+        spec = acmelib.accelerators.acme.AcmeAccelerator
 
 (or the same over ``lightning.fabric.accelerators.Accelerator``; a spec whose devices are CPU
 processes extends ``CPUAccelerator`` instead, see ``contract.ACCELERATOR_BASES``). Lightning calls
@@ -90,7 +90,7 @@ class AcceleratorAdapter:
         return {}
 
     def after_backward(self) -> None:
-        """The spec's hook after every backward pass (e.g. Habana's mark_step)."""
+        """The spec's hook after every backward pass (e.g. a lazy-graph device's mark_step)."""
         self.spec_accelerator.after_backward()
 
     def after_optimizer_step(self) -> None:

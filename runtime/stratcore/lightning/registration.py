@@ -67,7 +67,7 @@ def register(
 
     ``accelerators`` are registered under their spec's name; each ``(name, cls, preset)`` of
     ``strategies`` registers ``cls`` under ``name`` with ``preset`` as its init params (an
-    alias such as 'hpu_parallel_find_unused_parameters_true'). Registering what is already
+    alias such as 'acme_parallel_find_unused_parameters_true'). Registering what is already
     registered (a re-import) changes nothing; a name held by another class is an error unless
     ``override`` is true. Use Lightning's pairs: ``lightning.pytorch.accelerators.AcceleratorRegistry``
     with ``lightning.pytorch.strategies.StrategyRegistry``, and

@@ -2,9 +2,9 @@
 
 A generated Lightning strategy is::
 
-    class HPUParallelStrategy(StrategyAdapter, lightning.pytorch.strategies.DDPStrategy):
-        spec = stratlib.strategies.hpu_parallel.HPUParallelStrategy
-        strategy_name = "hpu_parallel"
+    class AcmeParallelStrategy(StrategyAdapter, lightning.pytorch.strategies.DDPStrategy):
+        spec = acmelib.strategies.acme_parallel.AcmeParallelStrategy
+        strategy_name = "acme_parallel"
         environments = (SLURMEnvironment, ...)   # Lightning-side, in the spec's detection order
 
 The Lightning class after the mixin (``SingleDeviceStrategy``, ``DDPStrategy``, ``FSDPStrategy``,
@@ -92,11 +92,13 @@ class StrategyAdapter:
 
     @property
     def supported_precisions(self) -> tuple[str, ...]:
-        """Precisions the spec and its accelerator both support, in the spec's order."""
+        """Precisions the spec and its accelerator both support, in the spec's order (those
+        the accelerator's probes decide, where the device here confirms them)."""
         supported = self.spec.supported_precisions
         accelerator = self.accelerator_spec
         if accelerator is not None:
-            supported = tuple(p for p in supported if p in accelerator.supported_precisions)
+            available = accelerator.available_precisions()
+            supported = tuple(p for p in supported if p in available)
         return supported
 
     @property
@@ -108,21 +110,31 @@ class StrategyAdapter:
         return str(accelerator.default_precision) if accelerator is not None else DEFAULT_PRECISION
 
     def _spec_backend(self) -> CollectiveBackend | None:
-        if self.spec.backend is not None:
-            return self.spec.backend
+        """The spec's backend (its accelerator's where it names none), on this device."""
         accelerator = self.accelerator_spec
-        return accelerator.backend if accelerator is not None else None
+        backend = self.spec.backend
+        if backend is None and accelerator is not None:
+            backend = accelerator.backend
+        if backend is None:
+            return None
+        device_type = accelerator.device_type if accelerator is not None else "cpu"
+        return backend.for_device(device_type)
 
     @property
     def collective_backend(self) -> CollectiveBackend:
         """The process-group backend in use, with what it can do natively."""
         spec_backend = self._spec_backend()
         chosen = self._user_process_group_backend
-        if chosen is not None and (spec_backend is None or chosen != spec_backend.name):
+        if chosen is not None and (
+            spec_backend is None
+            or chosen not in (spec_backend.name, spec_backend.process_group_name)
+        ):
             try:
                 from ..registry import registry_of
 
-                return registry_of(self.spec).backend(chosen)
+                accelerator = self.accelerator_spec
+                device_type = accelerator.device_type if accelerator is not None else "cpu"
+                return registry_of(self.spec).backend(chosen).for_device(device_type)
             except MisconfigurationError:
                 return CollectiveBackend(chosen)  # not known to the spec: assume it does all
         if spec_backend is not None:
@@ -139,15 +151,16 @@ class StrategyAdapter:
     # -- process group ------------------------------------------------------------------------
 
     def _get_process_group_backend(self) -> str:
-        if self._user_process_group_backend is None and self._spec_backend() is not None:
-            return self.collective_backend.name
-        if self._user_process_group_backend is not None:
-            return self._user_process_group_backend
+        if self._user_process_group_backend is not None or self._spec_backend() is not None:
+            return self.collective_backend.process_group_name
         return str(super()._get_process_group_backend())  # type: ignore[misc]
 
     def _run_init_hook(self) -> None:
-        """The backend's init hook, once per process, before the process group exists."""
-        hook = self.collective_backend.init_hook
+        """The backend's registration and init hook, once per process, before the process
+        group exists."""
+        backend = self.collective_backend
+        backend.register()
+        hook = backend.init_hook
         if hook is None or hook in _INIT_HOOKS_RUN:
             return
         if dist.is_available() and dist.is_initialized():
@@ -177,7 +190,9 @@ class StrategyAdapter:
             and getattr(self, "_process_group_backend", "") is None
             and self._spec_backend() is not None
         ):
-            setattr(self, "_process_group_backend", self.collective_backend.name)  # noqa: B010
+            setattr(  # noqa: B010
+                self, "_process_group_backend", self.collective_backend.process_group_name
+            )
         self._adapt_precision()
         self._check_precision()
         super()._configure_launcher()  # type: ignore[misc]
@@ -235,6 +250,10 @@ class StrategyAdapter:
         supported = self.supported_precisions
         if name in supported or (name not in PRECISIONS and name in self.spec.supported_precisions):
             return
+        accelerator = self.accelerator_spec
+        refused = accelerator.precision_refused(name) if accelerator is not None else None
+        if refused is not None and name in self.spec.supported_precisions:
+            raise MisconfigurationError(f"strategy {self.strategy_name!r}: {refused}")
         raise MisconfigurationError(
             f"strategy {self.strategy_name!r} does not support precision={name!r}; it supports "
             f"{', '.join(repr(p) for p in supported) or 'none'} (default {self.default_precision!r})"

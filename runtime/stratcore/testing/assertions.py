@@ -12,6 +12,7 @@ from torch import nn
 
 from ..contract import DEFAULT_PRECISION, PRECISIONS
 from ..exceptions import MisconfigurationError, MissingDependencyError
+from ..imports import import_object
 from ..registry import registry_of
 from .expectations import Expectation, precision_tolerance, reference_dtype
 from .reference import LARGE_INT, reference_batch, reference_model, reference_parameters
@@ -63,6 +64,8 @@ def assert_precisions(
         f"expected {expected.default_precision!r}"
     )
     for mode in PRECISIONS:
+        if _probe_refuses(package, cls, accelerator, devices, mode, expected):
+            continue
         if mode in expected.precisions:
             try:
                 built = package.get_strategy(
@@ -89,6 +92,37 @@ def assert_precisions(
                 f"{name} accepted precision={mode!r} on {accelerator!r}; "
                 f"it supports only {', '.join(expected.precisions)}"
             )
+
+
+def _probe_refuses(
+    package: Any,
+    cls: type[StrategyBase],
+    accelerator: str,
+    devices: int,
+    mode: str,
+    expected: Expectation,
+) -> bool:
+    """For a precision the device runs only where its probe says so: whether the probe, asked
+    here, says no, after checking that ``get_strategy`` refuses the precision naming it."""
+    probe = expected.probes.get(mode)
+    if probe is None or not registry_of(cls).accelerators[accelerator].is_available():
+        return False
+    name = cls.name
+    if import_object(probe)():
+        return False
+    try:
+        package.get_strategy(name, accelerator=accelerator, devices=devices, precision=mode)
+    except MisconfigurationError as exc:
+        shown = probe.replace(":", ".")
+        assert mode in str(exc) and shown in str(exc), (
+            f"refusing {mode!r}, which {shown}() says the device lacks, the error names "
+            f"neither: {exc}"
+        )
+        return True
+    raise AssertionError(
+        f"{name} accepted precision={mode!r} on {accelerator!r} although {probe} says the "
+        "device cannot run it"
+    )
 
 
 def assert_trains_like_one_process(
@@ -183,9 +217,14 @@ def assert_collectives(
         f"int64 ({'reduced as ' + cast if cast else 'reduced exactly'})"
     )
     if world_size > 1 and result["process_group_backend"] is not None:
+        wanted = expected.backend
+        if expected.backend_from_device_map:
+            import torch.distributed as dist
+
+            wanted = dist.Backend.default_device_backend_map.get(result["device_type"])
         assert (
-            result["process_group_backend"] == expected.backend
-        ), f"the process group runs {result['process_group_backend']!r}, expected {expected.backend!r}"
+            result["process_group_backend"] == wanted
+        ), f"the process group runs {result['process_group_backend']!r}, expected {wanted!r}"
     assert result["gather"] == [[r, 10 * r] for r in ranks], f"all_gather gave {result['gather']}"
     assert result["broadcast"] == {
         "sender": 0,

@@ -68,6 +68,8 @@ def precision_variant(cls: type[StrategyBase], accelerator: str) -> str | None:
             continue
         if mode not in accelerator_cls.supported_precisions:
             continue
+        if accelerator_cls.precision_refused(mode) is not None:
+            continue
         try:
             registry.precision_plugin_class(cls, accelerator_cls, mode)
         except MisconfigurationError:
@@ -88,6 +90,9 @@ class Expectation:
         reduce_ops: Reductions the backend performs natively ('mean' is emulated otherwise).
         casts: Tensor dtypes the backend reduces in another dtype, and that dtype.
         step_hooks: Functions (import paths) called after backward / optimizer step.
+        backend_from_device_map: Whether the backend is the one torch maps the device type to
+            (then ``backend`` is the spec's name for it, not the process group's).
+        probes: Precisions the device runs only where a function (import path) says so.
     """
 
     default_precision: str
@@ -97,6 +102,8 @@ class Expectation:
     reduce_ops: tuple[str, ...] = REDUCE_OPS
     casts: dict[str, str] = field(default_factory=dict)
     step_hooks: dict[str, str] = field(default_factory=dict)
+    backend_from_device_map: bool = False
+    probes: dict[str, str] = field(default_factory=dict)
 
 
 def runnable_or_skip(cls: type[StrategyBase]) -> str:

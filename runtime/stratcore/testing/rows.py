@@ -58,7 +58,8 @@ class AcceleratorRow:
     Attributes:
         name: Its name (``accelerator=...``).
         cls: Its class.
-        device_type: The ``torch.device`` type its processes get.
+        device_type: The ``torch.device`` type its processes get (None: the type it finds at
+            run time, through its ``current_device`` function).
         indexed: Whether its devices carry an index ('cuda:1') or are addressed as a whole.
         counted: Whether it can count its devices (the spec names a count function).
         visible_devices_env: The variable that limits which devices a job sees, if any.
@@ -67,7 +68,7 @@ class AcceleratorRow:
 
     name: str
     cls: type[Accelerator]
-    device_type: str
+    device_type: str | None
     indexed: bool
     counted: bool
     visible_devices_env: str | None = None

@@ -149,6 +149,7 @@ def collectives(strategy: Any) -> dict[str, Any]:
         "any_rank0": strategy.reduce_boolean_decision(rank == 0, all=False),
         "sampler": strategy.distributed_sampler_kwargs,
         "process_group_backend": dist.get_backend() if dist.is_initialized() else None,
+        "device_type": device.type,
     }
     strategy.barrier("collectives")
     gathered = strategy.all_gather(torch.tensor([float(rank)], device=device))

@@ -27,74 +27,78 @@ from . import rows as tables
 from .jobs import ScenarioJobs
 from .rows import AcceleratorRow, EnvironmentRow, PrecisionPluginRow, StrategyRow
 
-#: What a method is parametrized by: its argument names, and the parameters of the rows.
-Table = tuple[tuple[str, ...], Callable[[Sequence[Any]], list[Any]]]
 
-
-def _over(names: tuple[str, ...], parameters: Callable[[Sequence[Any]], list[Any]]) -> Any:
-    """Mark a test method as run once for each parameter ``parameters(rows)`` gives."""
+def over(
+    names: tuple[str, ...], parameters: Callable[[Sequence[Any]], list[Any]], table: str = "rows"
+) -> Any:
+    """Mark a test method of a ``TableTests`` class as run once for each parameter
+    ``parameters(rows)`` gives, ``rows`` being the class's attribute named ``table``."""
 
     def mark(method: Any) -> Any:
-        method.table = (names, parameters)
+        method.table = (names, parameters, table)
         return method
 
     return mark
 
 
-class _Table:
+class TableTests:
+    """Base of the test classes over tables: pytest parametrizes each method marked with
+    ``over`` from the subclass's table."""
+
     rows: ClassVar[Sequence[Any]] = ()
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
-        table: Table | None = getattr(metafunc.function, "table", None)
-        if table is not None:
-            names, parameters = table
-            metafunc.parametrize(names, parameters(self.rows))
+        marked: tuple[tuple[str, ...], Callable[[Sequence[Any]], list[Any]], str] | None
+        marked = getattr(metafunc.function, "table", None)
+        if marked is not None:
+            names, parameters, table = marked
+            metafunc.parametrize(names, parameters(getattr(self, table)))
 
 
-class StrategyTests(_Table):
+class StrategyTests(TableTests):
     """Each strategy: its registry names, its precisions, how it finds its cluster environment,
     and real runs (training like one process and in another precision, the strategy API and
     collectives, a checkpoint round trip, a rank that fails)."""
 
     rows: ClassVar[Sequence[StrategyRow]] = ()
 
-    @_over(("row", "name", "options"), tables.registry_params)
+    @over(("row", "name", "options"), tables.registry_params)
     def test_registry_name(self, row: StrategyRow, name: str, options: dict[str, Any]) -> None:
         """The registry name builds the strategy with its options."""
         checks.assert_registry_name(row, name, options)
 
-    @_over(("row", "case"), tables.strategy_params)
+    @over(("row", "case"), tables.strategy_params)
     def test_strategy(self, row: StrategyRow, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
         checks.check_strategy(row, case, monkeypatch)
 
     @pytest.mark.slow
-    @_over(("row", "case"), tables.real_run_params)
+    @over(("row", "case"), tables.real_run_params)
     def test_real_run(
         self, row: StrategyRow, case: str, scenario_jobs: ScenarioJobs, tmp_path: Path
     ) -> None:
         checks.check_real_run(row, case, scenario_jobs, tmp_path)
 
 
-class AcceleratorTests(_Table):
+class AcceleratorTests(TableTests):
     """Each accelerator: registered under its name, the devices its processes get, how it
     parses and counts devices, and the error where none is present."""
 
     rows: ClassVar[Sequence[AcceleratorRow]] = ()
 
-    @_over(("row", "case"), tables.accelerator_params)
+    @over(("row", "case"), tables.accelerator_params)
     def test_accelerator(
         self, row: AcceleratorRow, case: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         checks.check_accelerator(row, case, monkeypatch)
 
 
-class EnvironmentTests(_Table):
+class EnvironmentTests(TableTests):
     """Each cluster environment: detected from its variables and reading their values, and
     not detected when one of them is missing or refused."""
 
     rows: ClassVar[Sequence[EnvironmentRow]] = ()
 
-    @_over(("row", "variable", "value"), tables.environment_params)
+    @over(("row", "variable", "value"), tables.environment_params)
     def test_environment(
         self,
         row: EnvironmentRow,
@@ -106,22 +110,22 @@ class EnvironmentTests(_Table):
         checks.check_environment(row, variable, value, monkeypatch, tmp_path)
 
 
-class PrecisionPluginTests(_Table):
+class PrecisionPluginTests(TableTests):
     """Each selectable precision plugin: selectable, and training in each of its precisions."""
 
     rows: ClassVar[Sequence[PrecisionPluginRow]] = ()
 
-    @_over(("row", "precision"), tables.plugin_params)
+    @over(("row", "precision"), tables.plugin_params)
     def test_precision_plugin(self, row: PrecisionPluginRow, precision: str | None) -> None:
         checks.check_precision_plugin(row, precision)
 
 
-class AbstractBaseTests(_Table):
+class AbstractBaseTests(TableTests):
     """Abstract bases (strategies, cluster environments, precision plugins): never selected
     by a name, detected or chosen."""
 
     rows: ClassVar[Sequence[type[Any]]] = ()
 
-    @_over(("cls",), tables.class_params)
+    @over(("cls",), tables.class_params)
     def test_abstract_base(self, cls: type[Any]) -> None:
         checks.assert_abstract_base(cls)

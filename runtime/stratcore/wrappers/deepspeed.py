@@ -2,9 +2,10 @@
 processes (ZeRO stages 1, 2 and 3), optionally offloaded to CPU memory.
 
 ``deepspeed`` is imported only when a strategy sets up its environment, never when the
-package is imported. On the CPU, DeepSpeed must run on its CPU accelerator, which it picks from
-the ``DS_ACCELERATOR`` variable when it is first imported; the strategy sets that variable
-before it launches processes, so every process it starts inherits it.
+package is imported. DeepSpeed picks its accelerator class from ``DS_ACCELERATOR`` when it is
+first imported; the strategy sets it to the device's DeepSpeed name (the accelerator spec's
+``deepspeed_accelerator``, else the device type) before it launches processes, so every
+process it starts inherits it (``deepspeed_config.check_deepspeed_accelerator``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .deepspeed_config import (
     CONFIG_DEFAULTS,
     DS_ACCELERATOR_ENV,
     ZERO_STAGES,
+    check_deepspeed_accelerator,
     import_deepspeed,
     load_ops_in_turn,
     merge_precision,
@@ -162,13 +164,16 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         return super().launch(function, *args, **kwargs)
 
     def select_deepspeed_accelerator(self) -> None:
-        """Make DeepSpeed pick its CPU accelerator when this strategy trains on the CPU.
+        """Make DeepSpeed pick its accelerator class for this strategy's device (the
+        accelerator's ``deepspeed_accelerator``, by default its device type).
 
         DeepSpeed reads ``DS_ACCELERATOR`` once, when it is first imported; processes started
         afterwards inherit the variable. A value set by the user is kept.
         """
-        if self.accelerator.device_type == "cpu":
-            os.environ.setdefault(DS_ACCELERATOR_ENV, "cpu")
+        accelerator = self.accelerator
+        os.environ.setdefault(
+            DS_ACCELERATOR_ENV, accelerator.deepspeed_accelerator or accelerator.device_type
+        )
 
     def setup_environment(self) -> None:
         if self._environment_ready:
@@ -176,7 +181,11 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         self.select_deepspeed_accelerator()
         super().setup_environment()
         deepspeed = import_deepspeed(type(self).__name__)
-        self._check_deepspeed_accelerator()
+        check_deepspeed_accelerator(
+            self.root_device.type,
+            self.accelerator.deepspeed_accelerator,
+            self.precision_plugin.precision,
+        )
         # deepspeed.initialize reads the local rank from the environment; teardown restores it,
         # because a LOCAL_RANK left behind would make the next launch think it was started for
         # a rank.
@@ -184,24 +193,8 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         os.environ["LOCAL_RANK"] = str(self.local_rank)
         load_ops_in_turn(ops_to_build(self.deepspeed_config()))
         deepspeed.init_distributed(
-            dist_backend=self.collective_backend.name, auto_mpi_discovery=False
+            dist_backend=self.collective_backend.process_group_name, auto_mpi_discovery=False
         )
-
-    def _check_deepspeed_accelerator(self) -> None:
-        from deepspeed.accelerator import get_accelerator
-
-        accelerator = get_accelerator()
-        wanted = self.root_device.type
-        if accelerator.device_name() != wanted:
-            raise MisconfigurationError(
-                f"DeepSpeed runs on its {accelerator.device_name()!r} accelerator, but the strategy "
-                f"trains on {wanted!r}; set {DS_ACCELERATOR_ENV}={wanted} before deepspeed is imported"
-            )
-        if self.precision_plugin.precision.startswith("16") and not accelerator.is_fp16_supported():
-            raise MisconfigurationError(
-                f"precision={self.precision_plugin.precision!r}: DeepSpeed's {wanted} accelerator "
-                "cannot train in float16 on this machine; use precision='bf16-mixed' or '32-true'"
-            )
 
     # -- model and optimizers --------------------------------------------------------------
 

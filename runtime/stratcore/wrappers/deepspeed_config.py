@@ -178,3 +178,22 @@ def offloads_to_nvme(zero: Mapping[str, Any], key: str) -> bool:
 
 def section_enabled(section: Any) -> bool:
     return isinstance(section, Mapping) and bool(section.get("enabled", False))
+
+
+def check_deepspeed_accelerator(device_type: str, name: str | None, precision: str) -> None:
+    """That DeepSpeed, imported, runs on the class for ``device_type`` (whose DeepSpeed name is
+    ``name``, by default the device type) and can train in ``precision`` there."""
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    if accelerator.device_name() != device_type:
+        raise MisconfigurationError(
+            f"DeepSpeed runs on its {accelerator.device_name()!r} accelerator, but the strategy "
+            f"trains on {device_type!r}; set {DS_ACCELERATOR_ENV}={name or device_type} before "
+            "deepspeed is imported"
+        )
+    if precision.startswith("16") and not accelerator.is_fp16_supported():
+        raise MisconfigurationError(
+            f"precision={precision!r}: DeepSpeed's {device_type} accelerator cannot train in "
+            "float16 on this machine; use precision='bf16-mixed' or '32-true'"
+        )

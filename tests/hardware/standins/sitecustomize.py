@@ -3,10 +3,11 @@
 Python imports this module at start-up when the stand-in folder is on the PYTHONPATH. For the
 accelerators named in STANDIN_ON_CPU (comma-separated accelerator names, e.g. 'hpu,cuda:2'), the
 generated accelerator class is changed as it is defined: its processes get the CPU, so
-that tensors live where this machine can hold them, while everything else (probes, step hooks,
-backends, strategies) stays as the spec generated it and runs against the stand-in packages.
-This is not the hardware: where tensors live and what the device computes are only checked
-on the real device.
+that tensors live where this machine can hold them (and DeepSpeed runs on its CPU accelerator),
+while everything else (probes, step hooks, backends, strategies) stays as the spec generated it
+and runs against the stand-in packages. STANDIN_TORCH names parts of torch's device builds to
+stand in for (``standin_torch``). This is not the hardware: where tensors live and what the
+device computes are only checked on the real device.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def _place_on_cpu(accelerator_base: type) -> None:
         name = cls.__dict__.get("name")
         if name in ON_CPU:
             cls.device_type = "cpu"  # type: ignore[attr-defined]
+            cls.deepspeed_accelerator = None  # type: ignore[attr-defined]
             cls.get_parallel_devices = classmethod(_whole_cpus)  # type: ignore[attr-defined]
             if ON_CPU[name] is not None:
                 cls.is_available_hook = "sitecustomize:standin_present"  # type: ignore[attr-defined]
@@ -64,11 +66,14 @@ def _place_on_cpu(accelerator_base: type) -> None:
     accelerator_base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
 
 
-class _AcceleratorModuleFinder(importlib.abc.MetaPathFinder):
-    """Finds ``stratcore.accelerator`` as usual, then patches its Accelerator base."""
+class _PatchingFinder(importlib.abc.MetaPathFinder):
+    """Finds the modules of ``patches`` as usual, then applies their changes to them."""
+
+    def __init__(self, patches: dict[str, list[Any]]) -> None:
+        self.patches = patches
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "stratcore.accelerator":
+        if name not in self.patches:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is None or spec.loader is None:
@@ -78,11 +83,19 @@ class _AcceleratorModuleFinder(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             execute(module)
-            _place_on_cpu(module.Accelerator)
+            for change in self.patches[name]:
+                change(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
+_PATCHES: dict[str, list[Any]] = {}
 if ON_CPU:
-    sys.meta_path.insert(0, _AcceleratorModuleFinder())
+    _PATCHES["stratcore.accelerator"] = [lambda module: _place_on_cpu(module.Accelerator)]
+if os.environ.get("STANDIN_TORCH"):
+    import standin_torch
+
+    _PATCHES.update(standin_torch.patches(os.environ["STANDIN_TORCH"]))
+if _PATCHES:
+    sys.meta_path.insert(0, _PatchingFinder(_PATCHES))

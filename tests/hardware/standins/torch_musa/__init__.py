@@ -1,0 +1,36 @@
+"""Stand-in for Moore Threads' ``torch_musa``, used only by stratgen's tests (CPU only).
+
+Importing it registers the 'mccl' backend, as importing the real package does (here gloo
+underneath); its processes use the CPU, and torch's PrivateUse1 device stays unnamed.
+STANDIN_MUSA_COUNT devices (2 by default), trimmed by MUSA_VISIBLE_DEVICES; bfloat16 as
+STANDIN_MUSA_BF16 says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import standin_devices
+
+standin_devices.register_backend("mccl")
+standin_devices.record("torch_musa imported")
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def device_count() -> int:
+    return standin_devices.visible_count("STANDIN_MUSA_COUNT", "MUSA_VISIBLE_DEVICES")
+
+
+def set_device(device: Any) -> None:
+    standin_devices.record("set_device", device=str(device))
+
+
+def empty_cache() -> None:
+    standin_devices.record("empty_cache")
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return standin_devices.flag("STANDIN_MUSA_BF16")

@@ -1,0 +1,123 @@
+"""The devices x frameworks table: README's generated section and `stratgen list` say the same,
+and what they say follows from the specs.
+
+The specs are read here as plain YAML, so the expectations do not come from the function that
+builds the table: a device's stratlib cell names every strategy whose spec (or the spec it
+extends) lists the device, its precisions cell every precision its spec supports, each probed
+one after the probe that decides it, and its install cell the spec's install hints.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sgtest import REPO, run_cli
+
+SPECS = REPO / "specs"
+COLUMNS = ["stratlib", "Lightning Trainer", "Lightning Fabric", "precisions", "install"]
+
+
+def _specs() -> list[dict[str, Any]]:
+    return [yaml.safe_load(p.read_text(encoding="utf-8")) for p in sorted(SPECS.glob("*.yaml"))]
+
+
+def _accelerators() -> dict[str, dict[str, Any]]:
+    return {s["accelerator"]["name"]: s["accelerator"] for s in _specs() if "accelerator" in s}
+
+
+def _strategies() -> dict[str, dict[str, Any]]:
+    return {entry["name"]: entry for s in _specs() for entry in s.get("strategies", [])}
+
+
+def _runs_on(name: str, strategies: dict[str, dict[str, Any]]) -> list[str]:
+    """The strategy's accelerators, its own or inherited (through extends, else its base)."""
+    entry = strategies[name]
+    if "accelerators" in entry:
+        return list(entry["accelerators"])
+    parent = entry.get("extends") or (entry.get("base") if entry.get("base") != name else None)
+    return _runs_on(parent, strategies) if parent else []
+
+
+def readme_rows() -> dict[str, dict[str, str]]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("<!-- BEGIN GENERATED: devices -->")[1].split("<!-- END GENERATED")[0]
+    rows = {}
+    for line in section.strip().splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        rows[cells[0].strip("`")] = dict(zip(COLUMNS, cells[1:], strict=True))
+    return rows
+
+
+def list_rows() -> dict[str, dict[str, str]]:
+    result = run_cli("list", "--no-probe", "--project", REPO)
+    assert result.code == 0, result.err
+    blocks = result.out.split("Devices and frameworks:")[1].strip().split("\n\n")
+    rows = {}
+    for block in blocks:
+        device, *lines = block.splitlines()
+        cells = {}
+        for line in lines:
+            key, _, value = line.strip().partition(":")
+            cells[key] = value.strip()
+        rows[device] = cells
+    return rows
+
+
+def test_readme_and_stratgen_list_show_the_same_table() -> None:
+    readme, listed = readme_rows(), list_rows()
+    assert set(readme) == set(listed) == set(_accelerators())
+    for device, cells in readme.items():
+        assert listed[device] == cells, device
+
+
+@pytest.mark.parametrize("device", sorted(_accelerators()))
+def test_each_row_follows_from_the_specs(device: str) -> None:
+    accelerator = _accelerators()[device]
+    strategies = _strategies()
+    row = readme_rows()[device]
+    expected = sorted(
+        name
+        for name, entry in strategies.items()
+        if not entry.get("abstract") and device in _runs_on(name, strategies)
+    )
+    assert sorted(row["stratlib"].split(", ")) == expected
+    precision = accelerator.get("precision", {})
+    supported = precision.get("supported", [])
+    for mode in supported:
+        assert re.search(rf"(^|, |; ){re.escape(mode)}(,|;|$| where)", row["precisions"]), mode
+    for mode, probe in (precision.get("probes") or {}).items():
+        where = f" where {probe.replace(':', '.')}()"
+        assert where in row["precisions"], (mode, row["precisions"])
+        group = row["precisions"].split(where)[0].rsplit("; ", 1)[-1]
+        assert mode in group.split(", "), (mode, row["precisions"])
+    hints = [accelerator.get("install")] + [
+        r["install"] if isinstance(r, dict) else r for r in accelerator.get("requires", [])
+    ]
+    for hint in filter(None, hints):
+        assert hint in row["install"], hint
+
+
+def test_the_new_devices_have_lightning_plugins_and_lightnings_own_keep_theirs() -> None:
+    rows = readme_rows()
+    for device in ("xpu", "npu", "mlu", "musa", "rocm", "generic", "hpu"):
+        for framework in ("Lightning Trainer", "Lightning Fabric"):
+            assert rows[device][framework].startswith("plugins: "), (device, rows[device])
+            assert f"{device}_single" in rows[device][framework]
+    for device in ("cpu", "cuda", "mps"):
+        assert rows[device]["Lightning Trainer"].startswith("Lightning's own"), rows[device]
+    assert rows["ipu"]["Lightning Trainer"] == "no"  # Lightning 2 has no IPU strategy
+    assert "xpu_ddp" in rows["xpu"]["Lightning Trainer"]
+
+
+def test_a_project_without_the_lightning_target_says_so(tmp_path: Path) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.stratgen]\npackage = "mylib"\n', encoding="utf-8"
+    )
+    result = run_cli("list", "--no-probe", "--project", tmp_path)
+    assert result.code == 0, result.err
+    assert "Lightning Trainer: not a target of this project" in result.out
