@@ -18,6 +18,8 @@ import pytest
 from stratcore import watch
 
 ROOT = Path(__file__).resolve().parents[2]
+#: One worker runs both tests, so that the quick run (the module's fixture) runs once.
+pytestmark = pytest.mark.xdist_group("quick-benchmark-run")
 
 EXPECTED_ROWS = [
     "step time: ddp",

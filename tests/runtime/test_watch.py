@@ -14,7 +14,7 @@ from stratcore import watch
 
 PYTHON = sys.executable
 #: Short enough for a test; each job below is far from it or far past it.
-STALL = 6.0
+STALL = 3.0
 
 
 def test_a_job_that_uses_the_cpu_is_not_stalled_however_long_it_takes() -> None:
