@@ -224,7 +224,11 @@ def _module_doc(names: list[str], framework: str, source: str) -> str:
 
 
 def environments_constant(strategy: Strategy) -> str:
-    """The constant of ``lightning/environments.py`` holding a strategy's environments."""
+    """The constant of ``lightning/environments.py`` holding a strategy's environments, named
+    after the strategy whose spec declares its ``cluster`` list (a strategy that inherits the
+    list shares its parent's constant)."""
+    while strategy.parent is not None and strategy.parent.cluster == strategy.cluster:
+        strategy = strategy.parent
     return re.sub(r"\W", "_", strategy.name, flags=re.ASCII).upper() + "_ENVIRONMENTS"
 
 
@@ -257,13 +261,19 @@ def environments_module(
         ]
         _check_no_shadowing([c.name for c in classes], imported_names(), sources)
     tail = []
+    constants: list[str] = (
+        []
+    )  # one per declared cluster list, shared by the strategies inheriting it
     for plugin in plugins.values():
+        constant = environments_constant(plugin.strategy)
+        if constant in constants:
+            continue
+        constants.append(constant)
         names = []
         for env_name, lightning_class in plugin.environments:
             if lightning_class is not None:
                 imports.third_party.add(f"from {ENVIRONMENTS_MODULE} import {lightning_class}")
             names.append(lightning_class or catalog.environments[env_name].class_name)
-        constant = environments_constant(plugin.strategy)
         tail.append(f"{constant} = (" + "".join(f"{n}, " for n in names) + ")")
     return PyModule(
         path="lightning/environments.py",
@@ -280,8 +290,7 @@ def environments_module(
         imports=imports,
         classes=classes,
         tail=tail,
-        all_names=[c.name for c in classes]
-        + [environments_constant(p.strategy) for p in plugins.values()],
+        all_names=[c.name for c in classes] + constants,
     )
 
 

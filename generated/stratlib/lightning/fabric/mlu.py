@@ -11,7 +11,7 @@ from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
-from ..environments import MLU_DDP_ENVIRONMENTS, MLU_FSDP_ENVIRONMENTS
+from ..environments import PARALLEL_ENVIRONMENTS
 
 __all__ = ["MLUAccelerator", "SingleMLUStrategy", "MLUDDPStrategy", "MLUFSDPStrategy"]
 
@@ -47,7 +47,7 @@ class MLUDDPStrategy(StrategyAdapter, DDPStrategy):
 
     spec = strategies.MLUDDPStrategy
     strategy_name = "mlu_ddp"
-    environments = MLU_DDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS
 
 
 class MLUFSDPStrategy(StrategyAdapter, FSDPStrategy):
@@ -60,4 +60,4 @@ class MLUFSDPStrategy(StrategyAdapter, FSDPStrategy):
 
     spec = strategies.MLUFSDPStrategy
     strategy_name = "mlu_fsdp"
-    environments = MLU_FSDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS

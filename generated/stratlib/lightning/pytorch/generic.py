@@ -11,7 +11,7 @@ from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
-from ..environments import GENERIC_DDP_ENVIRONMENTS, GENERIC_FSDP_ENVIRONMENTS
+from ..environments import PARALLEL_ENVIRONMENTS
 
 __all__ = [
     "GenericAccelerator",
@@ -53,7 +53,7 @@ class GenericDDPStrategy(StrategyAdapter, DDPStrategy):
 
     spec = strategies.GenericDDPStrategy
     strategy_name = "generic_ddp"
-    environments = GENERIC_DDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS
 
 
 class GenericFSDPStrategy(StrategyAdapter, FSDPStrategy):
@@ -66,4 +66,4 @@ class GenericFSDPStrategy(StrategyAdapter, FSDPStrategy):
 
     spec = strategies.GenericFSDPStrategy
     strategy_name = "generic_fsdp"
-    environments = GENERIC_FSDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS

@@ -11,7 +11,7 @@ from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
-from ..environments import HPU_PARALLEL_ENVIRONMENTS
+from ..environments import PARALLEL_ENVIRONMENTS
 
 __all__ = ["HPUAccelerator", "SingleHPUStrategy", "HPUParallelStrategy"]
 
@@ -46,4 +46,4 @@ class HPUParallelStrategy(StrategyAdapter, DDPStrategy):
 
     spec = strategies.HPUParallelStrategy
     strategy_name = "hpu_parallel"
-    environments = HPU_PARALLEL_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS

@@ -8,7 +8,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy as LightningModel
 from stratcore.lightning.model_parallel import ModelParallelAdapter
 
 from ... import strategies
-from ..environments import MODEL_PARALLEL_ENVIRONMENTS
+from ..environments import PARALLEL_ENVIRONMENTS
 
 __all__ = ["ModelParallelStrategy"]
 
@@ -24,4 +24,4 @@ class ModelParallelStrategy(ModelParallelAdapter, LightningModelParallelStrategy
 
     spec = strategies.ModelParallelStrategy
     strategy_name = "model_parallel"
-    environments = MODEL_PARALLEL_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS

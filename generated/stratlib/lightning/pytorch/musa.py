@@ -11,7 +11,7 @@ from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
-from ..environments import MUSA_DDP_ENVIRONMENTS, MUSA_FSDP_ENVIRONMENTS
+from ..environments import PARALLEL_ENVIRONMENTS
 
 __all__ = ["MUSAAccelerator", "SingleMUSAStrategy", "MUSADDPStrategy", "MUSAFSDPStrategy"]
 
@@ -47,7 +47,7 @@ class MUSADDPStrategy(StrategyAdapter, DDPStrategy):
 
     spec = strategies.MUSADDPStrategy
     strategy_name = "musa_ddp"
-    environments = MUSA_DDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS
 
 
 class MUSAFSDPStrategy(StrategyAdapter, FSDPStrategy):
@@ -60,4 +60,4 @@ class MUSAFSDPStrategy(StrategyAdapter, FSDPStrategy):
 
     spec = strategies.MUSAFSDPStrategy
     strategy_name = "musa_fsdp"
-    environments = MUSA_FSDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS

@@ -11,7 +11,7 @@ from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
-from ..environments import NPU_DDP_ENVIRONMENTS, NPU_FSDP_ENVIRONMENTS
+from ..environments import PARALLEL_ENVIRONMENTS
 
 __all__ = ["NPUAccelerator", "SingleNPUStrategy", "NPUDDPStrategy", "NPUFSDPStrategy"]
 
@@ -47,7 +47,7 @@ class NPUDDPStrategy(StrategyAdapter, DDPStrategy):
 
     spec = strategies.NPUDDPStrategy
     strategy_name = "npu_ddp"
-    environments = NPU_DDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS
 
 
 class NPUFSDPStrategy(StrategyAdapter, FSDPStrategy):
@@ -60,4 +60,4 @@ class NPUFSDPStrategy(StrategyAdapter, FSDPStrategy):
 
     spec = strategies.NPUFSDPStrategy
     strategy_name = "npu_fsdp"
-    environments = NPU_FSDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS

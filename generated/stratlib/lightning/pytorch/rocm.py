@@ -11,7 +11,7 @@ from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
-from ..environments import ROCM_DDP_ENVIRONMENTS, ROCM_FSDP_ENVIRONMENTS
+from ..environments import PARALLEL_ENVIRONMENTS
 
 __all__ = ["ROCmAccelerator", "SingleROCmStrategy", "ROCmDDPStrategy", "ROCmFSDPStrategy"]
 
@@ -47,7 +47,7 @@ class ROCmDDPStrategy(StrategyAdapter, DDPStrategy):
 
     spec = strategies.ROCmDDPStrategy
     strategy_name = "rocm_ddp"
-    environments = ROCM_DDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS
 
 
 class ROCmFSDPStrategy(StrategyAdapter, FSDPStrategy):
@@ -60,4 +60,4 @@ class ROCmFSDPStrategy(StrategyAdapter, FSDPStrategy):
 
     spec = strategies.ROCmFSDPStrategy
     strategy_name = "rocm_fsdp"
-    environments = ROCM_FSDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS

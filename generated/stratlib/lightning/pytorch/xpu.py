@@ -11,7 +11,7 @@ from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
-from ..environments import XPU_DDP_ENVIRONMENTS, XPU_FSDP_ENVIRONMENTS
+from ..environments import PARALLEL_ENVIRONMENTS
 
 __all__ = ["XPUAccelerator", "SingleXPUStrategy", "XPUDDPStrategy", "XPUFSDPStrategy"]
 
@@ -47,7 +47,7 @@ class XPUDDPStrategy(StrategyAdapter, DDPStrategy):
 
     spec = strategies.XPUDDPStrategy
     strategy_name = "xpu_ddp"
-    environments = XPU_DDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS
 
 
 class XPUFSDPStrategy(StrategyAdapter, FSDPStrategy):
@@ -60,4 +60,4 @@ class XPUFSDPStrategy(StrategyAdapter, FSDPStrategy):
 
     spec = strategies.XPUFSDPStrategy
     strategy_name = "xpu_fsdp"
-    environments = XPU_FSDP_ENVIRONMENTS
+    environments = PARALLEL_ENVIRONMENTS
