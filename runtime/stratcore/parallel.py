@@ -35,6 +35,24 @@ from .registry import registry_of
 from .rendezvous import joined_store
 from .strategy import StrategyBase
 
+#: Seconds the processes of a job may take to join its process group, when the strategy's
+#: timeout is shorter (torch's default timeout). Processes start at different speeds (a busy
+#: machine, a slow file system); a short collective timeout should not fail a job whose last
+#: rank is still importing torch. A rank that dies before joining ends the job through its
+#: launcher, not through this wait.
+JOIN_TIMEOUT = 1800.0
+
+
+def _can_set_group_timeout() -> bool:
+    return hasattr(dist.distributed_c10d, "_set_pg_timeout")
+
+
+def _set_group_timeout(seconds: float) -> None:
+    """Make the collectives of the default group wait ``seconds`` (where torch can)."""
+    if _can_set_group_timeout():
+        with contextlib.suppress(Exception):
+            dist.distributed_c10d._set_pg_timeout(timedelta(seconds=seconds))
+
 
 def share_cpu_threads(processes_per_node: int) -> None:
     """Give each process on this machine its share of the cores as torch threads.
@@ -204,29 +222,31 @@ class ParallelStrategyBase(StrategyBase):
         environment = self.cluster_environment
         address, port = environment.main_address, environment.main_port
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address, str(port)
+        # Joining waits for the slowest process to start; the collectives then wait the
+        # strategy's timeout (where torch can change a group's timeout after creating it).
+        joining = max(self.timeout, JOIN_TIMEOUT) if _can_set_group_timeout() else self.timeout
         with (
             creating_process_group(self.group_default_modules),
-            self.timeouts_reported("connecting the processes"),
+            self.timeouts_reported("connecting the processes", joining),
         ):
             # The store the launcher holds, where it holds one; else the env:// rendezvous.
-            store = joined_store(address, port, self.world_size, self.timeout)
+            store = joined_store(address, port, self.world_size, joining)
             dist.init_process_group(
                 backend.process_group_name,
                 rank=self.global_rank,
                 world_size=self.world_size,
-                timeout=timedelta(seconds=self.timeout),
+                timeout=timedelta(seconds=joining),
                 store=store,
             )
+        if joining != self.timeout:
+            _set_group_timeout(self.timeout)
 
     def _replace_process_group(self, backend: str) -> bool:
         """Whether the existing group must be replaced (else it is reused); raise if it cannot
         serve this launch."""
         existing = (dist.get_backend(), dist.get_world_size(), dist.get_rank())
         if existing == (backend, self.world_size, self.global_rank):
-            set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
-            if set_timeout is not None:  # this launch's timeout, where torch can change it
-                with contextlib.suppress(Exception):
-                    set_timeout(timedelta(seconds=self.timeout))
+            _set_group_timeout(self.timeout)  # this launch's timeout, where torch can change it
             return False
         if existing[1] == 1:  # nobody else is connected to it
             release_process_group()
@@ -251,22 +271,26 @@ class ParallelStrategyBase(StrategyBase):
                 raise
 
     @contextlib.contextmanager
-    def timeouts_reported(self, operation: str) -> Generator[None, None, None]:
+    def timeouts_reported(
+        self, operation: str, timeout: float | None = None
+    ) -> Generator[None, None, None]:
         """Turn a backend's timeout error inside the block into a CollectiveTimeoutError that
-        says what timed out and why (the backend's error stays attached as the cause)."""
+        says what timed out and why (the backend's error stays attached as the cause);
+        ``timeout`` is what the block waited, by default the strategy's timeout."""
         try:
             yield
         except RuntimeError as exc:
             if not collectives.is_timeout_error(exc):
                 raise
             rank = self._safe_rank()
+            waited = self.timeout if timeout is None else timeout
+            option = "the strategy's timeout option" if waited == self.timeout else "JOIN_TIMEOUT"
             raise CollectiveTimeoutError(
-                f"rank {rank}: {operation} timed out after {self.timeout:g} s waiting for the other "
-                "processes (the strategy's timeout option); another process hangs, is far slower, "
-                "or died",
+                f"rank {rank}: {operation} timed out after {waited:g} s waiting for the other "
+                f"processes ({option}); another process hangs, is far slower, or died",
                 rank=rank,
                 operation=operation,
-                timeout=self.timeout,
+                timeout=waited,
             ) from exc
 
     def _safe_rank(self) -> int | None:

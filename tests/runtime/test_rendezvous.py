@@ -42,3 +42,11 @@ def test_a_given_port_that_is_taken_is_named(strategy: str) -> None:
         r"or choose another port\n",
         completed.stderr,
     ), completed.stderr[-3000:]
+
+
+def test_a_rank_that_starts_later_than_the_timeout_still_joins() -> None:
+    # The strategy's timeout bounds its collectives, not the wait for its processes to start:
+    # rank 1 reaches the rendezvous 6 s after rank 0, the timeout is 2 s.
+    completed = watch.run(python("rendezvous.py", "ddp", "late"), what="ddp job", env=script_env())
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "sum 1, met on" in completed.stdout, completed.stdout

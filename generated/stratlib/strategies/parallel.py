@@ -24,7 +24,8 @@ class ParallelStrategy(ParallelStrategyBase, Strategy):
     Arguments other than its options below are those of ``Strategy``.
 
     Args:
-        timeout: Seconds a collective may wait for its peers before the job is stopped.
+        timeout: Seconds a collective may wait for its peers before the job is stopped
+            (processes joining the job wait at least stratcore.parallel.JOIN_TIMEOUT).
         process_group_backend: Collective backend to use instead of the accelerator's default
             (e.g. 'gloo').
     """
