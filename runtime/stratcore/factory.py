@@ -240,7 +240,7 @@ def _check_precision(
             f"precision={shown!r}: accelerator {accelerator.name!r} supports "
             f"{', '.join(accelerator.supported_precisions)}"
         )
-    refused = accelerator.precision_refused(mode)
+    refused = cls.precision_refused(mode, type(accelerator))
     if refused is not None:
         raise MisconfigurationError(refused)
 

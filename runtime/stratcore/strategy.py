@@ -217,6 +217,13 @@ class StrategyBase(CheckpointingBase):
         finally:
             self.teardown()
 
+    @classmethod
+    def precision_refused(cls, precision: str, accelerator: type[Accelerator]) -> str | None:
+        """Why this strategy cannot train in ``precision`` (one it and ``accelerator`` support)
+        on this machine, or None if it can: by default the accelerator's probes decide
+        (``Accelerator.precision_refused``); wrappers with limits of their own add them."""
+        return accelerator.precision_refused(precision)
+
     def validate_configuration(self) -> None:
         """Check option values that their types alone do not rule out; raises
         MisconfigurationError naming the option. Called by ``get_strategy`` and again before

@@ -32,6 +32,12 @@ def _strategy(name: str = "deepspeed", **kwargs: Any) -> DeepSpeedStrategy:
     return strategy
 
 
+def _built_directly(precision: str, **options: Any) -> DeepSpeedStrategy:
+    """The strategy for ``precision``, made without get_strategy, which refuses float16 on a
+    CPU without float16 kernels: the config it writes does not depend on the machine."""
+    return DeepSpeedStrategy(precision_plugin=DeepSpeedPrecisionPlugin(precision), **options)
+
+
 def _run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = testing.clean_environ(env)
     environ.pop("DS_ACCELERATOR", None)
@@ -223,15 +229,15 @@ def test_ops_compiled_for_config_optimizers_are_built_in_turn() -> None:
 def test_precision_becomes_the_fp16_or_bf16_section(
     precision: str, sections: dict[str, Any]
 ) -> None:
-    strategy = _strategy(precision=precision)
+    strategy = _built_directly(precision)
     assert type(strategy.precision_plugin) is DeepSpeedPrecisionPlugin
     config = strategy.deepspeed_config()
     assert {k: config[k] for k in ("fp16", "bf16") if k in config} == sections
 
 
 def test_config_precision_settings_are_merged_when_they_agree() -> None:
-    config = _strategy(
-        precision="16-mixed", config={"fp16": {"enabled": True, "initial_scale_power": 8}}
+    config = _built_directly(
+        "16-mixed", config={"fp16": {"enabled": True, "initial_scale_power": 8}}
     ).deepspeed_config()
     assert config["fp16"] == {"enabled": True, "loss_scale": 0, "initial_scale_power": 8}
 

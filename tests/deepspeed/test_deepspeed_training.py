@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 from stratcore import testing
+from stratcore.wrappers.deepspeed_config import cpu_has_fp16_kernels
 
 pytestmark = [
     pytest.mark.slow,
@@ -248,6 +249,8 @@ def test_float16_trains_or_says_the_cpu_cannot(runner: Any, tmp_path: Path, refe
     process, result = runner(
         "train", "deepspeed", precision="16-mixed", args={"folder": str(tmp_path)}
     )
+    # stratcore asks the CPU what DeepSpeed's CPU accelerator asks, without importing it.
+    assert cpu_has_fp16_kernels() is _deepspeed_cpu_supports_fp16()
     if _deepspeed_cpu_supports_fp16():
         _assert_ok(process, result)
         assert result["info"]["config"]["fp16"]["enabled"] is True

@@ -66,6 +66,10 @@ def assert_precisions(
     for mode in PRECISIONS:
         if _probe_refuses(package, cls, accelerator, devices, mode, expected):
             continue
+        if mode in expected.precisions and _machine_refuses(
+            package, cls, accelerator, devices, mode
+        ):
+            continue
         if mode in expected.precisions:
             try:
                 built = package.get_strategy(
@@ -123,6 +127,23 @@ def _probe_refuses(
         f"{name} accepted precision={mode!r} on {accelerator!r} although {probe} says the "
         "device cannot run it"
     )
+
+
+def _machine_refuses(
+    package: Any, cls: type[StrategyBase], accelerator: str, devices: int, mode: str
+) -> bool:
+    """For a supported precision the strategy itself cannot run on this machine (its
+    ``precision_refused``, e.g. DeepSpeed in float16 on a CPU without float16 kernels):
+    whether it says so, after checking that ``get_strategy`` refuses it with that reason."""
+    refused = cls.precision_refused(mode, registry_of(cls).accelerators[accelerator])
+    if refused is None:
+        return False
+    try:
+        package.get_strategy(cls.name, accelerator=accelerator, devices=devices, precision=mode)
+    except MisconfigurationError as exc:
+        assert str(exc) == refused, f"refusing {mode!r}, the error is not the reason: {exc}"
+        return True
+    raise AssertionError(f"{cls.name} accepted precision={mode!r} on {accelerator!r}: {refused}")
 
 
 def assert_trains_like_one_process(

@@ -68,7 +68,7 @@ def precision_variant(cls: type[StrategyBase], accelerator: str) -> str | None:
             continue
         if mode not in accelerator_cls.supported_precisions:
             continue
-        if accelerator_cls.precision_refused(mode) is not None:
+        if cls.precision_refused(mode, accelerator_cls) is not None:
             continue
         try:
             registry.precision_plugin_class(cls, accelerator_cls, mode)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from ..accelerator import Accelerator
 from ..checkpoint_io import PathLike
 from ..checkpoint_state import check_entries, is_stateful, restore_entries
 from ..exceptions import MisconfigurationError
@@ -28,6 +29,8 @@ from .deepspeed_config import (
     DS_ACCELERATOR_ENV,
     ZERO_STAGES,
     check_deepspeed_accelerator,
+    cpu_has_fp16_kernels,
+    fp16_refused,
     import_deepspeed,
     load_ops_in_turn,
     merge_precision,
@@ -154,6 +157,19 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         sections = plugin.deepspeed_config() if isinstance(plugin, DeepSpeedPrecisionBase) else {}
         merge_precision(config, sections, plugin.precision)
         return config
+
+    @classmethod
+    def precision_refused(cls, precision: str, accelerator: type[Accelerator]) -> str | None:
+        """Besides the accelerator's probes: DeepSpeed's CPU accelerator trains in float16 only
+        where torch's oneDNN has float16 kernels for this CPU (its ``is_fp16_supported``,
+        deepspeed/accelerator/cpu_accelerator.py). Other DeepSpeed accelerators answer when
+        the strategy sets up (``check_deepspeed_accelerator``), on the device itself."""
+        refused = super().precision_refused(precision, accelerator)
+        if refused is not None or not precision.startswith("16"):
+            return refused
+        if (accelerator.deepspeed_accelerator or accelerator.device_type) != "cpu":
+            return None
+        return None if cpu_has_fp16_kernels() else fp16_refused(precision, "cpu")
 
     # -- environment -----------------------------------------------------------------------
 

@@ -180,6 +180,17 @@ def section_enabled(section: Any) -> bool:
     return isinstance(section, Mapping) and bool(section.get("enabled", False))
 
 
+def cpu_has_fp16_kernels() -> bool:
+    """Whether torch's oneDNN has float16 kernels for this CPU: what DeepSpeed's CPU
+    accelerator asks before it trains in float16."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except (AttributeError, RuntimeError):  # a torch without the query: no float16 kernels
+        return False
+
+
 def check_deepspeed_accelerator(device_type: str, name: str | None, precision: str) -> None:
     """That DeepSpeed, imported, runs on the class for ``device_type`` (whose DeepSpeed name is
     ``name``, by default the device type) and can train in ``precision`` there."""
@@ -193,7 +204,12 @@ def check_deepspeed_accelerator(device_type: str, name: str | None, precision: s
             "deepspeed is imported"
         )
     if precision.startswith("16") and not accelerator.is_fp16_supported():
-        raise MisconfigurationError(
-            f"precision={precision!r}: DeepSpeed's {device_type} accelerator cannot train in "
-            "float16 on this machine; use precision='bf16-mixed' or '32-true'"
-        )
+        raise MisconfigurationError(fp16_refused(precision, device_type))
+
+
+def fp16_refused(precision: str, device_type: str) -> str:
+    """The error for a float16 ``precision`` DeepSpeed's accelerator cannot train in here."""
+    return (
+        f"precision={precision!r}: DeepSpeed's {device_type} accelerator cannot train in "
+        "float16 on this machine; use precision='bf16-mixed' or '32-true'"
+    )
