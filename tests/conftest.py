@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
-from stratcore import testing
+# Every test process, and each process the tests start, runs one OpenMP thread: the suite runs
+# several processes per core (see stratcore.testing.clean_environ). Set before torch loads.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+from stratcore import testing  # noqa: E402
 
 # Scenarios and assertions of the runtime's test support name strategies of stratlib.
 testing.use_package("stratlib")

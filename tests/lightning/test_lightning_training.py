@@ -36,7 +36,6 @@ def run_two_ranks(script: str, out: Path) -> list[dict]:
         "ACME_JOB_ID",
     ):
         env.pop(name, None)
-    env.setdefault("OMP_NUM_THREADS", "1")
     done = watch.run(
         [sys.executable, str(SUPPORT / script), str(out), str(STEPS)], env=env, cwd=out
     )

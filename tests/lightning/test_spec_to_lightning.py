@@ -222,7 +222,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _environ(project: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    environ = clean_environ({"OMP_NUM_THREADS": "1", **(extra or {})})
+    environ = clean_environ(extra)
     environ["PYTHONPATH"] = os.pathsep.join(
         [str(project), str(project / "generated"), str(ROOT / "runtime")]
     )

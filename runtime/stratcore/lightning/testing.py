@@ -124,7 +124,7 @@ def run_training(
     when its processes stop making progress (``stratcore.watch``), not on a time limit."""
     command = [sys.executable, "-m", __name__, framework, module, strategy, accelerator]
     command += [str(devices), precision, str(steps), str(folder)]
-    environ = testing.package_environ(module.split(".")[0], {"OMP_NUM_THREADS": "1"})
+    environ = testing.package_environ(module.split(".")[0])
     done = watch.run(
         command, what=f"{framework} training with {strategy!r}", cwd=folder, env=environ
     )

@@ -129,13 +129,21 @@ def package_environ(package: str, extra: dict[str, str] | None = None) -> dict[s
     return environ
 
 
+#: OpenMP threads of each process a test starts, unless the environment sets its own.
+TEST_PROCESS_THREADS = "1"
+
+
 def clean_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     """A copy of os.environ without cluster variables, with ``extra`` added.
 
     A process started with it imports this stratcore, installed or not: its folder ends the
-    PYTHONPATH (after any ``extra`` one), ahead of an installed copy elsewhere."""
+    PYTHONPATH (after any ``extra`` one), ahead of an installed copy elsewhere. It runs one
+    OpenMP thread (``TEST_PROCESS_THREADS``) unless OMP_NUM_THREADS says otherwise: a test
+    suite runs several processes per core, and their thread pools would spin against each
+    other (torchrun gives its processes one thread for the same reason)."""
     names = cluster_variables()
     env = {k: v for k, v in os.environ.items() if k not in names}
+    env.setdefault("OMP_NUM_THREADS", TEST_PROCESS_THREADS)
     env.update(extra or {})
     runtime = str(RUNTIME_ROOT)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
