@@ -20,8 +20,10 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from stratcore import watch
@@ -151,43 +153,88 @@ STANDINS = {
 }
 
 
-def _junit_outcomes(report: Path) -> dict[str, str]:
-    """Each test's outcome ('passed', 'failed', 'error', 'skipped') from pytest's JUnit XML."""
-    outcomes = {}
+def _junit_outcomes(report: Path) -> dict[str, dict[str, str]]:
+    """Each test's outcome ('passed', 'failed', 'error', 'skipped') from pytest's JUnit XML,
+    by test module (its file's stem)."""
+    outcomes: dict[str, dict[str, str]] = {}
     for case in ElementTree.parse(report).getroot().iter("testcase"):
-        name = case.get("name", "")
+        # 'generated.tests.test_npu.TestStrategies': the module is the part named test_*.
+        parts = case.get("classname", "").split(".")
+        module = next((part for part in parts if part.startswith("test_")), "")
         outcome = "passed"
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
                 outcome = {"failure": "failed"}.get(child.tag, child.tag)
-        outcomes[name] = outcome
+        outcomes.setdefault(module, {})[case.get("name", "")] = outcome
     return outcomes
-
-
-def _run_on_standins(
-    spec: str, test_file: str, tmp_path: Path, extra: list[str]
-) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
-    """Run one generated test module in a fresh pytest process on ``spec``'s stand-ins."""
-    standin = STANDINS[spec]
-    site = install_standins(tmp_path, standin.packages, devices=True)
-    environ = clean_environ(standin.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(site), str(GENERATED)])
-    environ["STANDIN_ON_CPU"] = ",".join(standin.on_cpu)
-    environ["STANDIN_TORCH"] = ",".join(standin.torch)
-    report = tmp_path / "report.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    command += [f"--junitxml={report}", str(GENERATED / "tests" / test_file), *extra]
-    process = watch.run(command, cwd=REPO, env=environ)
-    return process, _junit_outcomes(report) if report.is_file() else {}
 
 
 #: Specs whose devices have Lightning plugins (Lightning 2.6 has none of these devices).
 LIGHTNING = ("hpu", "xpu", "npu", "mlu", "musa", "rocm", "generic")
 
 
+@dataclass(frozen=True)
+class StandInRun:
+    """One pytest process running a spec's generated test modules on its stand-ins."""
+
+    process: subprocess.CompletedProcess[str]
+    outcomes: dict[str, dict[str, str]]
+
+    def of(self, module: str) -> dict[str, str]:
+        """The outcomes of one test module, asserting that it ran and nothing of it failed."""
+        outcomes = self.outcomes.get(module, {})
+        output = self.process.stdout[-6000:] + self.process.stderr[-2000:]
+        assert self.process.returncode in (0, 1), f"pytest could not run {module}:\n{output}"
+        assert outcomes, f"no test of {module} ran:\n{output}"
+        failed = sorted(n for n, o in outcomes.items() if o not in ("passed", "skipped"))
+        assert not failed, f"{module} failed on the stand-ins: {failed}\n{output}"
+        return outcomes
+
+
+def _run_on_standins(spec: str, folder: Path) -> StandInRun:
+    """Run the generated test modules of ``spec`` (the Lightning target's too, for the specs of
+    ``LIGHTNING``) in one fresh pytest process on its stand-ins."""
+    standin = STANDINS[spec]
+    site = install_standins(folder, standin.packages, devices=True)
+    environ = clean_environ(standin.environ)
+    environ["PYTHONPATH"] = os.pathsep.join([str(site), str(GENERATED)])
+    environ["STANDIN_ON_CPU"] = ",".join(standin.on_cpu)
+    environ["STANDIN_TORCH"] = ",".join(standin.torch)
+    modules = [f"test_{spec}.py"] + ([f"test_lightning_{spec}.py"] if spec in LIGHTNING else [])
+    report = folder / "report.xml"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    command += [f"--junitxml={report}", *(str(GENERATED / "tests" / m) for m in modules)]
+    if standin.hardware_only:
+        command += ["-k", " and ".join(f"not {name}" for name in standin.hardware_only)]
+    if standin.without_runs:
+        command += ["-m", "not slow"]
+    process = watch.run(command, cwd=REPO, env=environ)
+    return StandInRun(process, _junit_outcomes(report) if report.is_file() else {})
+
+
+@pytest.fixture(scope="module")
+def standin_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], StandInRun]:
+    """The stand-in run of a spec, made once for both tests that read it (they are in one
+    xdist group): starting pytest, torch and Lightning costs more than many of its tests."""
+    runs: dict[str, StandInRun] = {}
+
+    def run(spec: str) -> StandInRun:
+        if spec not in runs:
+            runs[spec] = _run_on_standins(spec, tmp_path_factory.mktemp(f"standins-{spec}"))
+        return runs[spec]
+
+    return run
+
+
+def _grouped(specs: Iterable[str]) -> list[Any]:
+    return [pytest.param(spec, marks=pytest.mark.xdist_group(f"standins-{spec}")) for spec in specs]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", LIGHTNING)
-def test_lightning_plugins_of_the_spec_train_on_its_standins(spec: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spec", _grouped(LIGHTNING))
+def test_lightning_plugins_of_the_spec_train_on_its_standins(
+    spec: str, standin_run: Callable[[str], StandInRun]
+) -> None:
     """The Lightning target's tests of the spec, with its devices standing in on the CPU: the
     Trainer and Fabric plugins register under the spec's names, and a Trainer (built with
     ``accelerator="<device>", strategy="<name>"`` after ``import stratlib.lightning.pytorch``)
@@ -195,31 +242,21 @@ def test_lightning_plugins_of_the_spec_train_on_its_standins(spec: str, tmp_path
     spec's emulated reductions, like one process. The FSDP plugins skip: Lightning's
     FSDPStrategy wraps the model in torch's FSDP1, which needs a device other than the CPU."""
     pytest.importorskip("lightning")
-    process, outcomes = _run_on_standins(spec, f"test_lightning_{spec}.py", tmp_path, [])
-    assert process.returncode == 0, process.stdout[-6000:] + process.stderr[-2000:]
+    outcomes = standin_run(spec).of(f"test_lightning_{spec}")
     skipped = sorted(name for name, outcome in outcomes.items() if outcome == "skipped")
     fsdp_runs = [n for n in outcomes if "trains_like_one_process" in n and "_fsdp" in n]
     assert skipped == sorted(fsdp_runs), outcomes
     trained = [n for n, o in outcomes.items() if o == "passed" and "trains_like_one_process" in n]
     assert len(trained) >= 4, outcomes  # Trainer and Fabric, one and two processes
-    assert set(outcomes.values()) <= {"passed", "skipped"}, outcomes
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", list(STANDINS))
-def test_generated_tests_of_the_spec_pass_on_its_standins(spec: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spec", _grouped(STANDINS))
+def test_generated_tests_of_the_spec_pass_on_its_standins(
+    spec: str, standin_run: Callable[[str], StandInRun]
+) -> None:
     standin = STANDINS[spec]
-    extra = []
-    if standin.hardware_only:
-        extra += ["-k", " and ".join(f"not {name}" for name in standin.hardware_only)]
-    if standin.without_runs:
-        extra += ["-m", "not slow"]
-    process, outcomes = _run_on_standins(spec, f"test_{spec}.py", tmp_path, extra)
-    assert process.returncode == 0, (
-        f"the generated tests of specs/{spec}.yaml failed on the stand-ins:\n"
-        + process.stdout[-6000:]
-        + process.stderr[-2000:]
-    )
+    outcomes = standin_run(spec).of(f"test_{spec}")
     skipped = sorted(name for name, outcome in outcomes.items() if outcome == "skipped")
     expected = list(standin.expected_skips)
     if not cpu_has_fp16_kernels():
@@ -227,4 +264,3 @@ def test_generated_tests_of_the_spec_pass_on_its_standins(spec: str, tmp_path: P
     assert skipped == sorted(
         expected
     ), f"expected only {expected} to skip on the stand-ins, skipped: {skipped}"
-    assert outcomes, "no generated test ran"
