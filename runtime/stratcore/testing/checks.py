@@ -18,7 +18,6 @@ from . import devices
 from .assertions import assert_options, assert_precision_plugin_trains, assert_precisions
 from .expectations import available_or_skip, runnable_or_skip, unavailable_plugin_reason
 from .jobs import ScenarioJobs
-from .processes import assert_job_stopped, run_failure_scenario
 from .rows import AcceleratorRow, EnvironmentRow, PrecisionPluginRow, StrategyRow
 
 # --- strategies ----------------------------------------------------------------------------------
@@ -52,16 +51,10 @@ def check_strategy(row: StrategyRow, case: str, monkeypatch: Any) -> None:
 
 
 def check_real_run(row: StrategyRow, case: str, jobs: ScenarioJobs, folder: Path) -> None:
-    """One real-run case: those of ``jobs.RUN_CASES`` read the report of the strategy's job;
-    rank 1 raising must end a job of its own, which names the rank and its error."""
-    if case != "rank_failure_stops_the_job":
-        jobs.check(row, case)
-        return
-    accelerator = runnable_or_skip(row.cls)
-    run = run_failure_scenario(
-        row.name, folder, accelerator=accelerator, devices=row.devices, rank=1, how="raise"
-    )
-    assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
+    """One real-run case, read from the report of the strategy's job (``jobs``): those of
+    ``rows.RUN_CASES``, and rank 1 raising, which must end the job naming the rank and its
+    error."""
+    jobs.check(row, case)
 
 
 # --- accelerators --------------------------------------------------------------------------------

@@ -7,11 +7,12 @@ import argparse
 import importlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from .environ import use_package
-from .scenarios import SCENARIOS, run_case
+from .scenarios import CASE_STARTED_MARKER, SCENARIOS, run_case
 
 # --- running scenarios --------------------------------------------------------------------------
 
@@ -59,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: Any = {}
         for case in json.loads(args.cases):
             strategy = _build(args, case.get("precision", args.precision))
+            if _launching():
+                started = {"case": case["case"], "time": time.time()}
+                print(CASE_STARTED_MARKER + json.dumps(started), flush=True)
             result[case["case"]] = strategy.launch(run_case, case)
     else:
         strategy = _build(args, args.precision)
@@ -70,7 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "fail": (args.rank, args.how, args.folder),
         }[args.scenario]
         result = strategy.launch(SCENARIOS[args.scenario], *arguments)
-    # Processes started by the launcher (or by torchrun) run this too; only rank 0 reports.
-    if os.environ.get("RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0":
+    if _launching():
         print("RESULT " + json.dumps(result, default=str), flush=True)
     return 0
+
+
+def _launching() -> bool:
+    """Whether this is the process the job started with: processes started by the launcher (or
+    by torchrun) run this too, and only rank 0 reports."""
+    return os.environ.get("RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0"

@@ -22,11 +22,14 @@ from .environ import (
     package_name,
     package_registry_in_use,
 )
+from .scenarios import FAILED_AT, case_started
 
 
-def _scenario_command(
+def scenario_command(
     scenario: str, strategy: str, devices: int, options: dict[str, Any]
 ) -> list[str]:
+    """The command that runs ``scenario`` (or ``cases``) of ``strategy`` in a fresh process:
+    ``options`` become its command-line options, ``strategy_options`` (a dict) its JSON."""
     extra = []
     strategy_options = options.pop("strategy_options", {})
     for key, value in options.items():
@@ -78,8 +81,8 @@ def run_scenario(
     no time limit: the run fails (``stratcore.watch.Stalled``) only when none of its
     processes has used the CPU or written output for ``stall`` seconds.
     """
-    _skip_unless_optimizers_in_setup(strategy)
-    command = _scenario_command(scenario, strategy, devices, options)
+    skip_unless_optimizers_in_setup(strategy)
+    command = scenario_command(scenario, strategy, devices, options)
     environ = _scenario_environ(env, uuid.uuid4().hex)
     process = watch.run(
         command, what=f"scenario {scenario!r} of {strategy!r}", env=environ, stall=stall
@@ -105,12 +108,18 @@ def run_given_a_port(
     return done
 
 
-def _skip_unless_optimizers_in_setup(strategy: str) -> None:
-    """Skip the calling test for a strategy whose ``setup`` takes the module alone (its
-    optimizers are made afterwards from the wrapped module): the scenarios set up a model
-    and its optimizer together."""
+def optimizers_in_setup(strategy: str) -> bool:
+    """Whether ``strategy``'s ``setup`` takes a model and its optimizers together, as the
+    training scenarios do (else it takes the module alone, and its optimizers are made
+    afterwards from the wrapped module)."""
     cls = package_registry_in_use().strategy_entry(strategy).cls
-    if not getattr(cls, "optimizers_in_setup", True):
+    return bool(getattr(cls, "optimizers_in_setup", True))
+
+
+def skip_unless_optimizers_in_setup(strategy: str) -> None:
+    """Skip the calling test for a strategy whose ``setup`` takes the module alone."""
+    cls = package_registry_in_use().strategy_entry(strategy).cls
+    if not optimizers_in_setup(strategy):
         import pytest
 
         pytest.skip(
@@ -154,34 +163,53 @@ def run_failure_scenario(
     end fails the test (``stratcore.watch.Stalled``) once none of its processes has used the
     CPU or written output for ``stall`` seconds, with what each of them was doing.
     """
-    import signal
-
     folder = Path(folder)
-    command = _scenario_command(
+    command = scenario_command(
         "fail", strategy, devices, {**options, "rank": rank, "how": how, "folder": folder}
     )
-    marker = uuid.uuid4().hex
-    failed_at = folder / "failed_at"
-    started = time.time()
-    job = watch.Job(
+    return run_failing_job(
         command,
+        folder / FAILED_AT,
         what=f"the failing {strategy!r} job (rank {rank}: {how})",
-        env=_scenario_environ(env, marker),
+        env=env,
         stall=stall,
+        kill_launcher=kill_launcher,
     )
+
+
+def run_failing_job(
+    command: list[str],
+    failed_at: Path,
+    *,
+    what: str,
+    env: dict[str, str] | None = None,
+    stall: float = watch.STALL,
+    kill_launcher: bool = False,
+    case: str | None = None,
+) -> FailureRun:
+    """Run a job one of whose ranks fails and writes the time to ``failed_at``; how it ended,
+    with every process of it still alive after its launcher ended (found by a marker in their
+    environment, then killed). In a job of several cases, ``case`` names the failing one: the
+    time to the failure counts from its start, not from the job's."""
+    import signal
+
+    marker = uuid.uuid4().hex
+    begun = time.time()
+    job = watch.Job(command, what=what, env=_scenario_environ(env, marker), stall=stall)
     try:
         if kill_launcher:
-            job.wait_for(failed_at.is_file, f"rank {rank} to be in place to hang")
+            job.wait_for(failed_at.is_file, "the failing rank to be in place to hang")
             time.sleep(0.5)  # let the other ranks enter their collective
             failed_at.write_text(repr(time.time()), encoding="utf-8")
             job.process.send_signal(signal.SIGKILL)
-        finished = job.finish(f"every process of the job to end after rank {rank} failed")
+        finished = job.finish("every process of the job to end after its rank failed")
     finally:
         leftovers = leftover_processes(marker)
         ended = time.time()
         job.kill()
         _kill_marked(marker)
     failed = float(failed_at.read_text(encoding="utf-8")) if failed_at.is_file() else None
+    started = (case_started(finished.stdout, case) if case else None) or begun
     return FailureRun(
         finished.returncode,
         finished.stdout,

@@ -322,13 +322,17 @@ def checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
     }
 
 
+#: The file in its folder ``fail`` writes the time of the failure to.
+FAILED_AT = "failed_at"
+
+
 def fail(strategy: Any, failing_rank: int, how: str, folder: str) -> None:
     """Make ``failing_rank`` raise, exit, kill itself or hang once every rank has started; the
     other ranks wait in a collective. The time of the failure goes to ``folder/failed_at``."""
     strategy.barrier("start")
     if strategy.global_rank == failing_rank:
         # When the failure happened, for the test to measure how long stopping the job took.
-        (Path(folder) / "failed_at").write_text(repr(time.time()), encoding="utf-8")
+        (Path(folder) / FAILED_AT).write_text(repr(time.time()), encoding="utf-8")
         if how == "raise":
             raise RuntimeError(f"deliberate failure on rank {failing_rank}")
         if how == "exit":
@@ -353,6 +357,19 @@ SCENARIOS: dict[str, Callable[..., Any]] = {
 
 #: How ``run_case`` starts the line that reports a case (its JSON follows).
 CASE_MARKER = "CASE "
+#: How a job of several cases starts the line that says when it launched one (``{"case":
+#: name, "time": seconds since the epoch}`` follows).
+CASE_STARTED_MARKER = "STARTED "
+
+
+def case_started(stdout: str, case: str) -> float | None:
+    """When the job whose output is ``stdout`` launched ``case`` (None if it did not)."""
+    for line in stdout.splitlines():
+        if line.startswith(CASE_STARTED_MARKER):
+            started = json.loads(line[len(CASE_STARTED_MARKER) :])
+            if started["case"] == case:
+                return float(started["time"])
+    return None
 
 
 def run_case(strategy: Any, case: Mapping[str, Any]) -> Any:
