@@ -23,20 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import (
-    ERROR_FILE_ENV,
-    INTERRUPT_GRACE,
-    LAUNCH_FILE_ENV,
-    PARENT_PID_ENV,
-    PEER_GRACE,
-    POLL_INTERVAL,
-    TERMINATE_GRACE,
-    ExternalLauncher,
-    InlineLauncher,
-    Launcher,
-    run_reporting_errors,
-    watch_parent,
-)
+from .base import ExternalLauncher, InlineLauncher, Launcher, run_reporting_errors, watch_parent
 from .popen import PopenLauncher, script_command
 from .reports import PEER_FAILURE_PATTERNS, Report, failure_message, is_peer_failure, root_cause
 from .spawn import ForkLauncher, ForkServerLauncher, SpawnLauncher
@@ -45,14 +32,7 @@ if TYPE_CHECKING:
     from ..strategy import StrategyBase
 
 __all__ = [
-    "ERROR_FILE_ENV",
-    "INTERRUPT_GRACE",
-    "LAUNCH_FILE_ENV",
-    "PARENT_PID_ENV",
     "PEER_FAILURE_PATTERNS",
-    "PEER_GRACE",
-    "POLL_INTERVAL",
-    "TERMINATE_GRACE",
     "ExternalLauncher",
     "ForkLauncher",
     "ForkServerLauncher",

@@ -13,15 +13,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..collectives import release_process_group
 from ..exceptions import MisconfigurationError, ProcessFailedError
 from ..precision import apply_to_tensors
-from .base import (
-    PEER_GRACE,
-    POLL_INTERVAL,
-    TERMINATE_GRACE,
-    Launcher,
-    rendezvous_environ,
-    run_reporting_errors,
-    watch_parent,
-)
+from . import base
+from .base import Launcher, rendezvous_environ, run_reporting_errors, watch_parent
 from .reports import failure_message, is_peer_failure, root_cause
 
 if TYPE_CHECKING:
@@ -164,7 +157,7 @@ def _wait_for_processes(processes: list[Any], error_files: list[str]) -> list[in
 
     pending = {p.sentinel: index for index, p in enumerate(processes)}
     while pending:
-        for sentinel in wait(list(pending), timeout=POLL_INTERVAL):
+        for sentinel in wait(list(pending), timeout=base.POLL_INTERVAL):
             index = pending.pop(sentinel)
             processes[index].join()
             if processes[index].exitcode != 0:
@@ -172,7 +165,7 @@ def _wait_for_processes(processes: list[Any], error_files: list[str]) -> list[in
                 # unless this one reported an error of its own, let them, so that the report
                 # can tell cause from consequence.
                 error = _read_spawn_error(error_files[index])
-                grace = 0.0 if error and not is_peer_failure(error) else PEER_GRACE
+                grace = 0.0 if error and not is_peer_failure(error) else base.PEER_GRACE
                 deadline = time.monotonic() + grace
                 for p in processes:
                     p.join(max(0.0, deadline - time.monotonic()))
@@ -184,7 +177,7 @@ def _stop_processes(processes: list[Any]) -> None:
     for process in processes:
         if process.is_alive():
             process.terminate()
-    deadline = time.monotonic() + TERMINATE_GRACE
+    deadline = time.monotonic() + base.TERMINATE_GRACE
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
         if process.is_alive():

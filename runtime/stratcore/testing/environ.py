@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import ENVIRONMENT_VALUES
+from ..launchers.base import ERROR_FILE_ENV, LAUNCH_FILE_ENV, PARENT_PID_ENV
 from ..registry import Registry, loaded_packages, package_registry
 
 #: Variables a scheduler or launcher may have set; tests start without them.
@@ -46,9 +47,9 @@ CLUSTER_VARIABLES = (
     "PMI_RANK",
     "MPI_LOCALRANKID",
     "MPI_LOCALNRANKS",
-    "STRATLIB_ERROR_FILE",
-    "STRATLIB_LAUNCH_FILE",
-    "STRATLIB_PARENT_PID",
+    ERROR_FILE_ENV,
+    LAUNCH_FILE_ENV,
+    PARENT_PID_ENV,
 )
 
 #: Marks every process of one scenario run, so that a test can find any that outlived it.
