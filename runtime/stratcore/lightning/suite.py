@@ -11,6 +11,9 @@ framework and the registry name (``test_trains_like_one_process[pytorch-acme_sin
 
 from __future__ import annotations
 
+import hashlib
+import json
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +21,16 @@ from typing import Any, ClassVar
 
 import pytest
 
+from ..testing.jobs import ScenarioJobs, once_per_session
 from ..testing.suite import TableTests, over
-from .testing import assert_registered, assert_trains_like_one_process
+from .testing import (
+    assert_registered,
+    assert_reports_like_one_process,
+    read_reports,
+    run_cases,
+    run_training,
+    training_case,
+)
 
 
 @dataclass(frozen=True)
@@ -74,9 +85,56 @@ class PluginTests(TableTests):
     def test_strategy_name_is_registered(self, row: PluginRow) -> None:
         assert_registered(row.framework, [], [(row.name, row.cls, dict(row.preset))])
 
+    @pytest.fixture(scope="class")
+    def plugin_jobs(
+        self, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+    ) -> PluginJobs:
+        return PluginJobs(ScenarioJobs.for_session(tmp_path_factory, pytestconfig).folder)
+
     @pytest.mark.slow
     @over(("row",), _training_params)
-    def test_trains_like_one_process(self, row: PluginRow, tmp_path: Path) -> None:
+    def test_trains_like_one_process(self, row: PluginRow, plugin_jobs: PluginJobs) -> None:
+        plugin_jobs.check(row, self.rows)
+
+
+class PluginJobs:
+    """The training scenarios of a table's rows, in one job (``testing.run_cases``) the first
+    of its tests runs, shared by the others (and by pytest-xdist's workers, through
+    ``folder``): starting Lightning costs far more than its few training steps. A row whose
+    scenario the job did not finish trains again in a job of its own, for its error."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def check(self, row: PluginRow, rows: Sequence[PluginRow]) -> None:
+        """Assert that ``row``'s plugin trains like one process (it skips where it cannot
+        train here)."""
+        case = self._case(row)  # skips the test where the plugin cannot train here
+        runnable = []
+        for other in rows:
+            if other.devices is None:
+                continue
+            try:
+                runnable.append(self._case(other))
+            except pytest.skip.Exception:
+                continue
+        named = json.dumps(runnable, sort_keys=True).encode()
+        key = f"lightning-{runnable[0]['module']}-{hashlib.sha256(named).hexdigest()[:12]}"
+        once_per_session(self.folder, key, lambda: _job_outcome(run_cases(runnable)))
+        reports = read_reports(case)
+        if reports is None:  # the job failed before it: this scenario alone, for its error
+            folder = Path(case["folder"]).with_name(Path(case["folder"]).name + "-alone")
+            folder.mkdir(parents=True, exist_ok=True)
+            reports = run_training({**case, "folder": str(folder)})
+        assert_reports_like_one_process(case, reports)
+
+    def _case(self, row: PluginRow) -> dict[str, Any]:
         module = row.cls.__module__.rsplit(".", 1)[0]  # the framework's package of plugins
         assert row.devices is not None
-        assert_trains_like_one_process(row.framework, module, row.cls, tmp_path, row.devices)
+        folder = self.folder / f"lightning-{row.framework}-{module}-{row.name}-{row.devices}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return training_case(row.framework, module, row.cls, folder, row.devices)
+
+
+def _job_outcome(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return {"returncode": done.returncode, "stderr": done.stderr[-4000:]}

@@ -1,11 +1,11 @@
 """Test support for the Lightning target: the generated tests (and yours) check that plugins
 are registered, and train through a real Trainer or Fabric on real processes.
 
-A training scenario runs as ``python -m stratcore.lightning.testing FRAMEWORK MODULE STRATEGY
-ACCELERATOR DEVICES PRECISION STEPS FOLDER`` in a fresh process: Lightning's launcher starts the
-other ranks by running the same command again, as it does for users' scripts, or spawns them.
-Every rank trains the reference model of :mod:`stratcore.testing` on its shard of the
-reference batch and writes ``rank<N>.json`` into FOLDER from the process that trained; the test
+Training scenarios run as ``python -m stratcore.lightning.testing cases CASES_JSON`` in a fresh
+process, one after the other (``run_cases``): Lightning's launcher starts the other ranks by
+running the same command again, as it does for users' scripts, or spawns them. Every rank
+trains the reference model of :mod:`stratcore.testing` on its shard of the reference batch and
+writes ``rank<N>.json`` into the scenario's folder from the process that trained; the test
 compares the weights with one process training on the whole batch.
 """
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +34,7 @@ import lightning.pytorch as pl  # noqa: E402
 from .. import testing, watch  # noqa: E402
 from ..exceptions import MisconfigurationError, MissingDependencyError  # noqa: E402
 from ..registry import registry_of  # noqa: E402
-from .contract import DEVICE_LIMITS, FRAMEWORKS  # noqa: E402
+from .contract import DEVICE_LIMITS  # noqa: E402
 
 LR = 0.1
 #: How close Fabric's '64-true' comes to one process training in float64 (see
@@ -110,34 +112,81 @@ def scenario_precision(plugin: type, accelerator: str) -> str:
     return str(default)
 
 
-def run_training(
-    framework: str,
-    module: str,
-    strategy: str,
-    accelerator: str,
-    devices: int,
-    precision: str,
-    folder: Path,
-    steps: int = 3,
-) -> list[dict[str, Any]]:
-    """Run the training scenario; returns every rank's report, in rank order. It fails only
-    when its processes stop making progress (``stratcore.watch``), not on a time limit."""
-    command = [sys.executable, "-m", __name__, framework, module, strategy, accelerator]
-    command += [str(devices), precision, str(steps), str(folder)]
-    environ = testing.package_environ(module.split(".")[0])
-    done = watch.run(
-        command, what=f"{framework} training with {strategy!r}", cwd=folder, env=environ
-    )
-    assert done.returncode == 0, (
-        f"{framework} training with {strategy!r} failed (exit {done.returncode}):\n"
-        f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    )
-    reports = []
-    for rank in range(devices):
-        path = folder / f"rank{rank}.json"
-        assert path.is_file(), f"rank {rank} wrote no report:\n{done.stderr[-4000:]}"
-        reports.append(json.loads(path.read_text(encoding="utf-8")))
+def training_case(
+    framework: str, module: str, plugin: type, folder: Path, devices: int = 2, steps: int = 3
+) -> dict[str, Any]:
+    """The training scenario of ``plugin`` (by its registry name) on ``devices`` processes, as
+    ``main`` runs it: it writes every rank's report into ``folder``. Skips the calling test
+    where the plugin cannot train here (``runnable_or_skip``)."""
+    accelerator = runnable_or_skip(plugin)
+    return {
+        "framework": framework,
+        "module": module,
+        "strategy": plugin.strategy_name,  # type: ignore[attr-defined]
+        "accelerator": accelerator,
+        "devices": devices,
+        "precision": scenario_precision(plugin, accelerator),
+        "steps": steps,
+        "folder": str(folder),
+        "script": devices > 1 and launches_by_script(plugin),
+    }
+
+
+def launches_by_script(plugin: type) -> bool:
+    """Whether Lightning starts the other ranks of ``plugin`` by running the script again
+    (its subprocess launcher), as for DDP's default 'popen' start method, FSDP, DeepSpeed and
+    ModelParallel; not where it spawns them (a 'spawn' or 'fork' start method the registry
+    name presets, XLA)."""
+    if any(base.__name__ == "XLAStrategy" for base in plugin.__mro__):
+        return False
+    preset = registered_preset(plugin)
+    return preset.get("start_method", "popen") == "popen"
+
+
+def registered_preset(plugin: type) -> dict[str, Any]:
+    """The options ``plugin``'s own registry name presets in its framework."""
+    module = plugin.__module__
+    framework = "pytorch" if module.split(".")[-2:-1] == ["pytorch"] else "fabric"
+    strategies = _registries(framework)[1]
+    name = plugin.strategy_name  # type: ignore[attr-defined]
+    return dict(strategies[name]["init_params"]) if name in strategies else {}
+
+
+def run_training(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one training scenario (``training_case``) in a job of its own; returns every rank's
+    report, in rank order. It fails only when its processes stop making progress
+    (``stratcore.watch``), not on a time limit."""
+    done = run_cases([case])
+    what = f"{case['framework']} training with {case['strategy']!r}"
+    assert (
+        done.returncode == 0
+    ), f"{what} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    reports = read_reports(case)
+    assert reports is not None, f"{what}: a rank wrote no report:\n{done.stderr[-4000:]}"
     return reports
+
+
+def run_cases(cases: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    """Run training scenarios (``training_case``) one after the other in one job: the
+    single-process and spawning ones first, in this process, then those whose ranks Lightning
+    starts by running the script again, which the process it starts runs with this one. Each
+    writes its reports into its folder; the job fails at the first that fails."""
+    order = sorted(cases, key=lambda case: bool(case["script"]))
+    command = [sys.executable, "-m", __name__, "cases", json.dumps(order)]
+    module = order[0]["module"]
+    environ = testing.package_environ(module.split(".")[0])
+    strategies = ", ".join(repr(case["strategy"]) for case in order)
+    folder = Path(order[0]["folder"])
+    return watch.run(command, what=f"Lightning training with {strategies}", cwd=folder, env=environ)
+
+
+def read_reports(case: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Every rank's report of a training scenario, in rank order; None if one is missing."""
+    folder = Path(case["folder"])
+    paths = [folder / f"rank{rank}.json" for rank in range(case["devices"])]
+    if not all(path.is_file() for path in paths):
+        return None
+    return [json.loads(path.read_text(encoding="utf-8")) for path in paths]
 
 
 def assert_trains_like_one_process(
@@ -146,14 +195,18 @@ def assert_trains_like_one_process(
     """Train with ``plugin`` (by its registry name) on ``devices`` processes; every rank ends
     with the parameters of one process training on the whole batch, within the precision's
     tolerance."""
-    accelerator = runnable_or_skip(plugin)
-    precision = scenario_precision(plugin, accelerator)
-    name = plugin.strategy_name  # type: ignore[attr-defined]
-    reports = run_training(framework, module, name, accelerator, devices, precision, folder, steps)
+    case = training_case(framework, module, plugin, folder, devices, steps)
+    assert_reports_like_one_process(case, run_training(case))
+
+
+def assert_reports_like_one_process(case: dict[str, Any], reports: list[dict[str, Any]]) -> None:
+    """Every rank of a training scenario ended with the parameters of one process training on
+    the whole batch, within the precision's tolerance."""
+    precision, steps, devices = case["precision"], case["steps"], case["devices"]
     dtype = testing.reference_dtype(precision)
     expected = testing.reference_parameters(steps, LR, dtype)
     tolerance = testing.precision_tolerance(precision)
-    if framework == "fabric" and precision == "64-true":
+    if case["framework"] == "fabric" and precision == "64-true":
         # Fabric's double precision casts the module's output back to float32
         # (DoublePrecision.convert_output), so the loss and its gradient carry float32
         # rounding; the parameters' dtype shows that training ran in float64.
@@ -305,24 +358,35 @@ def _fabric(
     fabric.launch(functools.partial(_fabric_train, steps=steps, folder=folder))
 
 
+def _run_case(case: dict[str, Any]) -> None:
+    importlib.import_module(case["module"])  # registers the plugins
+    run = _trainer if case["framework"] == "pytorch" else _fabric
+    run(
+        case["strategy"],
+        case["accelerator"],
+        case["devices"],
+        case["precision"],
+        case["steps"],
+        Path(case["folder"]),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 8 or args[0] not in FRAMEWORKS:
-        print(
-            "usage: python -m stratcore.lightning.testing pytorch|fabric MODULE STRATEGY "
-            "ACCELERATOR DEVICES PRECISION STEPS FOLDER",
-            file=sys.stderr,
-        )
+    if len(args) != 2 or args[0] != "cases":
+        print("usage: python -m stratcore.lightning.testing cases CASES_JSON", file=sys.stderr)
         return 2
-    framework, module, strategy, accelerator = args[:4]
-    devices, precision, steps, folder = int(args[4]), args[5], int(args[6]), Path(args[7])
-    importlib.import_module(module)  # registers the plugins
-    run = _trainer if framework == "pytorch" else _fabric
-    try:
-        run(strategy, accelerator, devices, precision, steps, folder)
-    except (MisconfigurationError, MissingDependencyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    # A process Lightning started for a rank runs this command again: it takes part only in
+    # the scenarios whose launcher started it (Lightning set LOCAL_RANK for it).
+    started_by_lightning = "LOCAL_RANK" in os.environ
+    for case in json.loads(args[1]):
+        if started_by_lightning and not case["script"]:
+            continue
+        try:
+            _run_case(case)
+        except (MisconfigurationError, MissingDependencyError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

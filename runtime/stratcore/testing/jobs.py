@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,21 +161,16 @@ class ScenarioJobs:
         """The report of ``row``'s job on ``accelerator``, running the job if no test process
         of this session has run it yet."""
         key = f"{package_name()}-{row.name}-{accelerator}-{row.devices}"
-        if key in self._reports:
-            return self._reports[key]
-        folder = self.folder / key
-        stored = self.folder / f"{key}.json"
-        with _locked(self.folder / f"{key}.lock"):
-            if stored.is_file():
-                report = JobReport(**json.loads(stored.read_text(encoding="utf-8")))
-            else:
+        if key not in self._reports:
+            folder = self.folder / key
+
+            def run() -> dict[str, Any]:
                 folder.mkdir(parents=True, exist_ok=True)
-                report = _run_job(row, accelerator, job_cases(folder, variant, row.devices))
-                temporary = stored.with_suffix(".tmp")
-                temporary.write_text(json.dumps(report.__dict__), encoding="utf-8")
-                temporary.replace(stored)
-        self._reports[key] = report
-        return report
+                cases = job_cases(folder, variant, row.devices)
+                return _run_job(row, accelerator, cases).__dict__
+
+            self._reports[key] = JobReport(**once_per_session(self.folder, key, run))
+        return self._reports[key]
 
     def _failing_alone(self, row: StrategyRow, accelerator: str) -> FailureRun:
         """Rank 1 failing in a job of its own (the strategy's job ended before it failed)."""
@@ -238,6 +233,21 @@ def assert_case(case: str, result: Any, expected: Expectation, variant: str | No
         assert_checkpoint_round_trip(result)
     else:
         raise ValueError(f"no real-run case {case!r}; the cases are {', '.join(RUN_CASES)}")
+
+
+def once_per_session(folder: Path, key: str, produce: Callable[[], dict[str, Any]]) -> Any:
+    """What ``produce`` returns (JSON), produced by the first test process of the session to
+    ask for ``key`` and read from ``folder`` by every other (pytest-xdist's workers share the
+    session's temporary folder); a process asking meanwhile waits for it."""
+    stored = folder / f"{key}.json"
+    with _locked(folder / f"{key}.lock"):
+        if stored.is_file():
+            return json.loads(stored.read_text(encoding="utf-8"))
+        result = produce()
+        temporary = stored.with_suffix(".tmp")
+        temporary.write_text(json.dumps(result), encoding="utf-8")
+        temporary.replace(stored)
+        return result
 
 
 @contextlib.contextmanager
