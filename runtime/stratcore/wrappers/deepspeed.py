@@ -29,14 +29,13 @@ from .deepspeed_config import (
     DS_ACCELERATOR_ENV,
     ZERO_STAGES,
     check_deepspeed_accelerator,
+    check_offloads,
     cpu_has_fp16_kernels,
     fp16_refused,
     import_deepspeed,
     load_ops_in_turn,
     merge_precision,
     offload_section,
-    offloads,
-    offloads_to_nvme,
     ops_to_build,
     read_config,
 )
@@ -134,21 +133,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
             zero.setdefault(
                 "offload_param", offload_section(self.offload_params_device, self.nvme_path)
             )
-        if offloads_to_nvme(zero, "offload_optimizer") and stage != 3:
-            raise MisconfigurationError(
-                f"offloading the optimizer to NVMe needs ZeRO stage 3; stage {stage} was chosen "
-                "(use 'deepspeed_stage_3_offload_nvme' or zero_stage=3)"
-            )
-        if offloads(zero, "offload_optimizer") and stage == 0:
-            raise MisconfigurationError(
-                "offload_optimizer needs ZeRO stage 1, 2 or 3, which partition the optimizer; "
-                "stage 0 was chosen"
-            )
-        if offloads(zero, "offload_param") and stage != 3:
-            raise MisconfigurationError(
-                f"offload_parameters needs ZeRO stage 3, which partitions the parameters; stage {stage} "
-                "was chosen (use 'deepspeed_stage_3_offload' or zero_stage=3)"
-            )
+        check_offloads(zero, stage)
         if "train_batch_size" not in config and "train_micro_batch_size_per_gpu" not in config:
             config["train_micro_batch_size_per_gpu"] = self.logging_batch_size_per_gpu or 1
         for key, value in CONFIG_DEFAULTS.items():

@@ -166,6 +166,25 @@ def ops_to_build(config: dict[str, Any]) -> list[str]:
     return names
 
 
+def check_offloads(zero: Mapping[str, Any], stage: int) -> None:
+    """Raise where the ZeRO section offloads what its ``stage`` does not partition."""
+    if offloads_to_nvme(zero, "offload_optimizer") and stage != 3:
+        raise MisconfigurationError(
+            f"offloading the optimizer to NVMe needs ZeRO stage 3; stage {stage} was chosen "
+            "(use 'deepspeed_stage_3_offload_nvme' or zero_stage=3)"
+        )
+    if offloads(zero, "offload_optimizer") and stage == 0:
+        raise MisconfigurationError(
+            "offload_optimizer needs ZeRO stage 1, 2 or 3, which partition the optimizer; "
+            "stage 0 was chosen"
+        )
+    if offloads(zero, "offload_param") and stage != 3:
+        raise MisconfigurationError(
+            f"offload_parameters needs ZeRO stage 3, which partitions the parameters; stage {stage} "
+            "was chosen (use 'deepspeed_stage_3_offload' or zero_stage=3)"
+        )
+
+
 def offloads(zero: Mapping[str, Any], key: str) -> bool:
     section = zero.get(key)
     return isinstance(section, Mapping) and section.get("device", "none") not in (None, "none")
