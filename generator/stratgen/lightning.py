@@ -261,9 +261,8 @@ def environments_module(
         ]
         _check_no_shadowing([c.name for c in classes], imported_names(), sources)
     tail = []
-    constants: list[str] = (
-        []
-    )  # one per declared cluster list, shared by the strategies inheriting it
+    # One constant per declared cluster list, shared by the strategies inheriting it.
+    constants: list[str] = []
     for plugin in plugins.values():
         constant = environments_constant(plugin.strategy)
         if constant in constants:
