@@ -3,11 +3,13 @@ hostile input from hanging or exhausting the generator."""
 
 from __future__ import annotations
 
-import time
+import sys
+from types import FrameType
 
 import pytest
 from sgtest import BAD
 
+from stratgen import yamlload
 from stratgen.errors import Location, SpecError
 from stratgen.yamlload import MAX_BYTES, MAX_DEPTH, MAX_NODES, load_yaml
 
@@ -64,25 +66,57 @@ def test_text_input_gets_the_same_checks_as_bytes() -> None:
         load_yaml("a: \x01\n", "t.yaml")
 
 
-def _refusal(data: bytes) -> tuple[str, float]:
-    started = time.monotonic()
-    with pytest.raises(SpecError) as info:
+class _WorkBudget:
+    """Counts the calls of the loader's per-node functions (pyyaml composing a node, the
+    converter visiting one) while it is active, and stops the load, failing the test, past
+    ``budget`` of them: how much work a refusal took, whatever the machine's load."""
+
+    NODE_FUNCTIONS = ("compose_node", "convert")
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.calls = 0
+
+    def __enter__(self) -> _WorkBudget:
+        sys.setprofile(self._count)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+
+    def _count(self, frame: FrameType, event: str, arg: object) -> None:
+        code = frame.f_code
+        ours = code.co_name in self.NODE_FUNCTIONS and code.co_filename == yamlload.__file__
+        if event == "call" and ours:
+            self.calls += 1
+            if self.calls > self.budget:
+                raise AssertionError(f"the loader visited more than {self.budget} nodes")
+
+
+def _refusal(data: bytes, budget: int) -> tuple[str, int]:
+    """The message refusing ``data``, and how many nodes the loader composed or visited."""
+    with _WorkBudget(budget) as work, pytest.raises(SpecError) as info:
         load_yaml(data, "t.yaml")
-    return str(info.value), time.monotonic() - started
+    return str(info.value), work.calls
 
 
 def test_oversized_files_are_refused_before_parsing() -> None:
-    message, seconds = _refusal(b"a: " + b"x" * MAX_BYTES + b"\n")
-    assert f"specs are limited to {MAX_BYTES}" in message and seconds < 1
+    message, nodes = _refusal(b"a: " + b"x" * MAX_BYTES + b"\n", budget=0)
+    assert f"specs are limited to {MAX_BYTES}" in message and nodes == 0
 
 
 def test_limits_stop_early() -> None:
-    deep, seconds = _refusal(b"a: " + b"[" * 100_000 + b"]" * 100_000)
-    assert f"nesting deeper than {MAX_DEPTH} levels" in deep and seconds < 2
-    wide, seconds = _refusal(b"a: [" + b"1, " * (MAX_NODES + 10) + b"]\n")
-    assert f"more than {MAX_NODES} values" in wide and seconds < 5
-    bomb, seconds = _refusal((BAD / "08_billion_laughs.yaml").read_bytes())
-    assert "expands to more than" in bomb and seconds < 2
+    # Each refusal stops at its limit: the nodes up to it, not the document's 100,000 levels,
+    # the 20,010 values or the billion values of the expanded anchors.
+    deep, nodes = _refusal(b"a: " + b"[" * 100_000 + b"]" * 100_000, budget=2 * MAX_DEPTH)
+    assert f"nesting deeper than {MAX_DEPTH} levels" in deep and nodes <= MAX_DEPTH + 2
+    # The mapping is the first level: the bracket at column 3 + MAX_DEPTH is one too many.
+    assert f"t.yaml:1:{3 + MAX_DEPTH}:" in deep, "not refused at the level past the limit"
+    wide, nodes = _refusal(b"a: [" + b"1, " * (MAX_NODES + 10) + b"]\n", budget=2 * MAX_NODES)
+    assert f"more than {MAX_NODES} values" in wide and nodes <= MAX_NODES + 1
+    bomb_file = (BAD / "08_billion_laughs.yaml").read_bytes()
+    bomb, nodes = _refusal(bomb_file, budget=4 * MAX_NODES)
+    assert "expands to more than" in bomb and nodes <= 2 * MAX_NODES + 1
 
 
 def test_errors_pickle_with_their_problems() -> None:
