@@ -32,6 +32,7 @@ from benchmarks import (
     bench_generate,
     bench_import,
     bench_parallel,
+    bench_preload,
     bench_sharded_checkpoint,
 )
 from benchmarks.common import (
@@ -53,6 +54,7 @@ BENCHMARKS: dict[str, Callable[[Settings], Section]] = {
     "generate": bench_generate.generation,
     "checkpoint": bench_checkpoint.checkpoints,
     "sharded-checkpoint": bench_sharded_checkpoint.sharded_checkpoints,
+    "preload": bench_preload.preload_cost,
 }
 COLUMNS = ("benchmark", "measured", "baseline", "ratio [min-max]", "target", "met?", "notes")
 

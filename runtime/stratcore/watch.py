@@ -59,7 +59,9 @@ class Job:
     """``command`` running in fresh processes, watched for progress (see the module).
 
     ``what`` names the job in failures (by default, the command's first words). Its output is
-    captured, and given back as text.
+    captured, and given back as text. ``preload`` names modules the command imports anyway:
+    with a preloader in use (``use_preloader``), the command may start in a fork of an
+    interpreter that has imported them (``stratcore.preload``).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class Job:
         stall: float = STALL,
         limit: float = LIMIT,
         start_new_session: bool = False,
+        preload: Sequence[str] = (),
     ) -> None:
         self.what = what or _short(command)
         self.stall = stall
@@ -83,7 +86,12 @@ class Job:
         environ[self.marker_env] = "1"
         environ.setdefault("PYTHONFAULTHANDLER", "1")
         self.started = time.monotonic()
-        self.process = subprocess.Popen(
+        forked = None
+        if preload and _preloader is not None:
+            forked = _start_preloaded(
+                command, preload, environ, cwd, input, start_new_session, self.marker_env
+            )
+        self.process: Any = forked or subprocess.Popen(
             list(command),
             cwd=cwd,
             env=environ,
@@ -137,7 +145,11 @@ class Job:
         return [(pid, _command_line(pid)) for pid in self._pids()]
 
     def _pids(self) -> list[int]:
-        return _marked_pids(self.marker_env, "1", self._known)
+        pids = _marked_pids(self.marker_env, "1", self._known)
+        # A command forked from a preload server shows the server's environment in /proc.
+        if self.process.pid not in pids and self.process.poll() is None:
+            pids.append(self.process.pid)
+        return pids
 
     def _cpu(self) -> float:
         """CPU seconds used by the job's live processes and the children they have reaped."""
@@ -206,7 +218,8 @@ class Job:
             state = _stat_fields(pid)
             wchan = _read_text(_PROC / str(pid) / "wchan") or "-"
             status = f"{state[0]} ({wchan})" if state else "?"
-            lines.append(f"  pid {pid}, {status}: {_command_line(pid)[:300]}")
+            command = _quoted(self.process.args) if pid == self.process.pid else None
+            lines.append(f"  pid {pid}, {status}: {(command or _command_line(pid))[:300]}")
         return "\n".join(lines)
 
     def kill(self, stacks: bool = False) -> None:
@@ -236,6 +249,59 @@ class Job:
         self.process.wait()
         for reader in self._readers:
             reader.join(5.0)
+
+
+_preloader: Any = None
+
+
+def use_preloader(preloader: Any) -> None:
+    """Start the commands of jobs that name modules to ``preload`` from ``preloader`` (a
+    ``stratcore.preload.Preloader``; None: as fresh processes again)."""
+    global _preloader
+    _preloader = preloader
+
+
+def _start_preloaded(
+    command: Sequence[str],
+    preload: Sequence[str],
+    env: dict[str, str],
+    cwd: str | os.PathLike[str] | None,
+    input: str | None,
+    start_new_session: bool,
+    marker: str,
+) -> Any:
+    """``command`` forked from the preloader with its output in pipes, as Popen would give
+    them; None where the preloader cannot start it."""
+    stdin_read, stdin_write = (
+        os.pipe() if input is not None else (os.open(os.devnull, os.O_RDONLY), -1)
+    )
+    stdout_read, stdout_write = os.pipe()
+    stderr_read, stderr_write = os.pipe()
+    try:
+        forked = _preloader.start(
+            command,
+            preload,
+            env=env,
+            cwd=cwd,
+            stdin=stdin_read,
+            stdout=stdout_write,
+            stderr=stderr_write,
+            start_new_session=start_new_session,
+            markers=(marker,),
+        )
+    finally:
+        for fd in (stdin_read, stdout_write, stderr_write):
+            os.close(fd)
+    if forked is None:
+        for fd in (stdin_write, stdout_read, stderr_read):
+            if fd >= 0:
+                os.close(fd)
+        return None
+    # The job owns these streams as it owns a Popen's: its readers close them.
+    forked.stdin = os.fdopen(stdin_write, "wb") if stdin_write >= 0 else None  # noqa: SIM115
+    forked.stdout = os.fdopen(stdout_read, "rb")  # noqa: SIM115
+    forked.stderr = os.fdopen(stderr_read, "rb")  # noqa: SIM115
+    return forked
 
 
 def run(

@@ -43,6 +43,7 @@ EXPECTED_ROWS = [
     "checkpoint save (atomic)",
     "checkpoint load",
     "async checkpoint save, time to return",
+    "commands that import torch, preloaded (CPU)",
 ]
 
 

@@ -69,7 +69,7 @@ def _run(phase: str, case: Case, devices: int, checkpoint: Path, out: Path) -> d
         command.append("--async-io")
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     env.pop("DS_ACCELERATOR", None)
-    process = watch.run(command, env=env, cwd=out.parent)
+    process = watch.run(command, env=env, cwd=out.parent, preload=("torch", "transformers"))
     assert process.returncode == 0, f"{phase} {case} failed:\n{process.stderr[-4000:]}"
     return json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
 
@@ -174,7 +174,7 @@ def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
     single = tmp_path / "single.ckpt"
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     command = [sys.executable, "-m", "stratcore.consolidate", str(checkpoint), str(single)]
-    converted = watch.run(command, env=env)
+    converted = watch.run(command, env=env, preload=("torch",))
     assert converted.returncode == 0, converted.stderr
 
     full = torch.load(single, weights_only=True)

@@ -52,7 +52,7 @@ def run_scenario(
     environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(GENERATED), environ.get("PYTHONPATH")])
     )
-    process = watch.run(command, env=environ, cwd=HERE)
+    process = watch.run(command, env=environ, cwd=HERE, preload=("torch",))
     result = None
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):

@@ -30,6 +30,7 @@ def run_nodes(
     nodes: int = 1,
     stall: float = STALL,
     cwd: Path | None = None,
+    preload: tuple[str, ...] = ("torch",),
     **extra: str,
 ) -> list[tuple[int, str]]:
     """Start ``scripts/<script> ... --out OUT`` (a script of the test's own: its path, and no
@@ -51,7 +52,14 @@ def run_nodes(
             if nodes > 1:
                 env.update(NODE_RANK=str(node), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
             jobs.append(
-                watch.Job(command, what=f"{path.name} node {node}", env=env, cwd=cwd, stall=stall)
+                watch.Job(
+                    command,
+                    what=f"{path.name} node {node}",
+                    env=env,
+                    cwd=cwd,
+                    stall=stall,
+                    preload=preload,
+                )
             )
         return jobs
 

@@ -28,7 +28,7 @@ def script_env(**extra: str) -> dict[str, str]:
 def start(command: list[str], **extra: str) -> watch.Job:
     """``command`` running in a user's shell environment, watched for progress."""
     what = " ".join(Path(part).name for part in command[1:3])
-    return watch.Job(command, what=what, env=script_env(**extra))
+    return watch.Job(command, what=what, env=script_env(**extra), preload=("torch",))
 
 
 def finish(jobs: list[watch.Job]) -> list[tuple[int, str, str]]:

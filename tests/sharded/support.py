@@ -32,7 +32,8 @@ def run_script(
     script: str, *args: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], Any]:
     """Run ``scripts/<script>`` with ``args``; returns the process and its RESULT line, parsed."""
-    process = watch.run([sys.executable, str(SCRIPTS / script), *args], env=env or environ())
+    command = [sys.executable, str(SCRIPTS / script), *args]
+    process = watch.run(command, env=env or environ(), preload=("torch",))
     result = None
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -67,6 +68,7 @@ def run_scenarios(runs: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, Any]]
         [sys.executable, str(SCRIPTS / "scenarios.py"), "batch", batch],
         what=f"the scenarios {', '.join(names)}",
         env=environ(),
+        preload=("torch",),
     )
     results: dict[int, Any] = {}
     for line in process.stdout.splitlines():

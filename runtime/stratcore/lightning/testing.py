@@ -177,7 +177,8 @@ def run_cases(cases: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
     environ = testing.package_environ(module.split(".")[0])
     strategies = ", ".join(repr(case["strategy"]) for case in order)
     folder = Path(order[0]["folder"])
-    return watch.run(command, what=f"Lightning training with {strategies}", cwd=folder, env=environ)
+    what = f"Lightning training with {strategies}"
+    return watch.run(command, what=what, cwd=folder, env=environ, preload=("lightning",))
 
 
 def read_reports(case: dict[str, Any]) -> list[dict[str, Any]] | None:

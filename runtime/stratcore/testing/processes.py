@@ -24,6 +24,10 @@ from .environ import (
 )
 from .scenarios import FAILED_AT, case_started
 
+#: What a scenario's process imports first (torch with it): with a preloader in use
+#: (``stratcore.preload``), it may start from an interpreter that has imported it already.
+PRELOAD = ("stratcore.testing.scenarios",)
+
 
 def scenario_command(
     scenario: str, strategy: str, devices: int, options: dict[str, Any]
@@ -84,9 +88,8 @@ def run_scenario(
     skip_unless_optimizers_in_setup(strategy)
     command = scenario_command(scenario, strategy, devices, options)
     environ = _scenario_environ(env, uuid.uuid4().hex)
-    process = watch.run(
-        command, what=f"scenario {scenario!r} of {strategy!r}", env=environ, stall=stall
-    )
+    what = f"scenario {scenario!r} of {strategy!r}"
+    process = watch.run(command, what=what, env=environ, stall=stall, preload=PRELOAD)
     return process, _result_of(process.stdout)
 
 
@@ -195,7 +198,8 @@ def run_failing_job(
 
     marker = uuid.uuid4().hex
     begun = time.time()
-    job = watch.Job(command, what=what, env=_scenario_environ(env, marker), stall=stall)
+    environ = _scenario_environ(env, marker)
+    job = watch.Job(command, what=what, env=environ, stall=stall, preload=PRELOAD)
     try:
         if kill_launcher:
             job.wait_for(failed_at.is_file, "the failing rank to be in place to hang")

@@ -1,0 +1,32 @@
+"""Settings for every test of this repository: tests/ and generated/tests/."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from stratcore import preload, watch
+from stratcore.testing.environ import RUN_MARKER_ENV
+
+#: Variables that mark one test's processes or give one job its rendezvous: no import reads
+#: them, so commands that differ only in them can start from one preload server.
+VOLATILE = (RUN_MARKER_ENV, "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _preloaded_processes() -> Iterator[preload.Preloader | None]:
+    """The commands tests start that import torch first (those that say so to
+    ``stratcore.watch``) start from a fork of an interpreter that has imported it: importing
+    torch anew in every one is most of the CPU time the suite spends (``stratcore.preload``;
+    benchmarks: ``python -m benchmarks --only preload``). The processes those commands start,
+    such as the ranks of a launcher, are fresh interpreters as always. STRATGEN_PRELOAD=0
+    starts every command as a fresh interpreter."""
+    if os.environ.get("STRATGEN_PRELOAD") == "0":
+        yield None
+        return
+    preloader = preload.Preloader(volatile=VOLATILE)
+    watch.use_preloader(preloader)
+    yield preloader
+    watch.use_preloader(None)
+    preloader.close()

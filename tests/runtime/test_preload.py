@@ -1,0 +1,192 @@
+"""Commands started from a preload server run as they would in a fresh interpreter.
+
+The server here preloads ``decimal`` (a module no command below imports by itself), so that
+each test can tell a forked command from a fresh one, and numpy, whose global random generator
+must differ between forks; the suite pays no torch import for these tests.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stratcore import preload, watch
+
+PRELOAD = ("decimal", "numpy")
+
+REPORT = """\
+import json, os, random, sys
+preloaded = "decimal" in sys.modules
+import numpy
+import __main__
+report = {
+    "preloaded": preloaded,
+    "argv": sys.argv,
+    "path0": sys.path[0],
+    "cwd": os.getcwd(),
+    "variable": os.environ.get("PRELOAD_TEST"),
+    "stdin": sys.stdin.read(),
+    "name": __name__,
+    "main_file": getattr(__main__, "__file__", None),
+    "random": [random.random(), float(numpy.random.random())],
+    "parent": os.getppid(),
+}
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture
+def preloader() -> Iterator[preload.Preloader]:
+    # This module's fixture replaces the session's preloader while it runs (the root conftest).
+    session = watch._preloader
+    preloader = preload.Preloader(volatile=("PRELOAD_VOLATILE",))
+    watch.use_preloader(preloader)
+    yield preloader
+    watch.use_preloader(session)
+    preloader.close()
+
+
+def _script(folder: Path, source: str, name: str = "script.py") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", **extra}
+
+
+def _report(done: Any) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_forked_script_gets_its_arguments_folder_environment_and_input(
+    preloader: preload.Preloader, tmp_path: Path
+) -> None:
+    (tmp_path / "scripts").mkdir()
+    script = _script(tmp_path / "scripts", REPORT)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = watch.run(
+        [sys.executable, str(script), "a", "--b"],
+        env=_env(PRELOAD_TEST="x"),
+        cwd=work,
+        input="fed",
+        preload=PRELOAD,
+    )
+    report = _report(done)
+    assert report["preloaded"], "the command did not start from the preload server"
+    assert report["argv"] == [str(script), "a", "--b"]
+    assert report["path0"] == str(script.parent.resolve())
+    assert report["cwd"] == str(work)
+    assert report["variable"] == "x"
+    assert report["stdin"] == "fed"
+    assert report["name"] == "__main__" and report["main_file"] == str(script)
+    assert preloader.forked == 1 and preloader.started == 1
+
+
+def test_a_forked_module_runs_as_python_m_runs_it(
+    preloader: preload.Preloader, tmp_path: Path
+) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    _script(package, REPORT, "__main__.py")
+    done = watch.run(
+        [sys.executable, "-m", "pkg", "one"], env=_env(), cwd=tmp_path, preload=PRELOAD
+    )
+    report = _report(done)
+    assert report["preloaded"]
+    assert report["argv"] == [str(package / "__main__.py"), "one"]
+    assert report["path0"] == str(tmp_path)
+    assert report["main_file"] == str(package / "__main__.py")
+
+
+def test_a_fresh_interpreter_and_a_fork_end_with_the_same_status_and_output(
+    preloader: preload.Preloader, tmp_path: Path
+) -> None:
+    """Exit codes, an uncaught exception's traceback (the script's frames only), a signal."""
+    sources = {
+        "exits": "import sys; print('out'); sys.exit(3)",
+        "raises": "def f():\n    raise ValueError('boom')\nf()",
+        "interrupted": "raise KeyboardInterrupt",
+        "killed": "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+        "atexit": "import atexit; atexit.register(print, 'at exit')",
+    }
+    for name, source in sources.items():
+        script = _script(tmp_path, source, f"{name}.py")
+        fresh = watch.run([sys.executable, str(script)], env=_env())
+        forked = watch.run([sys.executable, str(script)], env=_env(), preload=PRELOAD)
+        assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout), name
+        assert forked.stderr == fresh.stderr, name
+    assert preloader.forked == len(sources)
+    killed = watch.run([sys.executable, str(tmp_path / "killed.py")], env=_env(), preload=PRELOAD)
+    assert killed.returncode == -signal.SIGTERM
+
+
+def test_forks_draw_other_random_numbers_and_environments_get_servers_of_their_own(
+    preloader: preload.Preloader, tmp_path: Path
+) -> None:
+    script = _script(tmp_path, REPORT)
+    command = [sys.executable, str(script)]
+    first = _report(watch.run(command, env=_env(PRELOAD_VOLATILE="1"), preload=PRELOAD))
+    second = _report(watch.run(command, env=_env(PRELOAD_VOLATILE="2"), preload=PRELOAD))
+    for first_number, second_number in zip(first["random"], second["random"], strict=True):
+        assert first_number != second_number, "the forks share the server's random state"
+    assert first["parent"] == second["parent"], "a volatile variable started another server"
+    assert preloader.started == 1
+    other = _report(watch.run(command, env=_env(PRELOAD_TEST="y"), preload=PRELOAD))
+    assert other["variable"] == "y" and other["parent"] != first["parent"]
+    assert preloader.started == 2
+
+
+def test_commands_it_cannot_run_as_python_would_start_as_usual(
+    preloader: preload.Preloader, tmp_path: Path
+) -> None:
+    script = _script(tmp_path, REPORT)
+    for command in (
+        [sys.executable, "-c", REPORT],  # no file to run again
+        [sys.executable, "-X", "utf8", str(script)],  # interpreter options
+        ["/bin/sh", "-c", f"{sys.executable} {script}"],  # not this interpreter
+    ):
+        report = _report(watch.run(command, env=_env(), preload=PRELOAD))
+        assert not report["preloaded"], command
+    assert preloader.forked == 0 and preloader.started == 0
+
+
+def test_a_stalled_forked_command_is_stopped_and_its_stack_shown(
+    preloader: preload.Preloader, tmp_path: Path
+) -> None:
+    script = _script(tmp_path, "import time\nprint('waiting', flush=True)\ntime.sleep(600)")
+    job = watch.Job(
+        [sys.executable, str(script)], env=_env(), stall=1.0, preload=PRELOAD, what="sleeper"
+    )
+    pid = job.process.pid
+    with pytest.raises(watch.Stalled) as stalled:
+        job.finish()
+    message = str(stalled.value)
+    assert f"pid {pid}" in message and str(script) in message
+    assert "line 3 in <module>" in message, "the fault handler's stack is missing"
+    assert job.process.poll() is not None
+
+
+def test_a_forked_script_starts_its_ranks_as_the_same_script(
+    preloader: preload.Preloader, tmp_path: Path
+) -> None:
+    """The popen launcher starts ranks 1..n-1 with the command that started the script."""
+    source = "from stratcore.launchers.popen import script_command\nprint(script_command())"
+    script = _script(tmp_path, source)
+    runtime = str(Path(preload.__file__).resolve().parents[1])
+    env = _env(PYTHONPATH=runtime)
+    fresh = watch.run([sys.executable, str(script), "x"], env=env)
+    forked = watch.run([sys.executable, str(script), "x"], env=env, preload=PRELOAD)
+    assert fresh.returncode == forked.returncode == 0, forked.stderr
+    assert forked.stdout == fresh.stdout
+    assert preloader.forked == 1
