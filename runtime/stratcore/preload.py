@@ -51,11 +51,10 @@ _HEADER = struct.Struct("!I")
 
 class Preloader:
     """Servers that run commands in forks of an interpreter with ``preload`` imported, one
-    server per (preloaded modules, environment but for ``volatile`` names and prefixes)."""
+    server per (preloaded modules, environment but for the ``volatile`` variables)."""
 
-    def __init__(self, volatile: Iterable[str] = (), prefixes: Iterable[str] = ()) -> None:
+    def __init__(self, volatile: Iterable[str] = ()) -> None:
         self.volatile = frozenset((*VOLATILE, *volatile))
-        self.prefixes = tuple(prefixes)
         self.folder = Path(tempfile.mkdtemp(prefix="stratcore-preload-"))
         self.servers: dict[Any, _Server] = {}
         self.refused: set[Any] = set()
@@ -63,9 +62,6 @@ class Preloader:
         #: How many commands started forked, and how many servers were started for them.
         self.forked = 0
         self.started = 0
-
-    def _kept(self, name: str) -> bool:
-        return name not in self.volatile and not name.startswith(self.prefixes)
 
     def start(
         self,
@@ -89,8 +85,8 @@ class Preloader:
         argv = _runnable(command, folder)
         if argv is None or not preload or not hasattr(os, "fork"):
             return None
-        own = set(markers)
-        kept = {k: v for k, v in env.items() if k not in own and self._kept(k)}
+        volatile = self.volatile.union(markers)
+        kept = {name: value for name, value in env.items() if name not in volatile}
         key = (tuple(preload), tuple(sorted(kept.items())))
         with self.lock:
             if key in self.refused:
@@ -100,8 +96,6 @@ class Preloader:
                 server = self._new_server(key, preload, kept)
                 if server is None:
                     return None
-            server.last_used = self.forked
-            self.forked += 1
         request = {
             "argv": argv,
             "env": dict(env),
@@ -109,9 +103,13 @@ class Preloader:
             "new_session": start_new_session,
         }
         try:
-            return server.fork(list(command), request, (stdin, stdout, stderr))
+            forked = server.fork(list(command), request, (stdin, stdout, stderr))
         except OSError:
-            return None
+            return None  # the server ended meanwhile
+        with self.lock:
+            server.last_used = self.forked
+            self.forked += 1
+        return forked
 
     def _new_server(self, key: Any, preload: Sequence[str], env: dict[str, str]) -> _Server | None:
         idle = [k for k, s in self.servers.items() if not s.running]
@@ -226,15 +224,20 @@ class Forked:
         self._server = server
 
     def poll(self) -> int | None:
-        return self.wait(0.0) if self.returncode is None else self.returncode
+        return self._status(0.0)
 
     def wait(self, timeout: float | None = None) -> int:
+        status = self._status(timeout)
+        if status is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return status
+
+    def _status(self, timeout: float | None) -> int | None:
+        """The exit status, waiting at most ``timeout`` seconds for the server to report it."""
         if self.returncode is None:
             readable, _, _ = select.select([self._connection], [], [], timeout)
             if not readable:
-                if timeout == 0.0:
-                    return None  # type: ignore[return-value]  # poll's answer
-                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+                return None
             reply = _read_message(self._connection)
             # No report: the server was stopped while the command ran; it counts as killed.
             self.returncode = int(reply["status"]) if reply else -signal.SIGKILL
