@@ -26,7 +26,10 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .preload import Forked, Preloader
 
 #: Seconds without output and without CPU use by any process of a job before it counts as hung.
 STALL = 120.0
@@ -89,7 +92,7 @@ class Job:
         forked = None
         if preload and _preloader is not None:
             forked = _start_preloaded(
-                command, preload, environ, cwd, input, start_new_session, self.marker_env
+                _preloader, command, preload, environ, cwd, input, start_new_session
             )
         self.process: Any = forked or subprocess.Popen(
             list(command),
@@ -251,10 +254,10 @@ class Job:
             reader.join(5.0)
 
 
-_preloader: Any = None
+_preloader: Preloader | None = None
 
 
-def use_preloader(preloader: Any) -> None:
+def use_preloader(preloader: Preloader | None) -> None:
     """Start the commands of jobs that name modules to ``preload`` from ``preloader`` (a
     ``stratcore.preload.Preloader``; None: as fresh processes again)."""
     global _preloader
@@ -262,14 +265,14 @@ def use_preloader(preloader: Any) -> None:
 
 
 def _start_preloaded(
+    preloader: Preloader,
     command: Sequence[str],
     preload: Sequence[str],
     env: dict[str, str],
     cwd: str | os.PathLike[str] | None,
     input: str | None,
     start_new_session: bool,
-    marker: str,
-) -> Any:
+) -> Forked | None:
     """``command`` forked from the preloader with its output in pipes, as Popen would give
     them; None where the preloader cannot start it."""
     stdin_read, stdin_write = (
@@ -278,7 +281,7 @@ def _start_preloaded(
     stdout_read, stdout_write = os.pipe()
     stderr_read, stderr_write = os.pipe()
     try:
-        forked = _preloader.start(
+        forked = preloader.start(
             command,
             preload,
             env=env,
@@ -287,7 +290,7 @@ def _start_preloaded(
             stdout=stdout_write,
             stderr=stderr_write,
             start_new_session=start_new_session,
-            markers=(marker,),
+            markers=[name for name in env if name.startswith(MARKER_PREFIX)],
         )
     finally:
         for fd in (stdin_read, stdout_write, stderr_write):
