@@ -67,20 +67,17 @@ class Preloader:
         self,
         command: Sequence[str],
         preload: Sequence[str],
-        *,
         env: Mapping[str, str],
         cwd: str | os.PathLike[str] | None,
-        stdin: int,
-        stdout: int,
-        stderr: int,
+        streams: tuple[int, int, int],
         start_new_session: bool = False,
         markers: Iterable[str] = (),
     ) -> Forked | None:
-        """Run ``command`` in a fork of a server with ``preload`` imported, its standard
-        streams the given file descriptors (which the caller still closes); None where that
-        cannot be done (another interpreter, interpreter options, no fork here), and the
-        caller starts it as usual. ``markers``: variables of ``env`` that mark this one job,
-        volatile like the preloader's own."""
+        """Run ``command`` in a fork of a server with ``preload`` imported, its stdin, stdout
+        and stderr the file descriptors ``streams`` (which the caller still closes); None
+        where that cannot be done (another interpreter, interpreter options, no fork here),
+        and the caller starts it as usual. ``markers``: variables of ``env`` that mark this
+        one job, volatile like the preloader's own."""
         folder = os.fspath(cwd) if cwd is not None else os.getcwd()
         argv = _runnable(command, folder)
         if argv is None or not preload or not hasattr(os, "fork"):
@@ -103,7 +100,7 @@ class Preloader:
             "new_session": start_new_session,
         }
         try:
-            forked = server.fork(list(command), request, (stdin, stdout, stderr))
+            forked = server.fork(list(command), request, streams)
         except OSError:
             return None  # the server ended meanwhile
         with self.lock:

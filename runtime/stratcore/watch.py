@@ -281,17 +281,9 @@ def _start_preloaded(
     stdout_read, stdout_write = os.pipe()
     stderr_read, stderr_write = os.pipe()
     try:
-        forked = preloader.start(
-            command,
-            preload,
-            env=env,
-            cwd=cwd,
-            stdin=stdin_read,
-            stdout=stdout_write,
-            stderr=stderr_write,
-            start_new_session=start_new_session,
-            markers=[name for name in env if name.startswith(MARKER_PREFIX)],
-        )
+        markers = [name for name in env if name.startswith(MARKER_PREFIX)]
+        streams = (stdin_read, stdout_write, stderr_write)
+        forked = preloader.start(command, preload, env, cwd, streams, start_new_session, markers)
     finally:
         for fd in (stdin_read, stdout_write, stderr_write):
             os.close(fd)
