@@ -257,11 +257,13 @@ class Job:
 _preloader: Preloader | None = None
 
 
-def use_preloader(preloader: Preloader | None) -> None:
+def use_preloader(preloader: Preloader | None) -> Preloader | None:
     """Start the commands of jobs that name modules to ``preload`` from ``preloader`` (a
-    ``stratcore.preload.Preloader``; None: as fresh processes again)."""
+    ``stratcore.preload.Preloader``; None: as fresh processes again); returns the one used
+    until now."""
     global _preloader
-    _preloader = preloader
+    previous, _preloader = _preloader, preloader
+    return previous
 
 
 def _start_preloaded(

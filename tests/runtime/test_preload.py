@@ -43,10 +43,9 @@ print(json.dumps(report))
 
 @pytest.fixture
 def preloader() -> Iterator[preload.Preloader]:
-    # This module's fixture replaces the session's preloader while it runs (the root conftest).
-    session = watch._preloader
+    # This module's preloader replaces the session's (the root conftest's) while a test runs.
     preloader = preload.Preloader(volatile=("PRELOAD_VOLATILE",))
-    watch.use_preloader(preloader)
+    session = watch.use_preloader(preloader)
     yield preloader
     watch.use_preloader(session)
     preloader.close()
