@@ -185,8 +185,7 @@ class _Server:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             connection.connect(str(self.path))
-            data = json.dumps(request).encode()
-            socket.send_fds(connection, [_HEADER.pack(len(data)) + data], list(fds))
+            socket.send_fds(connection, [_encoded(request)], list(fds))
             reply = _read_message(connection)
         except BaseException:
             connection.close()
@@ -250,9 +249,6 @@ class Forked:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
 
 def _read_message(connection: socket.socket) -> dict[str, Any] | None:
     """One length-prefixed JSON message; None at the end of the stream."""
@@ -274,10 +270,15 @@ def _read_exactly(connection: socket.socket, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _send_message(connection: socket.socket, message: dict[str, Any]) -> None:
+def _encoded(message: dict[str, Any]) -> bytes:
+    """``message`` as ``_read_message`` reads it: its length, then its JSON."""
     data = json.dumps(message).encode()
+    return _HEADER.pack(len(data)) + data
+
+
+def _send_message(connection: socket.socket, message: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):
-        connection.sendall(_HEADER.pack(len(data)) + data)
+        connection.sendall(_encoded(message))
 
 
 # --- the server -------------------------------------------------------------------------------
