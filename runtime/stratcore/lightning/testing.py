@@ -74,14 +74,15 @@ def assert_registered(
         assert entry["init_params"] == preset, f"{name!r} presets {entry['init_params']}"
 
 
-def runnable_or_skip(plugin: type) -> str:
-    """The accelerator a strategy plugin trains on here, or skip the calling test with the
-    reason it cannot (a missing package, no such device on this machine)."""
+def runnable_or_skip(plugin: type, devices: int = 1) -> str:
+    """The accelerator a strategy plugin trains on ``devices`` processes on here, or skip the
+    calling test with the reason it cannot (a missing package, no such device on this machine,
+    too few of them)."""
     import pytest
 
     spec = plugin.spec  # type: ignore[attr-defined]
-    accelerator = testing.runnable_accelerator(spec)
-    reason = testing.unavailable_reason(spec, accelerator)
+    accelerator = testing.runnable_accelerator(spec, devices)
+    reason = testing.unavailable_reason(spec, accelerator, devices)
     if reason is None:
         reason = device_limit(plugin, accelerator)
     if reason is not None:
@@ -118,7 +119,7 @@ def training_case(
     """The training scenario of ``plugin`` (by its registry name) on ``devices`` processes, as
     ``main`` runs it: it writes every rank's report into ``folder``. Skips the calling test
     where the plugin cannot train here (``runnable_or_skip``)."""
-    accelerator = runnable_or_skip(plugin)
+    accelerator = runnable_or_skip(plugin, devices)
     return {
         "framework": framework,
         "module": module,

@@ -26,7 +26,7 @@ from .rows import AcceleratorRow, EnvironmentRow, PrecisionPluginRow, StrategyRo
 def assert_registry_name(row: StrategyRow, name: str, options: dict[str, Any]) -> None:
     """``get_strategy(name)`` builds the row's class holding ``options`` (its defaults and the
     name's preset)."""
-    accelerator = runnable_or_skip(row.cls)
+    accelerator = runnable_or_skip(row.cls, row.devices)
     package = importlib.import_module(registry_of(row.cls).package)
     strategy = package.get_strategy(
         name, accelerator=accelerator, devices=row.expectation(accelerator).devices
@@ -41,7 +41,7 @@ def check_strategy(row: StrategyRow, case: str, monkeypatch: Any) -> None:
     runs and every other one is refused; with the variables of two cluster environments set,
     the one first in the strategy's order is detected."""
     if case == "runs_its_precisions_and_refuses_the_others":
-        accelerator = runnable_or_skip(row.cls)
+        accelerator = runnable_or_skip(row.cls, row.devices)
         expected = row.expectation(accelerator)
         assert_precisions(row.cls, accelerator, expected.devices, expected)
     elif case == "detects_cluster_environments_in_order":

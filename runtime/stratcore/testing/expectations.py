@@ -19,19 +19,37 @@ if TYPE_CHECKING:
 # --- assertions for generated tests ------------------------------------------------------------
 
 
-def runnable_accelerator(cls: type[StrategyBase]) -> str:
-    """The first accelerator ``cls`` supports that is present here ('cpu' if none is)."""
+def runnable_accelerator(cls: type[StrategyBase], devices: int = 1) -> str:
+    """The first accelerator ``cls`` supports that is present here with ``devices`` devices (a
+    job of that many processes); else the first present with fewer, where the job cannot run
+    (``unavailable_reason`` says why); 'cpu' if none is present."""
     accelerators = registry_of(cls).accelerators
-    for name in cls.accelerators or tuple(accelerators):
-        if name in accelerators and accelerators[name].is_available():
-            return str(name)
-    return "cpu"
+    present = [
+        str(name)
+        for name in cls.accelerators or tuple(accelerators)
+        if name in accelerators and accelerators[name].is_available()
+    ]
+    for name in present:
+        if _too_few_devices(accelerators[name], devices) is None:
+            return name
+    return present[0] if present else "cpu"
 
 
-def unavailable_reason(cls: type[StrategyBase], accelerator: str | None = None) -> str | None:
-    """Why ``cls`` cannot run (on ``accelerator``, by default its first available one) here,
-    or None if it can."""
-    accelerator = accelerator or runnable_accelerator(cls)
+def _too_few_devices(accelerator: type[Accelerator], devices: int) -> str | None:
+    """The accelerator's own error for a job of ``devices`` processes, or None if it has them."""
+    try:
+        accelerator.parse_devices(devices)
+    except MisconfigurationError as error:
+        return str(error)
+    return None
+
+
+def unavailable_reason(
+    cls: type[StrategyBase], accelerator: str | None = None, devices: int = 1
+) -> str | None:
+    """Why ``cls`` cannot run a job of ``devices`` processes (on ``accelerator``, by default
+    the one ``runnable_accelerator`` chooses) here, or None if it can."""
+    accelerator = accelerator or runnable_accelerator(cls, devices)
 
     missing = [r for r in cls.requires if not r.available]
     if missing:
@@ -47,7 +65,7 @@ def unavailable_reason(cls: type[StrategyBase], accelerator: str | None = None) 
     accelerator_cls = registry_of(cls).accelerators.get(accelerator)
     if accelerator_cls is None or not accelerator_cls.is_available():
         return f"no {accelerator} device on this machine"
-    return None
+    return _too_few_devices(accelerator_cls, devices)
 
 
 def unavailable_plugin_reason(cls: type[PrecisionBase]) -> str | None:
@@ -106,15 +124,16 @@ class Expectation:
     probes: dict[str, str] = field(default_factory=dict)
 
 
-def runnable_or_skip(cls: type[StrategyBase]) -> str:
-    """The accelerator ``cls`` runs on here; skips the calling pytest test where it cannot run.
+def runnable_or_skip(cls: type[StrategyBase], devices: int = 1) -> str:
+    """The accelerator ``cls`` runs a job of ``devices`` processes on here; skips the calling
+    pytest test where it cannot run.
 
     Called inside tests, so that nothing is probed while pytest collects them.
     """
     import pytest
 
-    accelerator = runnable_accelerator(cls)
-    reason = unavailable_reason(cls, accelerator)
+    accelerator = runnable_accelerator(cls, devices)
+    reason = unavailable_reason(cls, accelerator, devices)
     if reason is not None:
         pytest.skip(reason)
     return accelerator

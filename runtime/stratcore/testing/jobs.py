@@ -136,7 +136,7 @@ class ScenarioJobs:
     def check(self, row: StrategyRow, case: str) -> None:
         """Assert one real-run case of ``row``'s strategy (one of ``RUN_CASES``, or
         ``FAILURE_CASE``)."""
-        accelerator = runnable_or_skip(row.cls)
+        accelerator = runnable_or_skip(row.cls, row.devices)
         expected = row.expectation(accelerator)
         variant = precision_variant(row.cls, accelerator)
         if case == "trains_in_another_precision" and variant is None:
