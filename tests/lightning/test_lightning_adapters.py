@@ -9,11 +9,12 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import acme
 import acme.lightning_fabric as acme_fabric
 import acme.lightning_pytorch as acme_pytorch
+import lightning
 import pytest
 import torch
 from lightning.fabric import Fabric
@@ -24,10 +25,13 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 from stratcore import watch
+from stratcore.accelerator import Accelerator
 from stratcore.exceptions import MisconfigurationError, MissingDependencyError
 from stratcore.lightning import check_lightning_version
+from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.precision import build_precision, lightning_precision_class
-from stratcore.lightning.strategies import register
+from stratcore.lightning.strategies import StrategyAdapter, register
+from stratcore.single_device import SingleDeviceStrategyBase
 
 ROOT = Path(__file__).parents[2]
 SCHEDULER_VARIABLES = (
@@ -121,6 +125,62 @@ def test_devices_and_backend_come_from_the_spec() -> None:
     assert built.strategy.supported_precisions == ("32-true", "bf16-mixed")
     user = trainer(strategy=acme_pytorch.AcmeParallelStrategy(process_group_backend="mpi"))
     assert user.strategy.process_group_backend == "mpi"
+
+
+class _TwoMetaDevices(Accelerator):
+    """A made-up accelerator with two devices of torch's 'meta' type (a type other than the
+    CPU that any torch build has): the Lightning classes below place strategies on them."""
+
+    name: ClassVar[str] = "two_meta"
+    device_type: ClassVar[str] = "meta"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return True
+
+    @classmethod
+    def device_count(cls) -> int | None:
+        return 2
+
+
+class _OnOneMetaDevice(SingleDeviceStrategyBase):
+    name: ClassVar[str | None] = None
+
+
+class _TwoMetaTrainerAccelerator(AcceleratorAdapter, lightning.pytorch.accelerators.Accelerator):
+    spec = _TwoMetaDevices
+
+
+class _TwoMetaFabricAccelerator(AcceleratorAdapter, lightning.fabric.accelerators.Accelerator):
+    spec = _TwoMetaDevices
+
+
+class _SingleMetaTrainerStrategy(
+    StrategyAdapter, lightning.pytorch.strategies.SingleDeviceStrategy
+):
+    spec = _OnOneMetaDevice
+    strategy_name = "single_two_meta"
+
+
+class _SingleMetaFabricStrategy(StrategyAdapter, lightning.fabric.strategies.SingleDeviceStrategy):
+    spec = _OnOneMetaDevice
+    strategy_name = "single_two_meta"
+
+
+def test_a_single_device_strategy_given_no_device_runs_on_its_accelerators_first() -> None:
+    # As the Trainer and Fabric build one from its registry name: with no device, where
+    # Lightning's own default would be the CPU whatever the accelerator.
+    options: dict[str, Any] = {"devices": 1, "logger": False, "enable_checkpointing": False}
+    built = Trainer(
+        accelerator=_TwoMetaTrainerAccelerator(), strategy=_SingleMetaTrainerStrategy(), **options
+    )
+    assert built.strategy.root_device == torch.device("meta", 0)
+    fabric = Fabric(accelerator=_TwoMetaFabricAccelerator(), strategy=_SingleMetaFabricStrategy())
+    assert fabric.device == torch.device("meta", 0)
+    # A device the user gives is kept.
+    chosen = _SingleMetaTrainerStrategy(device=torch.device("meta", 1))
+    Trainer(accelerator=_TwoMetaTrainerAccelerator(), strategy=chosen, **options)
+    assert chosen.root_device == torch.device("meta", 1)
 
 
 def test_unsupported_precision_is_refused_with_what_is_supported() -> None:

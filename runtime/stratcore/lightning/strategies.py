@@ -79,6 +79,8 @@ class StrategyAdapter:
         super().__init__(*args, **kwargs)
         #: The backend the user asked for by name (None: the spec's).
         self._user_process_group_backend: str | None = getattr(self, "_process_group_backend", None)
+        #: Whether the user gave a single-device strategy its device (its first argument).
+        self._device_given = bool(args) or "device" in kwargs
 
     # -- the spec's facts -------------------------------------------------------------------
 
@@ -195,7 +197,19 @@ class StrategyAdapter:
             )
         self._adapt_precision()
         self._check_precision()
+        self._place_on_accelerator()
         super()._configure_launcher()  # type: ignore[misc]
+
+    def _place_on_accelerator(self) -> None:
+        """A single-device strategy given no device (as the Trainer and Fabric build one from
+        its registry name) runs on its accelerator's first device: Lightning's own default is
+        the CPU, whatever the accelerator."""
+        if self._is_parallel() or self._device_given:
+            return
+        accelerator = getattr(self, "accelerator", None)
+        if isinstance(accelerator, AcceleratorAdapter):
+            spec = accelerator.spec
+            self._root_device = spec.get_parallel_devices(spec.parse_devices(1))[0]
 
     @property
     def cluster_environment(self) -> Any:
