@@ -62,11 +62,14 @@ def _doc(text: str, default: Any = None, **kwargs: Any) -> Any:
 
 @cache
 def module_available(name: str) -> bool:
-    """Whether ``name`` can be imported, found without importing it."""
+    """Whether ``name`` can be imported, found without importing it: a module, or a package
+    with code. A bare folder of that name (a namespace package: no ``__init__.py``, such as a
+    project's ``deepspeed/`` of config files on the path) is not the package."""
     try:
-        return importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return False
+    return spec is not None and spec.origin is not None
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,7 @@ class Requirement:
 
     @property
     def available(self) -> bool:
-        parts = self.module.split(".")
-        return all(module_available(".".join(parts[: i + 1])) for i in range(len(parts)))
+        return module_available(self.module)  # finding 'a.b' imports 'a' first
 
     def message(self, user: str) -> str:
         hint = f"; install it with: {self.install}" if self.install else ""
