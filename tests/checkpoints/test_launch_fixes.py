@@ -82,10 +82,14 @@ def test_a_sharded_save_killed_midway_leaves_the_previous_checkpoint(
                 break
             job.check("the second save to write 50 MB")
             time.sleep(0.01)
-        remaining_output = job.finish().stdout.removeprefix("saved 1\n")
+        ended = job.finish()
     finally:
         job.kill()
-    assert killed, f"the second save was never seen under way: {remaining_output!r}"
+    remaining_output = ended.stdout.removeprefix("saved 1\n")
+    assert killed, (
+        f"the second save was never seen under way; the job ended (exit {ended.returncode}) "
+        f"with {remaining_output!r} and:\n{ended.stderr[-3000:]}"
+    )
     assert "saved 2" not in remaining_output
 
     checkpoint = consolidated(tmp_path / "last.ckpt")

@@ -8,6 +8,8 @@ absent-device cases use the real probes.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -156,3 +158,45 @@ def test_auto_picks_the_first_available_accelerator() -> None:
     )
     assert stratlib.get_strategy("single_device").accelerator.name == expected
     assert stratlib.get_strategy("auto").__class__ is stratlib.SingleDeviceStrategy
+
+
+@pytest.fixture
+def one_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand-in: torch reports one CUDA device."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
+def test_generated_tests_run_a_job_where_its_processes_have_devices(one_cuda_device: None) -> None:
+    """With one GPU, a generated test of one process runs on it; one of two processes runs on
+    the next accelerator the strategy supports (DDP: the CPU), and a strategy with no other
+    says that the GPUs are too few instead of failing in its job."""
+    from stratcore.testing import runnable_accelerator, unavailable_reason
+
+    assert runnable_accelerator(stratlib.DDPStrategy, devices=1) == "cuda"
+    assert runnable_accelerator(stratlib.DDPStrategy, devices=2) == "cpu"
+    assert unavailable_reason(stratlib.DDPStrategy, devices=2) is None
+
+    class OnlyOnCUDA(stratlib.DDPStrategy):
+        accelerators = ("cuda",)
+
+    assert runnable_accelerator(OnlyOnCUDA, devices=2) == "cuda"
+    assert unavailable_reason(OnlyOnCUDA, devices=2) == (
+        "devices=2 asks for more cuda devices than the 1 present"
+    )
+
+
+def test_data_parallel_on_the_cpu_leaves_the_gpus_alone(
+    one_cuda_device: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's DataParallel given no device ids takes every GPU present; the dp strategy on the
+    CPU must not, so it never asks torch for them."""
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+
+    def asked() -> None:
+        raise AssertionError("DataParallel looked for GPUs")
+
+    monkeypatch.setattr(data_parallel, "_get_available_device_type", asked)
+    strategy = stratlib.get_strategy("dp", accelerator="cpu", devices=1)
+    module, _ = strategy.setup_module_and_optimizers(torch.nn.Linear(2, 1), [])
+    assert module(torch.ones(3, 2)).device == torch.device("cpu")

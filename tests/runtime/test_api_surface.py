@@ -74,12 +74,16 @@ def test_a_class_that_cannot_run_here_says_why(cls: type) -> None:
 @pytest.mark.parametrize("cls", RUNNABLE, ids=lambda cls: cls.__name__)
 def test_every_concrete_class_can_be_constructed_directly(cls: type) -> None:
     strategy = cls()
-    assert strategy.root_device == torch.device("cpu")
+    # With no accelerator named, a GPU where one is present and the class runs on it (as in
+    # Lightning), else the CPU.
+    on_gpu = torch.cuda.is_available() and "cuda" in (cls.accelerators or ("cuda",))
+    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    assert strategy.root_device == device
     assert (strategy.global_rank, strategy.local_rank, strategy.node_rank) == (0, 0, 0)
     assert strategy.world_size == 1 and strategy.is_global_zero
-    assert strategy.parallel_devices == [torch.device("cpu")]
+    assert strategy.parallel_devices == [device]
     assert strategy.distributed_sampler_kwargs == {"num_replicas": 1, "rank": 0}
-    assert strategy.accelerator.name == "cpu"
+    assert strategy.accelerator.name == device.type
     assert strategy.precision_plugin.precision == "32-true"
     assert isinstance(strategy.checkpoint_io, stratlib.TorchCheckpointIO)
     assert strategy.model is None and strategy.optimizers == []

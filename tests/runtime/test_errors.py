@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import stratlib
 
@@ -103,6 +105,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
 def test_bad_argument_is_named_in_one_line(
     strategy: str, arguments: dict[str, Any], message: str
 ) -> None:
+    if arguments.get("accelerator") == "cuda" and torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
     arguments = {"accelerator": "cpu", **arguments}
     with pytest.raises(stratlib.MisconfigurationError, match=message) as error:
         stratlib.get_strategy(strategy, **arguments)
@@ -173,3 +177,19 @@ def test_popen_strategy_from_an_interactive_session_explains_the_alternative() -
     process = watch.run([sys.executable, "-c", code], what="python -c", env=script_env())
     assert process.returncode != 0
     assert "use a spawning strategy such as 'ddp_spawn' or 'ddp_notebook'" in process.stderr
+
+
+def test_a_folder_named_like_a_package_is_not_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder without code on the path (a checkout's ``deepspeed/`` of config files, or a
+    test folder) does not make a strategy that needs that package look runnable."""
+    from stratcore.values import Requirement
+
+    (tmp_path / "stratcore_lookalike_configs").mkdir()
+    (tmp_path / "stratcore_lookalike_package").mkdir()
+    (tmp_path / "stratcore_lookalike_package" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not Requirement("stratcore_lookalike_configs").available
+    assert Requirement("stratcore_lookalike_package").available
+    assert not Requirement("stratcore_lookalike_package.missing").available

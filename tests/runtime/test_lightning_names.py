@@ -12,6 +12,10 @@ from stratcore.imports import module_available
 
 import stratlib
 
+needs_deepspeed = pytest.mark.skipif(
+    not module_available("deepspeed"), reason="deepspeed is not installed"
+)
+
 
 @pytest.mark.parametrize(
     ("name", "cls", "options"),
@@ -21,7 +25,7 @@ import stratlib
         ("ddp_fork_find_unused_parameters_false", "DDPSpawnStrategy", {"start_method": "fork", "find_unused_parameters": False}),
         ("ddp_notebook_find_unused_parameters_true", "DDPSpawnStrategy", {"start_method": "fork", "find_unused_parameters": True}),
         ("ddp_notebook_find_unused_parameters_false", "DDPSpawnStrategy", {"start_method": "fork", "find_unused_parameters": False}),
-        ("deepspeed_stage_1_offload", "DeepSpeedStrategy", {"zero_stage": 1, "offload_optimizer": True, "offload_parameters": False}),
+        pytest.param("deepspeed_stage_1_offload", "DeepSpeedStrategy", {"zero_stage": 1, "offload_optimizer": True, "offload_parameters": False}, marks=needs_deepspeed),
     ],
 )  # fmt: skip
 def test_lightning_names_build_the_strategy_they_name(
@@ -32,7 +36,7 @@ def test_lightning_names_build_the_strategy_they_name(
     assert {key: getattr(strategy, key) for key in options} == options
 
 
-@pytest.mark.skipif(not module_available("deepspeed"), reason="deepspeed is not installed")
+@needs_deepspeed
 def test_deepspeed_stage_1_offload_config_offloads_the_optimizer_to_the_cpu() -> None:
     strategy: Any = stratlib.get_strategy("deepspeed_stage_1_offload", accelerator="cpu")
     zero = strategy.deepspeed_config()["zero_optimization"]
@@ -41,6 +45,7 @@ def test_deepspeed_stage_1_offload_config_offloads_the_optimizer_to_the_cpu() ->
     assert "offload_param" not in zero
 
 
+@needs_deepspeed
 def test_nvme_offload_without_a_path_is_a_clear_error() -> None:
     # The strategy can be built (as every registry name can); its DeepSpeed config, made when
     # the processes set up, cannot.
@@ -54,7 +59,7 @@ def test_nvme_offload_without_a_path_is_a_clear_error() -> None:
         elsewhere.deepspeed_config()
 
 
-@pytest.mark.skipif(not module_available("deepspeed"), reason="deepspeed is not installed")
+@needs_deepspeed
 def test_nvme_offload_config_names_the_folder(tmp_path: Path) -> None:
     strategy: Any = stratlib.get_strategy(
         "deepspeed_stage_3_offload_nvme", accelerator="cpu", nvme_path=str(tmp_path)
