@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from ..strategy import StrategyBase
 
 
-def _refused(accelerator: type[Accelerator], devices: Any) -> str | None:
+def devices_refused(accelerator: type[Accelerator], devices: Any) -> str | None:
+    """The accelerator's own error for ``devices`` (``parse_devices``), or None if it takes
+    them."""
     try:
         accelerator.parse_devices(devices)
     except MisconfigurationError as exc:
@@ -37,16 +39,18 @@ def assert_device_parsing(accelerator: type[Accelerator], *, indexed: bool, coun
     assert len(accelerator.parse_devices("auto")) >= 1, "devices='auto' selects no device"
     if count is None:
         assert accelerator.parse_devices(3) == [0, 1, 2], "devices=3 is not three processes"
-        assert _refused(accelerator, -1), "devices=-1 accepted although any number may be started"
+        assert devices_refused(
+            accelerator, -1
+        ), "devices=-1 accepted although any number may be started"
     else:
         for every in (-1, "-1"):
             assert accelerator.parse_devices(every) == list(
                 range(count)
             ), f"devices={every!r} does not select all {count} devices"
-        assert _refused(
+        assert devices_refused(
             accelerator, count + 1
         ), f"devices={count + 1} accepted with {count} present"
-    listed = _refused(accelerator, [0])
+    listed = devices_refused(accelerator, [0])
     if indexed:
         assert listed is None, f"devices=[0] refused by an indexed accelerator: {listed}"
     else:
@@ -54,7 +58,7 @@ def assert_device_parsing(accelerator: type[Accelerator], *, indexed: bool, coun
             listed is not None and "not addressed by index" in listed
         ), f"devices=[0] should be refused: {name} devices are not addressed by index ({listed})"
     for bad in (0, -2, "x", 1.5, True):
-        message = _refused(accelerator, bad)
+        message = devices_refused(accelerator, bad)
         assert message is not None, f"devices={bad!r} was accepted"
         assert "devices=" in message, f"the error for devices={bad!r} does not name it: {message}"
 
@@ -95,7 +99,7 @@ def assert_visible_devices_named(
     monkeypatch.setenv(variable, "0")
     count = accelerator.device_count()
     assert count is not None, f"{accelerator.__name__} cannot count its visible devices"
-    message = _refused(accelerator, count + 1)
+    message = devices_refused(accelerator, count + 1)
     assert message is not None, f"devices={count + 1} accepted with {count} visible"
     assert f"{variable}='0'" in message, f"the error does not name {variable}: {message}"
 

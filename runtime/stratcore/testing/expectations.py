@@ -10,6 +10,7 @@ import torch
 from ..contract import REDUCE_OPS
 from ..exceptions import MisconfigurationError
 from ..registry import registry_of
+from .devices import devices_refused
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
@@ -30,18 +31,9 @@ def runnable_accelerator(cls: type[StrategyBase], devices: int = 1) -> str:
         if name in accelerators and accelerators[name].is_available()
     ]
     for name in present:
-        if _too_few_devices(accelerators[name], devices) is None:
+        if devices_refused(accelerators[name], devices) is None:
             return name
     return present[0] if present else "cpu"
-
-
-def _too_few_devices(accelerator: type[Accelerator], devices: int) -> str | None:
-    """The accelerator's own error for a job of ``devices`` processes, or None if it has them."""
-    try:
-        accelerator.parse_devices(devices)
-    except MisconfigurationError as error:
-        return str(error)
-    return None
 
 
 def unavailable_reason(
@@ -65,7 +57,7 @@ def unavailable_reason(
     accelerator_cls = registry_of(cls).accelerators.get(accelerator)
     if accelerator_cls is None or not accelerator_cls.is_available():
         return f"no {accelerator} device on this machine"
-    return _too_few_devices(accelerator_cls, devices)
+    return devices_refused(accelerator_cls, devices)
 
 
 def unavailable_plugin_reason(cls: type[PrecisionBase]) -> str | None:
