@@ -80,11 +80,8 @@ def runnable_or_skip(plugin: type, devices: int = 1) -> str:
     too few of them)."""
     import pytest
 
-    spec = plugin.spec  # type: ignore[attr-defined]
-    accelerator = testing.runnable_accelerator(spec, devices)
-    reason = testing.unavailable_reason(spec, accelerator, devices)
-    if reason is None:
-        reason = device_limit(plugin, accelerator)
+    accelerator = testing.runnable_or_skip(plugin.spec, devices)  # type: ignore[attr-defined]
+    reason = device_limit(plugin, accelerator)
     if reason is not None:
         pytest.skip(reason)
     return accelerator
