@@ -13,11 +13,18 @@ from job to job, which no import reads); a command in another environment gets a
 own.
 
 What a forked command finds that a fresh one would not: the preloaded modules imported already
-(under its environment), and the server's hash seed. The processes it starts in turn (the ranks
-a launcher starts, say) are fresh interpreters, as they are without it. So callers opt in, per
-command, for commands that import those modules anyway; a command that checks which modules a
-process imports, or passes options to the interpreter, starts as usual. ``watch.Job`` uses the
+(under its environment), and the server's hash seed. So callers opt in, per command, for
+commands that import those modules anyway; a command that checks which modules a process
+imports, or passes options to the interpreter, starts as usual. ``watch.Job`` uses the
 preloader installed with ``watch.use_preloader``.
+
+The ranks a forked command starts as copies of itself (``PopenLauncher``) start the same way:
+before the command runs, its process forks a *rank server*, a copy of the server's state in the
+command's session and process group that dies with it (``RankServer``); the launcher asks it
+for ranks 1..n-1 where their environment is the command's but for the launcher's own
+variables, and starts fresh interpreters where not. /proc shows a fork's own environment
+variables as it shows a fresh process's (``_show``), so that what finds a job's processes by
+a variable of their environment finds forks too.
 
 Needs fork, Unix sockets and file descriptor passing (Linux, macOS): elsewhere ``start``
 returns None and the command starts as usual. The standard library only; this file is also the
@@ -43,6 +50,11 @@ from typing import IO, Any
 
 #: Environment variables that differ from job to job and that nothing reads at start-up.
 VOLATILE = ("PYTEST_CURRENT_TEST", "PYTHONFAULTHANDLER")
+#: In a forked command's environment: its rank server, as "PID:SOCKET".
+RANK_SERVER_ENV = "STRATCORE_PRELOAD_RANKS"
+#: A variable every server starts with, whose room a fork fills with its own variables (``_show``).
+_SLOT = "STRATCORE_PRELOAD_SHOWN"
+_SLOT_SIZE = 4096
 #: Servers a preloader keeps at once (each holds the preloaded modules' memory); the one used
 #: longest ago, with no command running, makes way for a new one.
 SERVERS = 3
@@ -53,8 +65,10 @@ class Preloader:
     """Servers that run commands in forks of an interpreter with ``preload`` imported, one
     server per (preloaded modules, environment but for the ``volatile`` variables)."""
 
-    def __init__(self, volatile: Iterable[str] = ()) -> None:
+    def __init__(self, volatile: Iterable[str] = (), ranks: bool = True) -> None:
         self.volatile = frozenset((*VOLATILE, *volatile))
+        #: Whether the commands' ranks start from rank servers (else as fresh interpreters).
+        self.ranks = ranks
         self.folder = Path(tempfile.mkdtemp(prefix="stratcore-preload-"))
         self.servers: dict[Any, _Server] = {}
         self.refused: set[Any] = set()
@@ -93,19 +107,25 @@ class Preloader:
                 server = self._new_server(key, preload, kept)
                 if server is None:
                     return None
+        with self.lock:
+            number = self.forked
+            self.forked += 1
         request = {
             "argv": argv,
             "env": dict(env),
             "cwd": folder,
             "new_session": start_new_session,
+            "ranks": str(self.folder / f"ranks{number}.sock") if self.ranks else None,
+            "volatile": sorted(volatile),
         }
         try:
             forked = server.fork(list(command), request, streams)
         except OSError:
+            with self.lock:
+                self.forked -= 1
             return None  # the server ended meanwhile
         with self.lock:
-            server.last_used = self.forked
-            self.forked += 1
+            server.last_used = number
         return forked
 
     def _new_server(self, key: Any, preload: Sequence[str], env: dict[str, str]) -> _Server | None:
@@ -163,7 +183,7 @@ class _Server:
         """Start a server and wait until it has imported ``preload``; None if it could not."""
         process = subprocess.Popen(
             [sys.executable, __file__, str(path), *preload],
-            env=env,
+            env={**env, _SLOT: " " * _SLOT_SIZE},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -207,9 +227,12 @@ class Forked:
     """A command running in a fork of a preload server: what ``watch.Job`` uses of a
     ``subprocess.Popen`` (``args``, ``pid``, ``returncode``, ``poll``, ``wait``,
     ``send_signal``, ``kill``; its streams are the caller's). The server reports its exit
-    status as ``Popen`` would: the exit code, or minus the signal that ended it."""
+    status as ``Popen`` would: the exit code, or minus the signal that ended it. Threads may
+    poll and wait at once (a launcher's watchdog and its main thread do)."""
 
-    def __init__(self, args: list[str], pid: int, connection: socket.socket, server: _Server):
+    def __init__(
+        self, args: list[str], pid: int, connection: socket.socket, server: _Server | None = None
+    ) -> None:
         self.args = args
         self.pid = pid
         self.returncode: int | None = None
@@ -218,6 +241,7 @@ class Forked:
         self.stderr: IO[bytes] | None = None
         self._connection = connection
         self._server = server
+        self._reading = threading.Lock()
 
     def poll(self) -> int | None:
         return self._status(0.0)
@@ -229,16 +253,25 @@ class Forked:
         return status
 
     def _status(self, timeout: float | None) -> int | None:
-        """The exit status, waiting at most ``timeout`` seconds for the server to report it."""
-        if self.returncode is None:
-            readable, _, _ = select.select([self._connection], [], [], timeout)
-            if not readable:
-                return None
-            reply = _read_message(self._connection)
-            # No report: the server was stopped while the command ran; it counts as killed.
-            self.returncode = int(reply["status"]) if reply else -signal.SIGKILL
-            self._connection.close()
-            self._server.running.discard(self.pid)
+        """The exit status, waiting at most ``timeout`` seconds for the server to report it
+        (None: not yet, or another thread is waiting for it)."""
+        if self.returncode is not None:
+            return self.returncode
+        if not self._reading.acquire(timeout=-1 if timeout is None else timeout):
+            return None
+        try:
+            if self.returncode is None:
+                readable, _, _ = select.select([self._connection], [], [], timeout)
+                if not readable:
+                    return None
+                reply = _read_message(self._connection)
+                # No report: the server was stopped while the command ran; it counts as killed.
+                self.returncode = int(reply["status"]) if reply else -signal.SIGKILL
+                self._connection.close()
+                if self._server is not None:
+                    self._server.running.discard(self.pid)
+        finally:
+            self._reading.release()
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
@@ -248,6 +281,53 @@ class Forked:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+class RankServer:
+    """The rank server of a command a preloader forked (see the module): it starts the other
+    ranks of the command's job as forks of the state the command started from."""
+
+    def __init__(self, pid: int, path: str) -> None:
+        self.pid = pid
+        self.path = path
+
+    @classmethod
+    def of_this_process(cls) -> RankServer | None:
+        """This process's rank server; None in a process no preloader forked."""
+        pid, _, path = os.environ.get(RANK_SERVER_ENV, "").partition(":")
+        if not pid.isdigit() or not path:
+            return None
+        return cls(int(pid), path)
+
+    def start(
+        self, command: Sequence[str], env: Mapping[str, str], volatile: Iterable[str]
+    ) -> Forked | None:
+        """Run ``command`` in a fork of the rank server, with this process's standard streams
+        and working folder, as ``subprocess.Popen(command, env=env)`` would run it; None where
+        the server cannot: the command is not this interpreter running a script or module, or
+        ``env`` differs from the environment this process started with in more than the
+        variables named ``volatile`` (the modules were imported under that one)."""
+        argv = _runnable(command, os.getcwd())
+        if argv is None:
+            return None
+        request = {
+            "argv": argv,
+            "env": {name: value for name, value in env.items() if name != RANK_SERVER_ENV},
+            "cwd": os.getcwd(),
+            "new_session": False,
+            "volatile": sorted(volatile),
+        }
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            connection.connect(self.path)
+            socket.send_fds(connection, [_encoded(request)], [0, 1, 2])
+            reply = _read_message(connection)
+        except OSError:
+            reply = None
+        if reply is None or "pid" not in reply:
+            connection.close()
+            return None
+        return Forked(list(command), int(reply["pid"]), connection)
 
 
 def _read_message(connection: socket.socket) -> dict[str, Any] | None:
@@ -292,28 +372,59 @@ def _serve(path: str, preload: Sequence[str]) -> tuple[dict[str, Any], list[int]
     parent = os.getppid()
     for name in preload:
         importlib.import_module(name)
+    # Processes its forks leave behind (the rank server of a command that ended, ranks whose
+    # command was killed) become this process's children rather than init's (Linux), so that
+    # it reaps them and their CPU time counts as its own children's, as a fresh command's
+    # children's does.
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    listener = _listen(path)
+    print("ready", flush=True)
+    forked = _fork_for_requests(listener, parent)
+    if forked is None:
+        sys.exit(0)  # the preloader is gone: nobody can start commands here any more
+    return forked
+
+
+def _listen(path: str) -> socket.socket:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
+    return listener
+
+
+def _fork_for_requests(
+    listener: socket.socket,
+    parent: int,
+    environment: Mapping[str, str] | None = None,
+    volatile: Iterable[str] = (),
+) -> tuple[dict[str, Any], list[int]] | None:
+    """Fork for every request on ``listener`` while ``parent`` is this process's parent,
+    reporting each fork's exit status to its requester; returns, in a fork, its request and
+    streams, and in this process None once the parent is gone. With ``environment``, a
+    request whose environment differs from it in more than the ``volatile`` variables and
+    those the request calls volatile is refused."""
     # A child's end interrupts the wait below (a byte on this pipe), so its status goes out
     # at once.
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    print("ready", flush=True)
     waiting: dict[int, socket.socket] = {}
     while os.getppid() == parent:
         readable, _, _ = select.select([listener.fileno(), wake_read], [], [], 1.0)
         if wake_read in readable:
             os.read(wake_read, 4096)
-        while waiting:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
             if pid == 0:
                 break
-            connection = waiting.pop(pid)
-            _send_message(connection, {"status": os.waitstatus_to_exitcode(status)})
-            connection.close()
+            connection = waiting.pop(pid, None)  # None: a process left to this one
+            if connection is not None:
+                _send_message(connection, {"status": os.waitstatus_to_exitcode(status)})
+                connection.close()
         if listener.fileno() not in readable:
             continue
         connection, _ = listener.accept()
@@ -324,6 +435,13 @@ def _serve(path: str, preload: Sequence[str]) -> tuple[dict[str, Any], list[int]
             body = _read_exactly(connection, _HEADER.unpack(header)[0])
             request = json.loads(body or b"null")
         except (OSError, ValueError, struct.error):
+            connection.close()
+            continue
+        differing = [] if environment is None else _differing(request, environment, volatile)
+        if differing:
+            for fd in fds:
+                os.close(fd)
+            _send_message(connection, {"refused": f"its environment differs in {differing}"})
             connection.close()
             continue
         pid = os.fork()
@@ -339,7 +457,94 @@ def _serve(path: str, preload: Sequence[str]) -> tuple[dict[str, Any], list[int]
             os.close(fd)
         waiting[pid] = connection
         _send_message(connection, {"pid": pid})
-    sys.exit(0)  # the preloader is gone: nobody can start commands here any more
+    return None
+
+
+def _differing(
+    request: dict[str, Any], environment: Mapping[str, str], volatile: Iterable[str]
+) -> list[str]:
+    """The variables, but for ``volatile`` ones and those the request calls volatile, whose
+    values differ between the request's environment and ``environment`` (or that one of them
+    lacks)."""
+    theirs: Mapping[str, str] = request["env"]
+    names = (set(theirs) | set(environment)) - {*volatile, *request.get("volatile", ())}
+    return sorted(name for name in names if theirs.get(name) != environment.get(name))
+
+
+def _start_rank_server(path: str, volatile: Iterable[str]) -> None:
+    """Fork this command's rank server (see ``RankServer``) before the command runs: it
+    serves while this process lives and dies with it; the command finds it through
+    ``RANK_SERVER_ENV``. It starts commands whose environment is this one but for the
+    preloader's ``volatile`` variables and the launcher's own."""
+    environment = dict(os.environ)
+    listener = _listen(path)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        listener.close()
+        os.environ[RANK_SERVER_ENV] = f"{pid}:{path}"
+        return
+    # It ends with this process (Linux: the kernel kills it; elsewhere
+    # ``_fork_for_requests`` sees within a second that its parent is gone), not before: the
+    # command's last ranks may still be reporting how they ended. The preload server reaps it.
+    _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the command ended before the request took effect
+        os._exit(0)
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):  # the command's streams stay the command's
+        os.dup2(null, target)
+    os.close(null)
+    try:
+        forked = _fork_for_requests(listener, parent, environment, volatile)
+    except BaseException:  # never go on into the command this process was forked from
+        os._exit(1)
+    if forked is None:
+        os._exit(0)
+    _run_as_main(*forked)
+    sys.exit(0)  # a rank that ran to its end; never the command this process was forked in
+
+
+def _prctl(option: int, value: int) -> bool:
+    """Linux's prctl(option, value); False where it is not there or fails."""
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _show(environment: Mapping[str, str]) -> None:
+    """Make /proc/PID/environ of this fork show ``environment``'s variables that the
+    server's does not have, or has with other values: /proc shows the environment a process
+    was started with, the server's, which has a variable (``_SLOT``) of spaces kept for them.
+    Where they do not all fit, or the process has no /proc, it shows what it can."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+        stat = Path("/proc/self/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (proc(5))
+    except (OSError, ValueError, IndexError):
+        return
+    prefix = f"{_SLOT}=".encode()
+    offset = raw.find(prefix)
+    if offset < 0 or end - start != len(raw):
+        return
+    room = len(prefix) + _SLOT_SIZE
+    original = {}
+    for entry in raw[:offset].split(b"\0") + raw[offset + room :].split(b"\0"):
+        name, equals, value = entry.decode(errors="replace").partition("=")
+        if equals:
+            original[name] = value
+    blob = prefix + b"\0"
+    for name, value in environment.items():
+        if original.get(name) != value:
+            entry = f"{name}={value}".encode() + b"\0"
+            if len(blob) + len(entry) <= room:
+                blob += entry
+    import ctypes
+
+    ctypes.memmove(start + offset, blob.ljust(room, b"\0"), room)
 
 
 def _become(request: dict[str, Any], fds: list[int]) -> None:
@@ -354,12 +559,15 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    _show(request["env"])
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     for fd in fds:
         if fd > 2:
             os.close(fd)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if request.get("ranks"):
+        _start_rank_server(request["ranks"], request.get("volatile", ()))
     if os.environ.get("PYTHONFAULTHANDLER"):
         faulthandler.enable()
     main = types.ModuleType("__main__")

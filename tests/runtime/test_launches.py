@@ -7,6 +7,7 @@ The ranks a script starts run the whole script, so they take part in its later l
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -46,6 +47,42 @@ def test_rank_launching_less_often_than_rank_zero_fails_its_launch() -> None:
     # Found by the launcher, not by the collective timeout of rank 0's second launch (which
     # is 1800 s, the default: waiting for it would stall the job first).
     assert "timed out" not in stdout + stderr
+
+
+def test_ranks_of_a_preloaded_script_start_from_its_rank_server() -> None:
+    """Under the suite's preloader, rank 1 is a fork of the rank server of rank 0's process
+    (``stratcore.preload``), not a fresh interpreter; it is in rank 0's process group, /proc
+    shows the job's marker in its environment as it does for rank 0 (so what finds a job's
+    processes finds it), and the server ends with rank 0."""
+    if os.environ.get("STRATGEN_PRELOAD") == "0":  # the root conftest's switch
+        pytest.skip("STRATGEN_PRELOAD=0: every command starts as a fresh interpreter")
+    [(code, stdout, stderr)] = finish([start(python("launches.py", "started"))])
+    assert code == 0, stderr
+    ranks = {}
+    for line in stdout.splitlines():
+        if line.startswith("rank ") and " pid " in line:
+            words = line.replace(":", "").split()
+            ranks[int(words[1])] = dict(zip(words[2::2], words[3::2], strict=True))
+    assert sorted(ranks) == [0, 1], stdout
+    zero, one = ranks[0], ranks[1]
+    assert zero["server"] != "None", "rank 0 did not start from the preloader"
+    assert one["parent"] == zero["server"], "rank 1 is not a fork of rank 0's rank server"
+    assert one["group"] == zero["group"]
+    assert zero["marked"] == one["marked"] == "1", stdout
+    server = int(zero["server"])
+    deadline = time.monotonic() + 60.0  # the kernel ends it with rank 0; 60 s: a busy machine
+    while _running(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(server), f"rank server {server} outlived its job"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 def test_leftover_processes_are_found_by_their_marker() -> None:

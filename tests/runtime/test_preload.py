@@ -189,3 +189,56 @@ def test_a_forked_script_starts_its_ranks_as_the_same_script(
     assert fresh.returncode == forked.returncode == 0, forked.stderr
     assert forked.stdout == fresh.stdout
     assert preloader.forked == 1
+
+
+RANKS = """\
+import json, os, sys
+from pathlib import Path
+from stratcore import preload
+
+def facts():
+    shown = Path(f"/proc/{os.getpid()}/environ").read_bytes().split(b"\\0")
+    return {
+        "preloaded": "decimal" in sys.modules,
+        "argv": sys.argv,
+        "cwd": os.getcwd(),
+        "parent": os.getppid(),
+        "group": os.getpgid(0),
+        "role": os.environ.get("ROLE"),
+        "shown": sorted(e.decode() for e in shown if e.startswith((b"ROLE=", b"PRELOAD_VOLATILE="))),
+    }
+
+if os.environ.get("ROLE") == "rank":
+    print(json.dumps(facts()), flush=True)
+    sys.exit(3)
+server = preload.RankServer.of_this_process()
+env = {**os.environ, "ROLE": "rank"}
+rank = server.start([sys.executable, sys.argv[0], "again"], env, ["ROLE"])
+code = rank.wait()
+refused = server.start([sys.executable, sys.argv[0]], {**env, "OTHER": "1"}, ["ROLE"])
+report = {**facts(), "server": server.pid, "rank": rank.pid, "code": code}
+print(json.dumps({**report, "refused": refused is None}))
+"""
+
+
+def test_a_forked_command_starts_its_ranks_as_forks_of_its_rank_server(
+    preloader: preload.Preloader, tmp_path: Path
+) -> None:
+    """A rank started through the command's rank server runs as a fresh interpreter would run
+    the command (arguments, folder, environment, streams, exit status), in the command's
+    process group, with the preloaded modules imported; /proc shows the variables of its
+    own; a rank whose environment differs in more than the variables named is refused."""
+    script = _script(tmp_path, RANKS)
+    runtime = str(Path(preload.__file__).resolve().parents[1])
+    env = _env(PYTHONPATH=runtime, PRELOAD_VOLATILE="7")
+    done = watch.run([sys.executable, str(script)], env=env, cwd=tmp_path, preload=PRELOAD)
+    assert done.returncode == 0, done.stderr
+    rank, command = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert command["preloaded"] and rank["preloaded"]
+    assert rank["argv"] == [str(script), "again"] and rank["cwd"] == command["cwd"]
+    assert rank["parent"] == command["server"] and rank["group"] == command["group"]
+    assert rank["role"] == "rank" and command["code"] == 3
+    assert rank["shown"] == ["PRELOAD_VOLATILE=7", "ROLE=rank"]
+    assert command["shown"] == ["PRELOAD_VOLATILE=7"]
+    assert command["refused"], "a rank in another environment was forked"
+    assert preloader.forked == 1

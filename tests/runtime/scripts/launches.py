@@ -4,13 +4,18 @@ extra_launch   rank 1 launches a second time, rank 0 does not: rank 1 would wait
                forever; the script must end with an error that says so.
 fail_between   rank 1 fails after the first launch, outside any launch: rank 0's second
                launch must raise that failure.
+started        every rank says how it was started: its parent, process group, rank server
+               (``stratcore.preload``) and whether /proc shows the job's marker variable.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import torch
+from stratcore import preload
 
 import stratlib
 
@@ -24,6 +29,15 @@ def main(mode: str) -> None:
     total = strategy.launch(step)
     rank = strategy.global_rank
     print(f"rank {rank}: first launch summed {total}", flush=True)
+    if mode == "started":
+        server = preload.RankServer.of_this_process()
+        shown = Path(f"/proc/{os.getpid()}/environ").read_bytes().split(b"\0")
+        marked = [entry for entry in shown if entry.startswith(b"STRATCORE_WATCH_")]
+        print(
+            f"rank {rank}: pid {os.getpid()} parent {os.getppid()} group {os.getpgid(0)} "
+            f"server {server.pid if server else None} marked {len(marked)}",
+            flush=True,
+        )
     if mode == "extra_launch" and rank == 1:
         strategy.launch(step)
     if mode == "fewer_launches" and rank == 0:
