@@ -44,6 +44,7 @@ EXPECTED_ROWS = [
     "checkpoint load",
     "async checkpoint save, time to return",
     "commands that import torch, preloaded (CPU)",
+    "2-rank jobs, ranks from the rank server (CPU)",
 ]
 
 
