@@ -182,7 +182,7 @@ def test_a_forked_script_starts_its_ranks_as_the_same_script(
     """The popen launcher starts ranks 1..n-1 with the command that started the script."""
     source = "from stratcore.launchers.popen import script_command\nprint(script_command())"
     script = _script(tmp_path, source)
-    runtime = str(Path(preload.__file__).resolve().parents[1])
+    runtime = str(Path(preload.__file__).resolve().parents[2])
     env = _env(PYTHONPATH=runtime)
     fresh = watch.run([sys.executable, str(script), "x"], env=env)
     forked = watch.run([sys.executable, str(script), "x"], env=env, preload=PRELOAD)
@@ -229,7 +229,7 @@ def test_a_forked_command_starts_its_ranks_as_forks_of_its_rank_server(
     process group, with the preloaded modules imported; /proc shows the variables of its
     own; a rank whose environment differs in more than the variables named is refused."""
     script = _script(tmp_path, RANKS)
-    runtime = str(Path(preload.__file__).resolve().parents[1])
+    runtime = str(Path(preload.__file__).resolve().parents[2])
     env = _env(PYTHONPATH=runtime, PRELOAD_VOLATILE="7")
     done = watch.run([sys.executable, str(script)], env=env, cwd=tmp_path, preload=PRELOAD)
     assert done.returncode == 0, done.stderr
