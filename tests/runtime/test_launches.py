@@ -8,6 +8,7 @@ The ranks a script starts run the whole script, so they take part in its later l
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,11 +59,14 @@ def test_ranks_of_a_preloaded_script_start_from_its_rank_server() -> None:
         pytest.skip("STRATGEN_PRELOAD=0: every command starts as a fresh interpreter")
     [(code, stdout, stderr)] = finish([start(python("launches.py", "started"))])
     assert code == 0, stderr
-    ranks = {}
-    for line in stdout.splitlines():
-        if line.startswith("rank ") and " pid " in line:
-            words = line.replace(":", "").split()
-            ranks[int(words[1])] = dict(zip(words[2::2], words[3::2], strict=True))
+    # Each rank writes its record at once; the ranks' other lines may fall around it.
+    record = r"rank (\d+): pid (\d+) parent (\d+) group (\d+) server (\w+) marked (\d+)"
+    ranks = {
+        int(found[0]): dict(
+            zip(("pid", "parent", "group", "server", "marked"), found[1:], strict=True)
+        )
+        for found in re.findall(record, stdout)
+    }
     assert sorted(ranks) == [0, 1], stdout
     zero, one = ranks[0], ranks[1]
     assert zero["server"] != "None", "rank 0 did not start from the preloader"

@@ -33,11 +33,12 @@ def main(mode: str) -> None:
         server = preload.RankServer.of_this_process()
         shown = Path(f"/proc/{os.getpid()}/environ").read_bytes().split(b"\0")
         marked = [entry for entry in shown if entry.startswith(b"STRATCORE_WATCH_")]
-        print(
+        line = (
             f"rank {rank}: pid {os.getpid()} parent {os.getppid()} group {os.getpgid(0)} "
-            f"server {server.pid if server else None} marked {len(marked)}",
-            flush=True,
+            f"server {server.pid if server else None} marked {len(marked)}\n"
         )
+        sys.stdout.flush()
+        os.write(1, line.encode())  # one write: the ranks share the stream
     if mode == "extra_launch" and rank == 1:
         strategy.launch(step)
     if mode == "fewer_launches" and rank == 0:
