@@ -17,6 +17,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from stratcore import preload, watch
@@ -72,31 +73,17 @@ def _start_all(
 def preload_cost(settings: Settings) -> Section:
     count = settings.pick(1, 8)
     rounds = settings.pick(1, 3)
-    measured: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
-    with tempfile.TemporaryDirectory(prefix="stratbench-preload-") as folder:
-        script = Path(folder) / "imports_torch.py"
-        script.write_text(SCRIPT, encoding="utf-8")
-        for index in range(rounds):
-            for preloaded in rotate([False, True], index):
-                measured[preloaded].append(_start_all(script, count, preloaded))
-    ratios = [p[0] / f[0] for p, f in zip(measured[True], measured[False], strict=True)]
-    ratio = median(ratios)
-    fresh_cpu = median([cpu for cpu, _ in measured[False]])
-    preloaded_cpu = median([cpu for cpu, _ in measured[True]])
-    fresh_wall = median([wall for _, wall in measured[False]])
-    preloaded_wall = median([wall for _, wall in measured[True]])
     section = Section("preload")
+    measured = _both_sides(
+        SCRIPT, rounds, lambda script, preloaded: _start_all(script, count, preloaded)
+    )
     section.rows.append(
-        Row(
-            name="commands that import torch, preloaded (CPU)",
-            measured=seconds(preloaded_cpu),
-            baseline=f"{seconds(fresh_cpu)} fresh interpreters",
-            ratio=ratio,
-            spread=spread(ratios),
-            target=at_most(TARGET),
-            met=ratio <= TARGET,
-            notes=f"{count} runs; wall: {seconds(preloaded_wall)} preloaded, "
-            f"{seconds(fresh_wall)} fresh",
+        _row(
+            "commands that import torch, preloaded (CPU)",
+            measured,
+            TARGET,
+            baseline="fresh interpreters",
+            notes=f"{count} runs; wall: {{}} preloaded, {{}} fresh",
         )
     )
     section.details.append(
@@ -105,35 +92,65 @@ def preload_cost(settings: Settings) -> Section:
         "which goes first; CPU time of all processes involved; ratio = preloaded / fresh per "
         "round."
     )
-    rank_jobs = settings.pick(1, 4)
-    section.rows.append(_ranks_row(rank_jobs, rounds))
+    jobs = settings.pick(1, 4)
+    measured = _both_sides(
+        RANKS_SCRIPT,
+        rounds,
+        lambda script, forked: _start_all(script, jobs, True, ranks=forked, expected="2.0"),
+    )
+    section.rows.append(
+        _row(
+            "2-rank jobs, ranks from the rank server (CPU)",
+            measured,
+            RANKS_TARGET,
+            baseline="ranks fresh",
+            notes=f"{jobs} jobs; wall: {{}} forked, {{}} fresh",
+        )
+    )
     section.details.append(
-        f"Ranks: {rounds} round(s) of {rank_jobs} DDP jobs of 2 processes through a preloader, "
+        f"Ranks: {rounds} round(s) of {jobs} DDP jobs of 2 processes through a preloader, "
         "rank 1 a fresh interpreter or a fork of rank 0's rank server, rotating which goes "
         "first; CPU time of all processes involved; ratio = forked / fresh per round."
     )
     return section
 
 
-def _ranks_row(count: int, rounds: int) -> Row:
+def _both_sides(
+    source: str, rounds: int, run: Callable[[Path, bool], tuple[float, float]]
+) -> dict[bool, list[tuple[float, float]]]:
+    """(CPU, wall) seconds of ``run(script, side)`` for both sides (False: the baseline),
+    ``rounds`` times, rotating which goes first; ``script`` holds ``source``."""
     measured: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
-    with tempfile.TemporaryDirectory(prefix="stratbench-ranks-") as folder:
-        script = Path(folder) / "two_ranks.py"
-        script.write_text(RANKS_SCRIPT, encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="stratbench-preload-") as folder:
+        script = Path(folder) / "script.py"
+        script.write_text(source, encoding="utf-8")
         for index in range(rounds):
-            for forked in rotate([False, True], index):
-                run = _start_all(script, count, preloaded=True, ranks=forked, expected="2.0")
-                measured[forked].append(run)
-    ratios = [f[0] / p[0] for f, p in zip(measured[True], measured[False], strict=True)]
+            for side in rotate([False, True], index):
+                measured[side].append(run(script, side))
+    return measured
+
+
+def _row(
+    name: str,
+    measured: dict[bool, list[tuple[float, float]]],
+    target: float,
+    baseline: str,
+    notes: str,
+) -> Row:
+    """The row of CPU ratios side / baseline per round; ``notes`` has two places for the
+    median wall times, the side's and the baseline's."""
+    pairs = zip(measured[True], measured[False], strict=True)
+    ratios = [side[0] / base[0] for side, base in pairs]
     ratio = median(ratios)
+    cpu = {side: median([c for c, _ in runs]) for side, runs in measured.items()}
+    wall = {side: median([w for _, w in runs]) for side, runs in measured.items()}
     return Row(
-        name="2-rank jobs, ranks from the rank server (CPU)",
-        measured=seconds(median([cpu for cpu, _ in measured[True]])),
-        baseline=f"{seconds(median([cpu for cpu, _ in measured[False]]))} ranks fresh",
+        name=name,
+        measured=seconds(cpu[True]),
+        baseline=f"{seconds(cpu[False])} {baseline}",
         ratio=ratio,
         spread=spread(ratios),
-        target=at_most(RANKS_TARGET),
-        met=ratio <= RANKS_TARGET,
-        notes=f"{count} jobs; wall: {seconds(median([w for _, w in measured[True]]))} forked, "
-        f"{seconds(median([w for _, w in measured[False]]))} fresh",
+        target=at_most(target),
+        met=ratio <= target,
+        notes=notes.format(seconds(wall[True]), seconds(wall[False])),
     )
