@@ -8,6 +8,8 @@ on rank 1 is also covered by the generated tests of every strategy.)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from stratcore import testing
 
@@ -30,6 +32,18 @@ def test_failing_rank_stops_the_job(
 ) -> None:
     run = testing.run_failure_scenario(strategy, tmp_path, rank=rank, how=how)
     testing.assert_job_stopped(run, rank=rank, message=says)
+
+
+def test_a_failed_spawn_job_leaves_no_error_file_behind(tmp_path: Path) -> None:
+    # torch's spawned processes write their error into a file of the temporary folder, which
+    # the launcher reads for its report; nothing else removes it.
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    run = testing.run_failure_scenario(
+        "ddp_spawn", tmp_path, rank=1, how="raise", env={"TMPDIR": str(temporary)}
+    )
+    testing.assert_job_stopped(run, rank=1, message="deliberate failure on rank 1")
+    assert sorted(p.name for p in temporary.iterdir() if "errorfile" in p.name) == []
 
 
 def test_popen_rank_zero_killed_takes_the_other_ranks_with_it(tmp_path: object) -> None:

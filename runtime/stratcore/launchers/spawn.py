@@ -3,6 +3,7 @@ forkserver), and rank 0's result comes back to the caller."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import tempfile
@@ -107,13 +108,14 @@ class SpawnLauncher(Launcher):
                 processes = process_context.processes
                 try:
                     failed = _wait_for_processes(processes, process_context.error_files)
+                    if failed:
+                        raise self._failure(process_context, failed)
                 finally:
                     _stop_processes(processes)
+                    _remove_error_files(process_context.error_files)
             finally:
                 if store is not None:
                     store.close()
-            if failed:
-                raise self._failure(process_context, failed)
             if not os.path.exists(result_file):
                 return None  # rank 0 runs on another node
             with open(result_file, "rb") as handle:
@@ -183,6 +185,14 @@ def _stop_processes(processes: list[Any]) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+
+
+def _remove_error_files(paths: list[str]) -> None:
+    """Remove the files torch's spawned processes write their error into (in the temporary
+    folder, one per failed process), once read: nothing else removes them."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def _read_spawn_error(path: str | None) -> str:
