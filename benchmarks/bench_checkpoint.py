@@ -24,7 +24,9 @@ def checkpoints(settings: Settings) -> Section:
     # A multiple of 4: every save runs in every position of the rotation equally often.
     repeats = settings.pick(1, 8)
     result = run_worker(
-        "benchmarks.workers.checkpoint", ["--megabytes", str(megabytes), "--repeats", str(repeats)]
+        "benchmarks.workers.checkpoint",
+        ["--megabytes", str(megabytes), "--repeats", str(repeats)],
+        torch=True,
     )
     times: dict[str, list[float]] = result["times"]
     size = result["bytes"]["stratlib"]

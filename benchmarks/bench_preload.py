@@ -55,7 +55,7 @@ def _start_all(
     env = worker_env()
     cpu, wall = _children_cpu(), time.perf_counter()
     preloader = preload.Preloader(ranks=ranks) if preloaded else None
-    watch.use_preloader(preloader)
+    previous = watch.use_preloader(preloader)  # a quick run's own, restored after
     try:
         for _ in range(count):
             done = watch.run([sys.executable, str(script)], env=env, preload=("torch",))
@@ -64,7 +64,7 @@ def _start_all(
         if preloader is not None and preloader.forked != count:
             raise RuntimeError("the preloader did not start the commands")
     finally:
-        watch.use_preloader(None)
+        watch.use_preloader(previous)
         if preloader is not None:
             preloader.close()
     return _children_cpu() - cpu, time.perf_counter() - wall

@@ -146,16 +146,18 @@ def compile_bytecode() -> str:
 
 
 def run_worker(
-    module: str, args: Sequence[str], env: dict[str, str] | None = None
+    module: str, args: Sequence[str], env: dict[str, str] | None = None, torch: bool = False
 ) -> dict[str, Any]:
-    """Run ``python -m module args`` and return the JSON object it writes to ``--out``."""
+    """Run ``python -m module args`` and return the JSON object it writes to ``--out``.
+    ``torch``: the worker imports torch first, so that a quick run may start it from its
+    preload server (see ``run.py``)."""
     with tempfile.TemporaryDirectory(prefix="stratbench-") as folder:
         out = Path(folder) / "result.json"
         command = [sys.executable, "-m", module, "--out", str(out), *args]
         # CLOCK_MONOTONIC is one clock for every process of the machine: workers report
         # time.monotonic() readings that are compared with this one.
         started = time.monotonic()
-        completed = run_command(command, env=worker_env(env))
+        completed = run_command(command, env=worker_env(env), preload=("torch",) if torch else ())
         if completed.returncode != 0 or not out.is_file():
             raise BenchmarkError(
                 f"{' '.join(command[1:])} exited with {completed.returncode}:\n"
@@ -176,7 +178,9 @@ class Completed:
     cpu: float
 
 
-def run_command(command: Sequence[str], env: dict[str, str], cwd: Path = ROOT) -> Completed:
+def run_command(
+    command: Sequence[str], env: dict[str, str], cwd: Path = ROOT, preload: Sequence[str] = ()
+) -> Completed:
     """Run ``command`` to its end. It fails (BenchmarkError) only when it stops making
     progress: no output and no CPU time used by it or any process it started for
     ``watch.STALL`` seconds (see ``stratcore.watch``), which on a busy machine tells a hang
@@ -185,11 +189,13 @@ def run_command(command: Sequence[str], env: dict[str, str], cwd: Path = ROOT) -
     ended (a rank that outlives its launcher cannot hold the harness).
 
     Commands run one at a time, so the growth of this process's children CPU time while one
-    runs is that command's own (user + system), which the machine's load barely changes.
+    runs is that command's own (user + system), which the machine's load barely changes; not
+    so for a command started from a preload server (``preload``, in a quick run only), which
+    is the server's child.
     """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     what = " ".join(Path(part).name if index == 0 else part for index, part in enumerate(command))
-    job = Job(command, what=what[:200], env=env, cwd=cwd, start_new_session=True)
+    job = Job(command, what=what[:200], env=env, cwd=cwd, start_new_session=True, preload=preload)
     try:
         finished = job.finish()
     except Stalled as exc:

@@ -26,6 +26,8 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "benchmarks"
 
+from stratcore import preload, watch
+
 from benchmarks import (
     bench_checkpoint,
     bench_ddp,
@@ -182,6 +184,34 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _run_selected(
+    selected: Sequence[str], settings: Settings, rows: list[Row], details: list[str]
+) -> int:
+    """Run the ``selected`` benchmarks in their order, adding their rows and details; returns
+    how many failed (each leaves a FAILED row)."""
+    failures = 0
+    for name in BENCHMARKS:
+        if name not in selected:
+            continue
+        started = time.perf_counter()
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        try:
+            section = BENCHMARKS[name](settings)
+        except (BenchmarkError, OSError, subprocess.SubprocessError) as exc:
+            failures += 1
+            print(f"{name} failed: {exc}", file=sys.stderr, flush=True)
+            rows.append(failed_row(name, exc))
+            continue
+        rows.extend(section.rows)
+        details.extend(section.details)
+        # Partial results survive an interrupted run.
+        print(text_table(section.rows), file=sys.stderr, flush=True)
+        print(
+            f"  {name} done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True
+        )
+    return failures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
@@ -214,26 +244,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("Machine: " + "; ".join(f"{k}: {v}" for k, v in host.items()), flush=True)
     rows: list[Row] = []
     details: list[str] = []
-    failures = 0
-    for name in BENCHMARKS:
-        if name not in selected:
-            continue
-        started = time.perf_counter()
-        print(f"running {name} ...", file=sys.stderr, flush=True)
-        try:
-            section = BENCHMARKS[name](settings)
-        except (BenchmarkError, OSError, subprocess.SubprocessError) as exc:
-            failures += 1
-            print(f"{name} failed: {exc}", file=sys.stderr, flush=True)
-            rows.append(failed_row(name, exc))
-            continue
-        rows.extend(section.rows)
-        details.extend(section.details)
-        # Partial results survive an interrupted run.
-        print(text_table(section.rows), file=sys.stderr, flush=True)
-        print(
-            f"  {name} done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True
-        )
+    # A quick run checks each row's plumbing, with figures nobody quotes: its workers that
+    # import torch start from a preload server (``stratcore.preload``), their ranks from
+    # their rank servers, as the test suite starts its commands.
+    preloader = preload.Preloader() if args.quick else None
+    watch.use_preloader(preloader)
+    try:
+        failures = _run_selected(selected, settings, rows, details)
+    finally:
+        watch.use_preloader(None)
+        if preloader is not None:
+            preloader.close()
     host["load average"] += f" at start; {_load()} at end"
 
     print()
