@@ -5,6 +5,7 @@ over each file."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from stratgen.factcache import remembered
 from stratgen.fmt import LINE_LENGTH, FormatError, Formatter
 from stratgen.project import Project, load_config
 from stratgen.speccache import SpecCache
-from stratgen.uptodate import fingerprint, up_to_date
+from stratgen.uptodate import environment, fingerprint, inputs, up_to_date
 
 # --- the bundle of parsed specs -----------------------------------------------------------------
 
@@ -137,45 +138,34 @@ def test_no_cache_folder_computes_every_time(monkeypatch: pytest.MonkeyPatch) ->
 # --- the up-to-date record ------------------------------------------------------------------------
 
 
-def test_the_fingerprint_covers_the_runtime(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The runtime's source decides what is generated (stratgen.corefacts reads it)."""
-    runtime = tmp_path / "stratcore"
-    shutil.copytree(
-        stratgen.factcache.runtime_dir(), runtime, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    monkeypatch.setattr(stratgen.factcache, "runtime_dir", lambda: runtime)
-    digest = stratgen.factcache.runtime_digest
+def _copy_of(package: str, into: Path) -> Path:
+    """A copy of an installed package's folder (its bytecode left out)."""
+    found = importlib.util.find_spec(package)
+    assert found is not None and found.submodule_search_locations
+    source = next(iter(found.submodule_search_locations))
+    return Path(shutil.copytree(source, into, ignore=shutil.ignore_patterns("__pycache__")))
+
+
+@pytest.mark.parametrize("package", ["stratcore", "stratgen"])
+def test_the_fingerprint_covers_the_source_of(package: str, tmp_path: Path) -> None:
+    """The runtime's source decides what is generated (stratgen.corefacts reads it), and so
+    does stratgen's: an edit to either, where the environment finds it, is a new fingerprint."""
+    assert environment()[package] == str(Path(__import__(package).__file__).parent)
     project = Project(load_config(make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})))
-    try:
-        digest.cache_clear()  # read once per process: a new process, as far as it knows
-        before = fingerprint(project)
-        strategy = runtime / "strategy.py"
-        strategy.write_text(strategy.read_text(encoding="utf-8") + "\n", encoding="utf-8")
-        digest.cache_clear()
-        assert fingerprint(project) != before
-    finally:
-        digest.cache_clear()
-
-
-def test_the_fingerprint_covers_stratgens_code(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import stratgen.speccache
-
-    project = Project(load_config(make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})))
-    before = fingerprint(project)
-    monkeypatch.setattr(stratgen.speccache, "_VERSION", "another stratgen")
-    assert fingerprint(project) != before
+    recorded = inputs(project)
+    recorded["environment"][package] = str(_copy_of(package, tmp_path / package))
+    before = fingerprint(recorded)
+    module = tmp_path / package / "__init__.py"
+    module.write_text(module.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    assert fingerprint(recorded) != before
 
 
 def test_the_fingerprint_covers_the_targets(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p", {"mine.yaml": STRATEGY_SPEC})
-    before = fingerprint(Project(load_config(root)))
+    before = fingerprint(inputs(Project(load_config(root))))
     with (root / "pyproject.toml").open("a", encoding="utf-8") as handle:
         handle.write('targets = ["stratlib", "lightning"]\n')
-    assert fingerprint(Project(load_config(root))) != before
+    assert fingerprint(inputs(Project(load_config(root)))) != before
 
 
 def test_the_record_holds_the_inputs_as_they_were_before_the_run(
@@ -196,10 +186,10 @@ def test_the_record_holds_the_inputs_as_they_were_before_the_run(
     monkeypatch.setattr(Project, "sources", sources_then_edit)
     assert run_cli("generate", "--project", root).code == 0
     monkeypatch.setattr(Project, "sources", original)
-    assert up_to_date(Project(load_config(root))) is None
+    assert up_to_date(Project(load_config(root)), plain=False) is None
     assert run_cli("check", "--project", root).code == 1
     assert run_cli("generate", "--project", root).code == 0
-    assert up_to_date(Project(load_config(root))) is not None
+    assert up_to_date(Project(load_config(root)), plain=False) is not None
 
 
 # --- black, once over each file ----------------------------------------------------------------

@@ -16,7 +16,7 @@ from collections.abc import Callable
 def _no_fingerprint() -> None:
     from stratgen import uptodate
 
-    uptodate.up_to_date = lambda project: None  # type: ignore[assignment]
+    uptodate.up_to_date = lambda project, plain: None  # type: ignore[assignment]
 
 
 def _no_spec_cache() -> None:

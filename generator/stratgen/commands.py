@@ -9,21 +9,21 @@ from typing import TYPE_CHECKING
 
 from .errors import StratgenError
 from .project import Config, Project, find_root, load_config, resource_dir
+from .uptodate import matching, remember, unchanged, up_to_date
 
 if TYPE_CHECKING:
     from .console import Console
 
 EXIT_OK, EXIT_DRIFT = 0, 1
+#: The options that change a project's settings from what its pyproject.toml says.
+SETTING_OPTIONS = ("specs", "output", "package", "tests", "templates", "builtin_specs", "targets")
 
 
 def config_from(args: argparse.Namespace) -> Config:
     root = (args.project or find_root(Path.cwd())).resolve()
     if not root.is_dir():
         raise StratgenError(f"project folder {root} does not exist")
-    overrides = {
-        key: getattr(args, key, None)
-        for key in ("specs", "output", "package", "tests", "templates", "builtin_specs", "targets")
-    }
+    overrides = {key: getattr(args, key, None) for key in SETTING_OPTIONS}
     if args.command == "schema":
         overrides["output"] = None
     config = load_config(root, overrides)
@@ -36,6 +36,12 @@ def config_from(args: argparse.Namespace) -> Config:
         # Outside any project, these commands work on the specs stratgen ships.
         config = dataclasses.replace(config, specs=str(resource_dir("specs")))
     return config
+
+
+def _plain(args: argparse.Namespace) -> bool:
+    """Whether the project and its settings are the ones found from the working folder (no
+    option names them): only such a run's record answers ``uptodate.answer``."""
+    return args.project is None and all(getattr(args, k, None) is None for k in SETTING_OPTIONS)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -64,26 +70,24 @@ def _print_timings(project: Project, console: Console) -> None:
     )
 
 
-def _known_current(project: Project) -> int | None:
+def _known_current(project: Project, args: argparse.Namespace) -> int | None:
     """The number of generated files when the tree is known to match the specs already."""
     import time
 
-    from .uptodate import up_to_date
-
     started = time.perf_counter()
-    count = up_to_date(project)
+    count = up_to_date(project, _plain(args))
     project.timings.add("fingerprint", started)
     return count
 
 
 def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     project = Project(config_from(args))
-    current = _known_current(project)
+    current = _known_current(project, args)
     if current is not None:
         if args.dry_run:
             console.say("Up to date; nothing to write.")
         else:
-            console.say(f"0 written, {current - 1} unchanged, 0 removed.")
+            console.say(unchanged(current))
         if args.timings:
             _print_timings(project, console)
         return EXIT_OK
@@ -124,9 +128,7 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
         f"{len(report.written)} written, {len(report.unchanged)} unchanged, {len(report.removed)} removed."
     )
     if not report.kept:
-        from .uptodate import remember
-
-        remember(project)
+        remember(project, _plain(args))
     if args.timings:
         _print_timings(project, console)
     return EXIT_OK
@@ -134,21 +136,19 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     project = Project(config_from(args))
-    current = _known_current(project)
+    current = _known_current(project, args)
     if current is not None:
         if args.timings:
             _print_timings(project, console)
-        console.say(f"{current} generated files match the specs.")
+        console.say(matching(current))
         return EXIT_OK
     plan = project.plan()
     drift = project.compare(plan, with_diff=not args.quiet)
     if args.timings:
         _print_timings(project, console)
     if drift.clean:
-        from .uptodate import remember
-
-        remember(project)
-        console.say(f"{len(plan.files)} generated files match the specs.")
+        remember(project, _plain(args))
+        console.say(matching(len(plan.files)))
         return EXIT_OK
     for text in drift.diffs:
         console.say(text.rstrip("\n"))

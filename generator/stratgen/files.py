@@ -25,10 +25,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .paths import IGNORED_PARTS, LOCK_NAME, files_under
+
 MANIFEST_NAME = ".stratgen-manifest.json"
-LOCK_NAME = ".stratgen.lock"
-IGNORED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
-IGNORED_SUFFIXES = (".pyc", ".pyo")
 TEMP_MARK = ".stratgen-"
 # Temporary files of atomic_write: '.<name>.stratgen-<random>.tmp' next to their target.
 _TEMP_FILE = re.compile(r"^\..+\.stratgen-[A-Za-z0-9_]+\.tmp$")
@@ -194,19 +193,11 @@ class Tree:
 
     def present(self) -> set[str]:
         """Files currently in the owned folders, relative to the root."""
-        found = set()
-        for folder in self.owned_dirs:
-            base = self.root / folder
-            if not base.is_dir():
-                continue
-            for dirpath, dirnames, filenames in os.walk(base):
-                dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_PARTS)
-                for name in filenames:
-                    if name.endswith(IGNORED_SUFFIXES) or name == LOCK_NAME:
-                        continue
-                    path = Path(dirpath, name).relative_to(self.root).as_posix()
-                    found.add(path)
-        return found
+        return {
+            f"{folder}/{relative}"
+            for folder in self.owned_dirs
+            for relative, _ in files_under(str(self.root / folder))
+        }
 
     # -- comparing ----------------------------------------------------------------------------
 

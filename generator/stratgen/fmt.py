@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .paths import black_version, cache_folder
 from .speccache import unwrap, wrap
 
 LINE_LENGTH = 100
@@ -27,13 +28,9 @@ class FormatError(Exception):
 
 
 def cache_dir() -> Path | None:
-    configured = os.environ.get("STRATGEN_CACHE_DIR")
-    if configured == "":
-        return None
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stratgen"
+    """The user's stratgen cache (``paths.cache_folder``), or None without one."""
+    folder = cache_folder()
+    return None if folder is None else Path(folder)
 
 
 class Formatter:
@@ -191,17 +188,8 @@ _VERSION: str | None = None
 
 
 def _black_version() -> str:
-    """black's version, read from its installed metadata folder without importing black or
-    importlib.metadata (each costs tens of milliseconds)."""
+    """black's version (``paths.black_version``), looked up once per process."""
     global _VERSION
     if _VERSION is None:
-        import importlib.util
-
-        _VERSION = "unknown"
-        spec = importlib.util.find_spec("black")
-        if spec is not None and spec.origin:
-            site = Path(spec.origin).parent.parent
-            found = sorted(site.glob("black-*.dist-info"))
-            if found:
-                _VERSION = found[-1].name[len("black-") : -len(".dist-info")]
+        _VERSION = black_version()
     return _VERSION

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from . import paths
 from .errors import Location, SpecError, StratgenError, did_you_mean
 from .files import MANIFEST_NAME, Drift, Tree, WriteReport, digest, manifest_bytes
 from .fmt import Formatter
@@ -70,13 +71,7 @@ class Config:
 
 def find_root(start: Path) -> Path:
     """The nearest folder at or above ``start`` whose pyproject.toml has [tool.stratgen]."""
-    for folder in (start, *start.parents):
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file() and "[tool.stratgen]" in pyproject.read_text(
-            encoding="utf-8", errors="replace"
-        ):
-            return folder
-    return start
+    return Path(paths.find_root(str(start)))
 
 
 def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
@@ -172,7 +167,8 @@ class Project:
         # id(source) -> (source, the parsed-spec cache's key of its file), for memo keys.
         self._spec_keys: dict[int, tuple[object, str]] = {}
         self.memo: RenderMemo | None = None
-        #: A hash of every input, taken before any is read (``uptodate.up_to_date``).
+        #: Every input and their hash, taken before any is read (``uptodate.up_to_date``).
+        self.inputs: dict[str, Any] | None = None
         self.fingerprint: str | None = None
         self._root: Path | None = None  # the project folder, resolved
 

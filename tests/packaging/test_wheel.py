@@ -119,7 +119,7 @@ def test_wheel_contents(wheels: dict[str, Path]) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-        assert "stratgen = stratgen.cli:main" in archive.read(entry_points).decode()
+        assert "stratgen = stratgen.__main__:main" in archive.read(entry_points).decode()
     for spec in (ROOT / "specs").glob("*.yaml"):
         assert f"stratgen/specs/{spec.name}" in names
     for template in (ROOT / "templates").rglob("*"):
