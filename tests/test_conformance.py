@@ -26,7 +26,7 @@ import yaml
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from stratcore import watch
-from stratcore.testing import clean_environ
+from stratcore.testing import clean_environ, preloading
 
 from stratlib import registry
 
@@ -374,7 +374,17 @@ def check_conformance(spec: dict[str, Any], folder: Path, *, lightning: bool = F
     )
     assert generate.returncode == 0, f"{text}\n{generate.stdout}{generate.stderr}"
     tests = watch.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "generated/tests"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            *preloading.OPTIONS,
+            "generated/tests",
+        ],
         what="the generated tests of the spec",
         cwd=project,
         env=clean_environ(

@@ -35,6 +35,15 @@ BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
 pytestmark = pytest.mark.slow
 
+#: What every process of the jobs imports: torch, and the modules of transformers' two models
+#: (on a small machine those take more CPU time than torch itself, in every rank), imported
+#: once by the preload server the jobs start from.
+PRELOAD = (
+    "torch",
+    "transformers.models.gpt2.modeling_gpt2",
+    "transformers.models.resnet.modeling_resnet",
+)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -69,7 +78,7 @@ def _run(phase: str, case: Case, devices: int, checkpoint: Path, out: Path) -> d
         command.append("--async-io")
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     env.pop("DS_ACCELERATOR", None)
-    process = watch.run(command, env=env, cwd=out.parent, preload=("torch", "transformers"))
+    process = watch.run(command, env=env, cwd=out.parent, preload=PRELOAD)
     assert process.returncode == 0, f"{phase} {case} failed:\n{process.stderr[-4000:]}"
     return json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
 

@@ -28,7 +28,14 @@ def run_example(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "generated"), env.get("PYTHONPATH", "")]
     ).rstrip(os.pathsep)
-    return watch.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env=env)
+    # Started as a fork of a process that imported what the example imports (its ranks too):
+    # torch, and scikit-learn's data sets (2 CPU-s more in every process on a small machine).
+    return watch.run(
+        [sys.executable, str(SCRIPT), *args],
+        cwd=cwd,
+        env=env,
+        preload=("torch", "sklearn.datasets"),
+    )
 
 
 def epochs(output: str) -> list[tuple[int, float, float]]:

@@ -19,7 +19,12 @@ from pathlib import Path
 
 import pytest
 from stratcore import watch
-from stratcore.testing import assert_parameters_close, clean_environ, reference_parameters
+from stratcore.testing import (
+    assert_parameters_close,
+    clean_environ,
+    preloading,
+    reference_parameters,
+)
 
 from .support import REPO
 
@@ -147,6 +152,7 @@ def test_new_accelerator_and_strategies_from_a_spec_alone(tmp_path: Path) -> Non
             "-q",
             "-p",
             "no:cacheprovider",
+            *preloading.OPTIONS,
             "-n",
             "2",
             "generated/tests/test_acme.py",

@@ -23,7 +23,12 @@ from pathlib import Path
 
 import pytest
 from stratcore import watch
-from stratcore.testing import assert_parameters_close, clean_environ, reference_parameters
+from stratcore.testing import (
+    assert_parameters_close,
+    clean_environ,
+    preloading,
+    reference_parameters,
+)
 from stratcore.testing.processes import run_given_a_port
 
 pytest.importorskip("lightning")
@@ -250,7 +255,16 @@ def test_the_spec_yields_lightning_plugins_and_their_tests(project: Path) -> Non
     assert not (package / "pytorch" / "ddp.py").exists()
     tests = project / "generated" / "tests" / "test_lightning_acme.py"
     ran = watch.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *preloading.OPTIONS,
+            str(tests),
+        ],
         cwd=project,
         env=_environ(project),
     )
