@@ -181,15 +181,4 @@ def _format_sources(sources: list[str], mode: Any) -> list[str | Exception]:
 
 def black_mode() -> str:
     """black's version and the mode stratgen runs it in, as formatter keys begin."""
-    return f"stratgen-black-v3|{LINE_LENGTH}|py311|{_black_version()}"
-
-
-_VERSION: str | None = None
-
-
-def _black_version() -> str:
-    """black's version (``paths.black_version``), looked up once per process."""
-    global _VERSION
-    if _VERSION is None:
-        _VERSION = black_version()
-    return _VERSION
+    return f"stratgen-black-v3|{LINE_LENGTH}|py311|{black_version()}"

@@ -63,18 +63,26 @@ def files_under(folder: str) -> list[tuple[str, str]]:
     return found
 
 
+_BLACK_VERSION: str | None = None
+
+
 def black_version() -> str:
     """The installed black's version, read from its metadata folder's name without importing
-    black or importlib.metadata (each costs tens of milliseconds); 'unknown' without one."""
-    import importlib.util
+    black or importlib.metadata (each costs tens of milliseconds), once per process; 'unknown'
+    without one."""
+    global _BLACK_VERSION
+    if _BLACK_VERSION is None:
+        import importlib.util
 
-    spec = importlib.util.find_spec("black")
-    if spec is None or not spec.origin:
-        return "unknown"
-    site = os.path.dirname(os.path.dirname(spec.origin))
-    found = sorted(
-        name
-        for name in os.listdir(site)
-        if name.startswith("black-") and name.endswith(".dist-info")
-    )
-    return found[-1][len("black-") : -len(".dist-info")] if found else "unknown"
+        _BLACK_VERSION = "unknown"
+        spec = importlib.util.find_spec("black")
+        if spec is not None and spec.origin:
+            site = os.path.dirname(os.path.dirname(spec.origin))
+            found = sorted(
+                name
+                for name in os.listdir(site)
+                if name.startswith("black-") and name.endswith(".dist-info")
+            )
+            if found:
+                _BLACK_VERSION = found[-1][len("black-") : -len(".dist-info")]
+    return _BLACK_VERSION

@@ -63,7 +63,7 @@ def environment() -> dict[str, str]:
     installed PyYAML (where, how large, when changed) and black's version."""
     import importlib.util
 
-    from .paths import black_version
+    from .paths import black_version  # looked up here, so that a patched one is seen
 
     runtime = importlib.util.find_spec("stratcore")
     yaml = importlib.util.find_spec("yaml")

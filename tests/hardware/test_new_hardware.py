@@ -144,19 +144,9 @@ def test_new_accelerator_and_strategies_from_a_spec_alone(tmp_path: Path) -> Non
     assert_parameters_close(result["params"], reference_parameters(steps=3))
 
     # The project's own generated tests for the new spec.
+    run_pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     tests = run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *preloading.OPTIONS,
-            "-n",
-            "2",
-            "generated/tests/test_acme.py",
-        ],
+        [*run_pytest, *preloading.OPTIONS, "-n", "2", "generated/tests/test_acme.py"],
         cwd=project,
         env=clean_environ({"PYTHONPATH": str(project / "generated")}),
     )

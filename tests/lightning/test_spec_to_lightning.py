@@ -254,19 +254,9 @@ def test_the_spec_yields_lightning_plugins_and_their_tests(project: Path) -> Non
     # The built-in 'ddp' it extends is Lightning's own: no plugin shadows it.
     assert not (package / "pytorch" / "ddp.py").exists()
     tests = project / "generated" / "tests" / "test_lightning_acme.py"
+    run_pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     ran = watch.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *preloading.OPTIONS,
-            str(tests),
-        ],
-        cwd=project,
-        env=_environ(project),
+        [*run_pytest, *preloading.OPTIONS, str(tests)], cwd=project, env=_environ(project)
     )
     assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-2000:]
     # In each framework: the accelerator and the three strategy names registered, and the
