@@ -242,3 +242,66 @@ def test_a_forked_command_starts_its_ranks_as_forks_of_its_rank_server(
     assert command["shown"] == ["PRELOAD_VOLATILE=7"]
     assert command["refused"], "a rank in another environment was forked"
     assert preloader.forked == 1
+
+
+SPAWNS = """\
+import json, multiprocessing, os, signal, sys
+from stratcore import preload
+from stratcore.preload.spawning import spawned_from_rank_server
+
+def child(connection, how):
+    import __main__
+    facts = {"preloaded": "decimal" in sys.modules, "parent": os.getppid(), "main": __main__.__name__}
+    connection.send(facts)
+    connection.close()
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(how)
+
+def spawn(how):
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(target=child, args=(theirs, how))
+    process.start()
+    theirs.close()
+    facts = ours.recv()
+    process.join()
+    return {**facts, "code": process.exitcode}
+
+if __name__ == "__main__":
+    server = preload.RankServer.of_this_process()
+    with spawned_from_rank_server(["SPAWN_VOLATILE"]):
+        spawned = [spawn(how) for how in (0, 3, "kill")]
+        os.environ["SPAWN_VOLATILE"] = "changed"
+        spawned.append(spawn(0))
+        os.environ["OTHER"] = "1"
+        spawned.append(spawn(0))
+    print(json.dumps({"pid": os.getpid(), "server": server and server.pid, "spawned": spawned}))
+"""
+
+
+def test_processes_spawned_in_a_forked_command_start_from_its_rank_server(
+    preloader: preload.Preloader, tmp_path: Path
+) -> None:
+    """multiprocessing's 'spawn' in a forked command (``spawned_from_rank_server``): the
+    process runs its target with the arguments' pipes, its exit status (a code, a signal) is
+    the process's ``exitcode``, it starts with the preloaded modules where its environment
+    differs in no more than the variables named, and fresh, as anywhere else, where it does."""
+    script = _script(tmp_path, SPAWNS)
+    runtime = str(Path(preload.__file__).resolve().parents[2])
+    env = _env(PYTHONPATH=runtime)
+    fresh = _report(watch.run([sys.executable, str(script)], env=env, cwd=tmp_path))
+    forked = _report(
+        watch.run([sys.executable, str(script)], env=env, cwd=tmp_path, preload=PRELOAD)
+    )
+    assert fresh["server"] is None and forked["server"] is not None
+    codes = [0, 3, -signal.SIGKILL, 0, 0]
+    for report in (fresh, forked):
+        assert [s["code"] for s in report["spawned"]] == codes, report
+        assert {s["main"] for s in report["spawned"]} == {"__mp_main__"}
+    assert not any(s["preloaded"] for s in fresh["spawned"])
+    assert {s["parent"] for s in fresh["spawned"]} == {fresh["pid"]}
+    # The first four from the rank server (one after a volatile variable changed), the last
+    # spawned anew: another variable changed.
+    assert [s["preloaded"] for s in forked["spawned"]] == [True, True, True, True, False]
+    parents = [s["parent"] for s in forked["spawned"]]
+    assert parents == [forked["server"]] * 4 + [forked["pid"]]

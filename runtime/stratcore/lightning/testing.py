@@ -36,6 +36,7 @@ import lightning.pytorch as pl  # noqa: E402
 
 from .. import preload, testing, watch  # noqa: E402
 from ..exceptions import MisconfigurationError, MissingDependencyError  # noqa: E402
+from ..preload.spawning import spawned_from_rank_server  # noqa: E402
 from ..registry import registry_of  # noqa: E402
 from .contract import DEVICE_LIMITS  # noqa: E402
 
@@ -389,9 +390,10 @@ LIGHTNING_RANK_VARIABLES = (
 def ranks_from_rank_server() -> Iterator[None]:
     """While it lasts, in a process a preloader forked (``stratcore.preload``), the ranks
     Lightning's subprocess launchers (Trainer's and Fabric's) start by running the script
-    again start as forks of the process's rank server, where their environment allows it:
-    the launchers' own logic runs unchanged, but the processes they start do not import
-    torch and Lightning again. Elsewhere it changes nothing."""
+    again, and those its multiprocessing launchers spawn, start as forks of the process's rank
+    server, where their environment allows it: the launchers' own logic runs unchanged, but
+    the processes they start do not import torch and Lightning again. Elsewhere it changes
+    nothing."""
     server = preload.RankServer.of_this_process()
     if server is None:
         yield
@@ -409,7 +411,8 @@ def ranks_from_rank_server() -> Iterator[None]:
     for launcher in launchers:
         launcher.subprocess = _WithPopen(start)  # type: ignore[attr-defined]
     try:
-        yield
+        with spawned_from_rank_server(LIGHTNING_RANK_VARIABLES):
+            yield
     finally:
         for launcher in launchers:
             launcher.subprocess = subprocess  # type: ignore[attr-defined]

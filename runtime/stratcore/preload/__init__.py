@@ -22,7 +22,8 @@ The ranks a forked command starts as copies of itself (``PopenLauncher``) start 
 before the command runs, its process forks a *rank server*, a copy of the server's state in the
 command's session and process group that dies with it (``RankServer``); the launcher asks it
 for ranks 1..n-1 where their environment is the command's but for the launcher's own
-variables, and starts fresh interpreters where not. /proc shows a fork's own environment
+variables, and starts fresh interpreters where not; the processes it spawns with
+multiprocessing's 'spawn' start there too (``stratcore.preload.spawning``). /proc shows a fork's own environment
 variables as it shows a fresh process's, so that what finds a job's processes by a variable of
 their environment finds forks too.
 
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import server as server_program
-from .server import RANK_SERVER_ENV, SLOT, SLOT_SIZE, encoded, read_message
+from .server import MAX_FDS, RANK_SERVER_ENV, SLOT, SLOT_SIZE, encoded, read_message
 
 #: Environment variables that differ from job to job and that nothing reads at start-up.
 VOLATILE = ("PYTEST_CURRENT_TEST", "PYTHONFAULTHANDLER")
@@ -150,14 +151,14 @@ class Preloader:
             self.folder.rmdir()
 
 
-def _runnable(command: Sequence[str], cwd: str) -> list[str] | None:
+def _runnable(command: Sequence[str], cwd: str, code: bool = False) -> list[str] | None:
     """The command's arguments after the interpreter, if it is this interpreter running a
-    script (a file, found from ``cwd``) or ``-m module`` without interpreter options; else
-    None."""
+    script (a file, found from ``cwd``), ``-m module`` or, with ``code``, ``-c code``, without
+    interpreter options; else None."""
     words = [os.fspath(word) for word in command]
     if len(words) < 2 or words[0] != sys.executable:
         return None
-    if words[1] == "-m":
+    if words[1] == "-m" or (code and words[1] == "-c"):
         return words[1:] if len(words) >= 3 else None
     if words[1].startswith("-") or not os.path.isfile(os.path.join(cwd, words[1])):
         return None
@@ -295,15 +296,20 @@ class RankServer:
         return cls(int(pid), path)
 
     def start(
-        self, command: Sequence[str], env: Mapping[str, str], volatile: Iterable[str]
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        volatile: Iterable[str],
+        pass_fds: Sequence[int] = (),
     ) -> Forked | None:
         """Run ``command`` in a fork of the rank server, with this process's standard streams
-        and working folder, as ``subprocess.Popen(command, env=env)`` would run it; None where
-        the server cannot: the command is not this interpreter running a script or module, or
-        ``env`` differs from the environment this process started with in more than the
-        variables named ``volatile`` (the modules were imported under that one)."""
-        argv = _runnable(command, os.getcwd())
-        if argv is None:
+        and working folder, as ``subprocess.Popen(command, env=env, pass_fds=pass_fds)``
+        would run it; None where the server cannot: the command is not this interpreter
+        running a script, module or ``-c`` code, or ``env`` differs from the environment this
+        process started with in more than the variables named ``volatile`` (the modules were
+        imported under that one)."""
+        argv = _runnable(command, os.getcwd(), code=True)
+        if argv is None or len(pass_fds) > MAX_FDS - 3:
             return None
         request = {
             "argv": argv,
@@ -311,11 +317,12 @@ class RankServer:
             "cwd": os.getcwd(),
             "new_session": False,
             "volatile": sorted(volatile),
+            "fds": [0, 1, 2, *pass_fds],
         }
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             connection.connect(self.path)
-            socket.send_fds(connection, [encoded(request)], [0, 1, 2])
+            socket.send_fds(connection, [encoded(request)], [0, 1, 2, *pass_fds])
             reply = read_message(connection)
         except OSError:
             reply = None

@@ -29,6 +29,9 @@ RANK_SERVER_ENV = "STRATCORE_PRELOAD_RANKS"
 SLOT = "STRATCORE_PRELOAD_SHOWN"
 SLOT_SIZE = 4096
 HEADER = struct.Struct("!I")
+#: The most file descriptors a request passes: the standard streams and those a command is
+#: to find at given numbers (``"fds"``: a process multiprocessing spawns reads its pipes there).
+MAX_FDS = 16
 
 
 def read_message(connection: socket.socket) -> dict[str, Any] | None:
@@ -130,7 +133,7 @@ def _fork_for_requests(
             continue
         connection, _ = listener.accept()
         try:
-            header, fds, _, _ = socket.recv_fds(connection, HEADER.size, 3)
+            header, fds, _, _ = socket.recv_fds(connection, HEADER.size, MAX_FDS)
             if len(header) < HEADER.size:
                 header += _read_exactly(connection, HEADER.size - len(header)) or b""
             body = _read_exactly(connection, HEADER.unpack(header)[0])
@@ -261,11 +264,7 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     _show(request["env"])
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-    for fd in fds:
-        if fd > 2:
-            os.close(fd)
+    _place(fds, request.get("fds", [0, 1, 2]))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if request.get("ranks"):
         _start_rank_server(request["ranks"], request.get("volatile", ()))
@@ -275,6 +274,13 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main
     argv = request["argv"]
+    if argv[0] == "-c":
+        # What `python -c CODE ARGS` runs: the code as __main__, the working folder first on
+        # sys.path.
+        sys.argv = ["-c", *argv[2:]]
+        sys.path.insert(0, "")
+        exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        return
     if argv[0] == "-m":
         sys.argv = ["-m", *argv[2:]]
         sys.path.insert(0, os.getcwd())
@@ -288,6 +294,21 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     with open(script, "rb") as source:
         code = compile(source.read(), script, "exec")
     exec(code, main.__dict__)
+
+
+def _place(fds: Sequence[int], targets: Sequence[int]) -> None:
+    """Give the received descriptors ``fds`` the numbers ``targets`` (the first three: the
+    standard streams) and close the rest of their copies. They move above every number
+    involved first, so that placing one never closes another that is yet to be placed."""
+    import fcntl
+
+    floor = max([*fds, *targets, 2]) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    for target, fd in zip(targets, moved, strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
 
 
 def _run_as_main(request: dict[str, Any], fds: list[int]) -> None:
