@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from sgtest import make_project, run_cli
 from stratcore import watch
+from stratcore.testing import preloading
 
 pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
 
@@ -78,8 +79,9 @@ def test_no_plugin_where_lightning_refuses_every_accelerator(project: Path, fram
 
 def test_the_generated_tests_pass_or_skip_saying_why(project: Path) -> None:
     tests = project / "out" / "tests" / "test_lightning_conf.py"
+    pytest = [sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider"]
     done = watch.run(
-        [sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", str(tests)],
+        [*pytest, *preloading.OPTIONS, str(tests)],
         cwd=project / "out",
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "out"), *sys.path])},
     )
