@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stratcore.preload import TORCH
 from stratcore.watch import Job, Stalled
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,7 +158,7 @@ def run_worker(
         # CLOCK_MONOTONIC is one clock for every process of the machine: workers report
         # time.monotonic() readings that are compared with this one.
         started = time.monotonic()
-        completed = run_command(command, env=worker_env(env), preload=("torch",) if torch else ())
+        completed = run_command(command, env=worker_env(env), preload=TORCH if torch else ())
         if completed.returncode != 0 or not out.is_file():
             raise BenchmarkError(
                 f"{' '.join(command[1:])} exited with {completed.returncode}:\n"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import testing, watch
+from stratcore import preload, testing, watch
 
 import stratlib
 
@@ -188,7 +188,7 @@ def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
     single = tmp_path / "single.ckpt"
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     command = [sys.executable, "-m", "stratcore.consolidate", str(checkpoint), str(single)]
-    converted = watch.run(command, env=env, preload=("torch",))
+    converted = watch.run(command, env=env, preload=preload.TORCH)
     assert converted.returncode == 0, converted.stderr
 
     full = torch.load(single, weights_only=True)

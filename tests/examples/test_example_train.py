@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from stratcore import watch
+from stratcore import preload, watch
 
 pytest.importorskip("sklearn", reason="the example's data set ships with scikit-learn")
 
@@ -34,7 +34,7 @@ def run_example(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         [sys.executable, str(SCRIPT), *args],
         cwd=cwd,
         env=env,
-        preload=("torch", "sklearn.datasets"),
+        preload=(*preload.TORCH, "sklearn.datasets"),
     )
 
 

@@ -52,6 +52,9 @@ from .server import MAX_FDS, RANK_SERVER_ENV, SLOT, SLOT_SIZE, encoded, read_mes
 
 #: Environment variables that differ from job to job and that nothing reads at start-up.
 VOLATILE = ("PYTEST_CURRENT_TEST", "PYTHONFAULTHANDLER")
+#: What a process that trains imports: torch, and torch._dynamo, which torch imports when the
+#: process creates its first optimizer (about as much CPU time again as torch itself).
+TORCH = ("torch", "torch._dynamo")
 #: Servers a preloader keeps at once (each holds the preloaded modules' memory); the one used
 #: longest ago, with no command running, makes way for a new one.
 SERVERS = 3

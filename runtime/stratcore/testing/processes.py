@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import watch
+from .. import preload, watch
 from ..environment import find_free_port
 from .environ import (
     RUN_MARKER_ENV,
@@ -24,9 +24,10 @@ from .environ import (
 )
 from .scenarios import FAILED_AT, case_started
 
-#: What a scenario's process imports first (torch with it): with a preloader in use
-#: (``stratcore.preload``), it may start from an interpreter that has imported it already.
-PRELOAD = ("stratcore.testing.scenarios",)
+#: What a scenario's process imports (torch with the first, torch._dynamo with its first
+#: optimizer): with a preloader in use (``stratcore.preload``), it may start from an
+#: interpreter that has imported them already.
+PRELOAD = ("stratcore.testing.scenarios", *preload.TORCH[1:])
 
 
 def scenario_command(
