@@ -22,10 +22,10 @@ The ranks a forked command starts as copies of itself (``PopenLauncher``) start 
 before the command runs, its process forks a *rank server*, a copy of the server's state in the
 command's session and process group that dies with it (``RankServer``); the launcher asks it
 for ranks 1..n-1 where their environment is the command's but for the launcher's own
-variables, and starts fresh interpreters where not; the processes it spawns with
-multiprocessing's 'spawn' start there too (``stratcore.preload.spawning``). /proc shows a fork's own environment
-variables as it shows a fresh process's, so that what finds a job's processes by a variable of
-their environment finds forks too.
+variables, and starts fresh interpreters where not; the processes the command spawns with
+multiprocessing's 'spawn' start there too (``stratcore.preload.spawning``). /proc shows a
+fork's own environment variables as it shows a fresh process's, so that what finds a job's
+processes by a variable of their environment finds forks too.
 
 Needs fork, Unix sockets and file descriptor passing (Linux, macOS): elsewhere ``start``
 returns None and the command starts as usual. The standard library only; the server's program

@@ -5,8 +5,9 @@ Importing torch anew in every command is most of the CPU time a suite of real ru
 this plugin, the commands tests start through ``stratcore.watch`` naming modules to preload
 (the scenarios of ``stratcore.testing`` and ``stratcore.lightning.testing`` do) start from a
 preload server, and so do the ranks those commands start by running themselves again
-(stratcore's PopenLauncher; Lightning's, in the Lightning scenarios), from the rank server each
-forked command has; spawned ranks start fresh. What the tests assert does not change.
+(stratcore's PopenLauncher; Lightning's, in the Lightning scenarios) or by spawning them
+(``stratcore.preload.spawning``), from the rank server each forked command has. What the tests
+assert does not change.
 
 Use it with ``pytest -p stratcore.testing.preloading`` (``OPTIONS``), or ``pytest_plugins`` in
 a top-level conftest.py. ``STRATGEN_PRELOAD=0`` starts every command and rank as a fresh interpreter.

@@ -24,10 +24,10 @@ from .environ import (
 )
 from .scenarios import FAILED_AT, case_started
 
-#: What a scenario's process imports (torch with the first, torch._dynamo with its first
-#: optimizer): with a preloader in use (``stratcore.preload``), it may start from an
-#: interpreter that has imported them already.
-PRELOAD = ("stratcore.testing.scenarios", *preload.TORCH[1:])
+#: What a scenario's process imports (``preload.TORCH``: torch, and what its first optimizer
+#: imports): with a preloader in use (``stratcore.preload``), it may start from an interpreter
+#: that has imported them already.
+PRELOAD = (*preload.TORCH, "stratcore.testing.scenarios")
 
 
 def scenario_command(
