@@ -31,8 +31,9 @@ def test_rank_launching_more_often_than_rank_zero_ends_the_script() -> None:
     )
 
 
-def test_failure_between_launches_is_raised_by_the_next_launch() -> None:
-    [(code, stdout, _)] = finish([start(python("launches.py", "fail_between"))])
+@pytest.mark.parametrize("mode", ["fail_between", "fail_slowly"])
+def test_failure_between_launches_is_raised_by_the_next_launch(mode: str) -> None:
+    [(code, stdout, _)] = finish([start(python("launches.py", mode))])
     assert code == 7, stdout
     assert "second launch failed: rank 1 (local rank 1) raised an exception:" in stdout
     assert "RuntimeError: rank 1 fails between launches" in stdout

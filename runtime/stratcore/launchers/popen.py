@@ -33,7 +33,7 @@ from .base import (
     INTERRUPT_GRACE,
     LAUNCH_FILE_ENV,
     PARENT_PID_ENV,
-    PEER_GRACE,
+    PEER_EXIT_WAIT,
     POLL_INTERVAL,
     TERMINATE_GRACE,
     Launcher,
@@ -304,7 +304,9 @@ class _PopenJob:
         own = "" if interrupted else "".join(traceback.format_exception(exc))
         if own and not is_peer_failure(own):
             return None  # an error of its own: whatever the others report follows from it
-        deadline = time.monotonic() + PEER_GRACE
+        # The peer that went away may take seconds to end on a busy machine: a fixed grace
+        # would report rank 0's lost connection instead of the peer's own error.
+        deadline = time.monotonic() + PEER_EXIT_WAIT
         while not self.failed() and self.alive() and time.monotonic() < deadline:
             time.sleep(POLL_INTERVAL)
         failures = self.failed()
