@@ -23,6 +23,7 @@ HANG_TIMEOUT = 5
     ("rank", "how", "says"),
     [
         (0, "raise", "deliberate failure on rank 0"),
+        (1, "raise_slowly", "deliberate failure on rank 1"),
         (1, "exit", "exited with code 3"),
         (1, "kill", "was killed by signal SIGKILL"),
     ],

@@ -31,10 +31,11 @@ TERMINATE_GRACE = 3.0
 #: How long a failed rank's peers get to fail too, so that the report can tell cause from
 #: consequence.
 PEER_GRACE = 2.0
-#: At most how long rank 0, whose own error says that a peer went away, waits for that peer's
-#: process to end, so that the peer's error is the one reported. The wait ends as soon as a peer
-#: ends, which takes moments on an idle machine and seconds on a busy one; the bound is only
-#: reached where the peers stay alive (a remote rank failed while the local ones compute).
+#: At most how long a launcher, told by a rank's error that a peer went away, waits for that
+#: peer's process to end, so that the peer's own error is the one reported. The wait ends as
+#: soon as a peer ends, which takes moments on an idle machine and seconds on a busy one; the
+#: bound is only reached where the peers stay alive (a remote rank failed while the local ones
+#: compute).
 PEER_EXIT_WAIT = 60.0
 #: How long rank 0 may stay stuck (e.g. in a collective) after another rank failed before its
 #: process is ended with the other rank's error.

@@ -172,16 +172,27 @@ def _wait_for_processes(processes: list[Any], error_files: list[str]) -> list[in
             index = pending.pop(sentinel)
             processes[index].join()
             if processes[index].exitcode != 0:
-                # Peers of a failed rank usually fail a moment later with a connection error;
-                # unless this one reported an error of its own, let them, so that the report
-                # can tell cause from consequence.
-                error = _read_spawn_error(error_files[index])
-                grace = 0.0 if error and not is_peer_failure(error) else base.PEER_GRACE
-                deadline = time.monotonic() + grace
-                for p in processes:
-                    p.join(max(0.0, deadline - time.monotonic()))
+                _let_peers_fail(processes, index, _read_spawn_error(error_files[index]))
                 return [i for i, p in enumerate(processes) if p.exitcode not in (None, 0)]
     return []
+
+
+def _let_peers_fail(processes: list[Any], failed: int, error: str) -> None:
+    """Give the peers of the failed process ``failed`` time to fail too, so that the report
+    can tell cause from consequence: none if it reported an error of its own; until another
+    ends (bounded by PEER_EXIT_WAIT) if its error says that a peer went away, since that peer
+    is ending, slowly on a busy machine; then PEER_GRACE for the others, which usually fail a
+    moment later with a connection error."""
+    from multiprocessing.connection import wait
+
+    if error and not is_peer_failure(error):
+        return
+    others = [p.sentinel for i, p in enumerate(processes) if i != failed]
+    if error and others:
+        wait(others, timeout=base.PEER_EXIT_WAIT)
+    deadline = time.monotonic() + base.PEER_GRACE
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
 
 
 def _stop_processes(processes: list[Any]) -> None:

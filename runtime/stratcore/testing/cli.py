@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .environ import use_package
-from .scenarios import CASE_STARTED_MARKER, SCENARIOS, run_case
+from .scenarios import CASE_STARTED_MARKER, FAILURES, SCENARIOS, run_case
 
 # --- running scenarios --------------------------------------------------------------------------
 
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--folder", default=".")
     parser.add_argument("--rank", type=int, default=1)
-    parser.add_argument("--how", choices=["raise", "exit", "kill", "hang"], default="raise")
+    parser.add_argument("--how", choices=FAILURES, default="raise")
     parser.add_argument(
         "--cases",
         default="[]",

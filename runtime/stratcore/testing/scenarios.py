@@ -324,16 +324,25 @@ def checkpoint(strategy: Any, folder: str) -> dict[str, Any]:
 
 #: The file in its folder ``fail`` writes the time of the failure to.
 FAILED_AT = "failed_at"
+#: How ``fail`` can make its rank fail.
+FAILURES = ("raise", "raise_slowly", "exit", "kill", "hang")
 
 
 def fail(strategy: Any, failing_rank: int, how: str, folder: str) -> None:
     """Make ``failing_rank`` raise, exit, kill itself or hang once every rank has started; the
-    other ranks wait in a collective. The time of the failure goes to ``folder/failed_at``."""
+    other ranks wait in a collective. The time of the failure goes to ``folder/failed_at``.
+
+    ``raise_slowly`` closes the rank's connections first and raises seconds later, as a rank
+    of a busy machine can end seconds after its peers lost it: they fail first, with a lost
+    connection, and the report must still name the rank that raised."""
     strategy.barrier("start")
     if strategy.global_rank == failing_rank:
         # When the failure happened, for the test to measure how long stopping the job took.
         (Path(folder) / FAILED_AT).write_text(repr(time.time()), encoding="utf-8")
-        if how == "raise":
+        if how == "raise_slowly":
+            torch.distributed.destroy_process_group()
+            time.sleep(4.0)
+        if how in ("raise", "raise_slowly"):
             raise RuntimeError(f"deliberate failure on rank {failing_rank}")
         if how == "exit":
             os._exit(3)
