@@ -5,22 +5,21 @@ Training scenarios run as ``python -m stratcore.lightning.testing cases CASES_JS
 process, one after the other (``run_cases``): Lightning's launcher starts the other ranks by
 running the same command again, as it does for users' scripts, or spawns them. (Where a
 preloader started the command, the ranks Lightning starts again are forks of its rank server:
-``ranks_from_rank_server``.) Every rank
-trains the reference model of :mod:`stratcore.testing` on its shard of the reference batch and
-writes ``rank<N>.json`` into the scenario's folder from the process that trained; the test
-compares the weights with one process training on the whole batch.
+``stratcore.lightning.rank_server``.) Every rank trains the reference model of
+:mod:`stratcore.testing` on its shard of the reference batch and writes ``rank<N>.json`` into
+the scenario's folder from the process that trained; the test compares the weights with one
+process training on the whole batch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +33,11 @@ check_lightning_version()  # before Lightning is imported
 
 import lightning.pytorch as pl  # noqa: E402
 
-from .. import preload, testing, watch  # noqa: E402
+from .. import testing, watch  # noqa: E402
 from ..exceptions import MisconfigurationError, MissingDependencyError  # noqa: E402
-from ..preload.spawning import spawned_from_rank_server  # noqa: E402
 from ..registry import registry_of  # noqa: E402
 from .contract import DEVICE_LIMITS  # noqa: E402
+from .rank_server import ranks_from_rank_server  # noqa: E402
 
 LR = 0.1
 #: How close Fabric's '64-true' comes to one process training in float64 (see
@@ -372,60 +371,6 @@ def _run_case(case: dict[str, Any]) -> None:
         case["steps"],
         Path(case["folder"]),
     )
-
-
-#: What Lightning's subprocess launchers set for the ranks they start, beside the script's
-#: environment.
-LIGHTNING_RANK_VARIABLES = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "NODE_RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "PL_GLOBAL_SEED",
-)
-
-
-@contextlib.contextmanager
-def ranks_from_rank_server() -> Iterator[None]:
-    """While it lasts, in a process a preloader forked (``stratcore.preload``), the ranks
-    Lightning's subprocess launchers (Trainer's and Fabric's) start by running the script
-    again, and those its multiprocessing launchers spawn, start as forks of the process's rank
-    server, where their environment allows it: the launchers' own logic runs unchanged, but
-    the processes they start do not import torch and Lightning again. Elsewhere it changes
-    nothing."""
-    server = preload.RankServer.of_this_process()
-    if server is None:
-        yield
-        return
-    from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
-    from lightning.pytorch.strategies.launchers import subprocess_script as trainer_launcher
-
-    def start(command: Sequence[str], env: dict[str, str], cwd: str | None = None) -> Any:
-        forked = None
-        if cwd is None:
-            forked = server.start(command, env, LIGHTNING_RANK_VARIABLES)
-        return forked or subprocess.Popen(command, env=env, cwd=cwd)
-
-    launchers = (fabric_launcher, trainer_launcher)
-    for launcher in launchers:
-        launcher.subprocess = _WithPopen(start)  # type: ignore[attr-defined]
-    try:
-        with spawned_from_rank_server(LIGHTNING_RANK_VARIABLES):
-            yield
-    finally:
-        for launcher in launchers:
-            launcher.subprocess = subprocess  # type: ignore[attr-defined]
-
-
-class _WithPopen:
-    """The ``subprocess`` module with another ``Popen``, as a launcher module sees it."""
-
-    def __init__(self, popen: Any) -> None:
-        self.Popen = popen
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(subprocess, name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
