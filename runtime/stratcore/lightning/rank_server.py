@@ -1,10 +1,5 @@
-"""Lightning's launchers under a preloader: the ranks they start come from the rank server.
-
-In a process that ``stratcore.preload`` forked, ``ranks_from_rank_server`` makes the ranks that
-Lightning's subprocess launchers (Trainer's and Fabric's) start by running the script again,
-and those its multiprocessing launchers spawn, forks of the process's rank server. The
-launchers' own logic runs unchanged; the ranks skip importing torch and Lightning again.
-"""
+"""Lightning's launchers under a preloader: the ranks they start come from the rank server
+(``ranks_from_rank_server``)."""
 
 from __future__ import annotations
 
