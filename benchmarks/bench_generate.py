@@ -117,7 +117,8 @@ MANY_CASES = {
     "edit:spec-cache": "without the parsed-spec cache",
     "edit:render-memo": "without the render memo",
     "check:none": "the same, check before generate",
-    "check:format-cache": "without the format cache",
+    "check:format-cache": "without black's remembered layouts",
+    "edit:format-cache": "without black's remembered layouts",
     "edit:facts-cache": "without the runtime-facts cache",
     "edit:template-cache": "without the compiled-template cache",
 }
@@ -152,10 +153,11 @@ CACHE_ROWS = (
     ("cache: parsed specs (one of 100 more specs edited)", "edit:none", "edit:spec-cache"),
     ("cache: render memo (one of 100 more specs edited)", "edit:none", "edit:render-memo"),
     (
-        "cache: formatted files (check after an edit to one of 100 more specs)",
+        "cache: black's layouts (check after an edit to one of 100 more specs)",
         "check:none",
         "check:format-cache",
     ),
+    ("cache: black's layouts (one of 100 more specs edited)", "edit:none", "edit:format-cache"),
     ("cache: runtime facts (one of 100 more specs edited)", "edit:none", "edit:facts-cache"),
     (
         "cache: compiled templates (one of 100 more specs edited)",

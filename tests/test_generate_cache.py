@@ -74,11 +74,11 @@ def test_a_damaged_entry_is_ignored(
     shutil.copytree(filled, cache)
     specs = _entries(cache / "specs")
     bundles = [p for p in specs if "bundles" in p.relative_to(cache).parts]
-    formatted = [p for p in _entries(cache) if "specs" not in p.relative_to(cache).parts]
-    assert specs and bundles and formatted
-    # Every parsed spec and the project's bundle of them, and a few formatted files (each
-    # damaged one is formatted again).
-    for entry in specs + formatted[:3]:
+    layouts = _entries(cache / "layouts")
+    assert specs and bundles and len(layouts) == 1
+    # Every parsed spec and the project's bundle of them, and the project's file of black's
+    # layouts (every file is formatted again).
+    for entry in specs + layouts:
         data = entry.read_bytes()
         header = data[: data.index(b"\0", data.index(b"\0") + 1) + 1]
         layout, key = header.decode().split("\0")[:2]
@@ -98,7 +98,7 @@ def test_a_damaged_entry_is_ignored(
     assert files == expected
     assert project.spec_cache.hits == 0
     assert project.spec_cache.misses == len(specs) - len(bundles)
-    assert project.formatter.misses == 3
+    assert project.formatter.hits == 0 and project.formatter.misses > 50
 
 
 def test_no_cache_folder_stores_nothing(tmp_path: Path) -> None:
@@ -127,3 +127,51 @@ def test_an_empty_cache_setting_turns_both_caches_off(
     monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "here"))
     project = Project(load_config(tmp_path / "project"))
     assert project.spec_cache.folder == tmp_path / "here" / "specs"
+
+
+def test_layouts_outlive_runs_that_take_files_from_the_render_memo(
+    uncached: tuple[Path, dict[str, bytes]], filled: Path, tmp_path: Path
+) -> None:
+    """``generate`` lays out only the files the render memo does not hold, and keeps what it
+    did not use: ``check``, which lays out every file, still finds each layout it needs."""
+    root = tmp_path / "project"
+    shutil.copytree(uncached[0], root)
+    cache = tmp_path / "cache"
+    shutil.copytree(filled, cache)
+
+    def generate() -> Project:
+        project = Project(load_config(root), Formatter(cache=cache))
+        project.generate(project.plan(remembered=True))
+        return project
+
+    generate()  # fills the render memo
+    spec = root / "specs" / "deepspeed.yaml"
+    spec.write_text(
+        spec.read_text(encoding="utf-8").replace(
+            "install: pip install deepspeed}", "install: pip install 'deepspeed>=0.19'}"
+        ),
+        encoding="utf-8",
+    )
+    edited = generate()
+    assert edited.memo is not None and edited.memo.hits > 50
+    assert 0 < edited.formatter.misses < 5, "only the edited spec's files need black"
+    project = Project(load_config(root), Formatter(cache=cache))
+    assert project.compare(project.plan(), with_diff=False).changed == []
+    assert project.formatter.misses == 0 and project.formatter.hits > 50
+
+
+def test_the_layouts_file_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("stratgen.fmt.MOST_LAYOUTS", 3)
+    sources = [f"x{i} = {'(' + ', '.join(['1'] * 60) + ')'}\n" for i in range(5)]
+
+    def run(items: list[str]) -> Formatter:
+        formatter = Formatter(cache=tmp_path)
+        formatter.open("project")
+        formatter.format_all([(source, "m.py") for source in items])
+        formatter.save()
+        return formatter
+
+    assert run(sources[:2]).misses == 2
+    assert run(sources[2:]).misses == 3  # five in all: more than three, so only these kept
+    assert run(sources[:2]).misses == 2
+    assert run(sources[:2]).misses == 0

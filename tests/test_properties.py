@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import black
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,13 +25,15 @@ from sgtest import MINIMAL_BASE, args_section, indented, option_text
 from stratcore.contract import core_read_options
 
 from stratgen.checks import RESERVED_CLASS_NAMES, reserved_option_names
-from stratgen.fmt import Formatter
+from stratgen.fmt import LINE_LENGTH, Formatter
 from stratgen.project import Project, load_config
 
 
 class PackageFormatter(Formatter):
-    """black for the package's modules; the generated tests (not under test here, and the
-    slowest files to format) are left as rendered."""
+    """stratgen's formatting for the package's modules, each checked to be what black makes of
+    it (stratgen's templates write black's layout and leave black only the statements it is to
+    lay out: ``stratgen.fmt``); the generated tests (not under test here, and the slowest files
+    to format) are left as rendered."""
 
     def format_all(
         self, items: list[tuple[str, str]], known: Mapping[str, str] | None = None
@@ -39,10 +42,12 @@ class PackageFormatter(Formatter):
         formatted = super().format_all([items[index] for index in package], known)
         results = [source for source, _ in items]
         for index, text in zip(package, formatted, strict=True):
+            assert black.format_str(text, mode=BLACK) == text, f"not black's layout: {text}"
             results[index] = text
         return results
 
 
+BLACK = black.Mode(line_length=LINE_LENGTH, target_versions={black.TargetVersion.PY311})
 _counter = itertools.count()
 
 TAKEN_NAMES = {"strategy", "single_device", "parallel"}

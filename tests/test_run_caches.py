@@ -201,7 +201,7 @@ def test_black_once_formats_as_black_does() -> None:
     import black
 
     mode = black.Mode(line_length=LINE_LENGTH, target_versions={black.TargetVersion.PY311})
-    formatted = Formatter(use_cache=False).format_all([(s, "f.py") for s in SOURCES])
+    formatted = Formatter(use_cache=False, whole=True).format_all([(s, "f.py") for s in SOURCES])
     assert formatted == [black.format_str(s, mode=mode) for s in SOURCES]
 
 

@@ -36,8 +36,7 @@ def _no_render_memo() -> None:
 def _no_format_cache() -> None:
     from stratgen.fmt import Formatter
 
-    Formatter._read = lambda self, key: None  # type: ignore[method-assign]
-    Formatter._write = lambda self, key, text: None  # type: ignore[method-assign]
+    Formatter.open = lambda self, project: None  # type: ignore[method-assign]
 
 
 def _no_checkout() -> None:

@@ -277,6 +277,9 @@ def _registry_lines(strategy: Strategy) -> list[str]:
     if strategy.aliases:
         lines = ["Registry names:", "", f'- ``"{strategy.name}"``']
         for alias, preset in strategy.aliases.items():
-            settings = ", ".join(f"{k}={literal(v)}" for k, v in preset.items())
+            settings = ", ".join(
+                f"{k}={v!r}" if isinstance(v, str) else f"{k}={literal(v)}"
+                for k, v in preset.items()
+            )
             lines.append(f'- ``"{alias}"``: {settings}' if settings else f'- ``"{alias}"``')
     return lines

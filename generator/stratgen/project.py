@@ -161,6 +161,10 @@ class Project:
     def __init__(self, config: Config, formatter: Formatter | None = None) -> None:
         self.config = config
         self.formatter = formatter or Formatter()
+        # A project's own templates are not held to black's layout: black formats its files whole.
+        if config.templates:
+            self.formatter.whole = True
+        self.formatter.open(self.cache_name())
         # Parsed specs are kept where formatted files are: the same folder, the same switch.
         self.spec_cache = SpecCache(self.formatter.cache, self.cache_name())
         self.timings = Timings()
@@ -345,6 +349,7 @@ class Project:
                     Remembered(item.path, data, formatted_from.get(item.path), digests[item.path]),
                 )
         files[self.config.manifest] = manifest_bytes(files, formatted_from, digests)
+        self.formatter.save()
         if memo is not None:
             memo.save()
         self.timings.add("format", started)

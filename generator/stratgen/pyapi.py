@@ -25,14 +25,16 @@ RUNTIME_PACKAGE = "stratcore"
 
 def literal(value: Any) -> str:
     """Python source for a plain value from a spec."""
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, str):
+        return string_literal(value)
+    if value is None or isinstance(value, bool | int):
         return repr(value)
     if isinstance(value, float):
         if math.isnan(value):
             return 'float("nan")'
         if math.isinf(value):
             return 'float("inf")' if value > 0 else 'float("-inf")'
-        return repr(value)
+        return repr(value).replace("e+", "e")  # black writes 1e16, not 1e+16
     if isinstance(value, tuple | list):
         items = [literal(v) for v in value]
         if isinstance(value, tuple):
@@ -41,6 +43,18 @@ def literal(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot render {type(value).__name__} as a literal")
+
+
+def string_literal(text: str) -> str:
+    """``text`` as a string literal in black's style: double quotes, unless they would take
+    more backslashes than single ones."""
+    doubles, singles = text.count('"'), text.count("'")
+    if doubles and (not singles or doubles > singles):
+        return repr(text)  # single quotes: with no "'" in the text, repr chooses them
+    body = "".join(
+        '\\"' if char == '"' else "'" if char == "'" else repr(char)[1:-1] for char in text
+    )
+    return f'"{body}"'
 
 
 _DOC_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\r": "\\r"}
