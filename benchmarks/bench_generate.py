@@ -120,7 +120,6 @@ MANY_CASES = {
     "check:format-cache": "without black's remembered layouts",
     "edit:format-cache": "without black's remembered layouts",
     "edit:facts-cache": "without the runtime-facts cache",
-    "edit:template-cache": "without the compiled-template cache",
 }
 MANY_ROWS = (
     # case, row name, baseline case, target
@@ -159,11 +158,6 @@ CACHE_ROWS = (
     ),
     ("cache: black's layouts (one of 100 more specs edited)", "edit:none", "edit:format-cache"),
     ("cache: runtime facts (one of 100 more specs edited)", "edit:none", "edit:facts-cache"),
-    (
-        "cache: compiled templates (one of 100 more specs edited)",
-        "edit:none",
-        "edit:template-cache",
-    ),
 )
 
 

@@ -51,12 +51,6 @@ def _no_facts_cache() -> None:
     corefacts.remembered = lambda question, compute: compute()  # type: ignore[assignment]
 
 
-def _no_template_cache() -> None:
-    from stratgen import templating
-
-    templating._bytecode_cache = lambda: None  # type: ignore[attr-defined]
-
-
 #: Each cache, and how to switch it off.
 CACHES: dict[str, Callable[[], None]] = {
     "none": lambda: None,
@@ -66,7 +60,6 @@ CACHES: dict[str, Callable[[], None]] = {
     "format-cache": _no_format_cache,
     "checkout": _no_checkout,
     "facts-cache": _no_facts_cache,
-    "template-cache": _no_template_cache,
 }
 
 

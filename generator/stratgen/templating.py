@@ -23,20 +23,6 @@ def header(source: str, comment: str = "#") -> str:
     )
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Compiled templates, kept next to the black cache: compiling costs more than rendering."""
-    from .fmt import cache_dir
-
-    folder = cache_dir()
-    if folder is None:
-        return None
-    try:
-        (folder / "jinja").mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return jinja2.FileSystemBytecodeCache(str(folder / "jinja"))
-
-
 class Renderer:
     def __init__(self, template_dirs: Iterable[Path]) -> None:
         self.template_dirs = [Path(d) for d in template_dirs]
@@ -49,7 +35,6 @@ class Renderer:
             keep_trailing_newline=True,
             trim_blocks=True,
             lstrip_blocks=True,
-            bytecode_cache=_bytecode_cache(),
         )
         self.env.filters["pyrepr"] = literal
         self.env.filters["docstring"] = lambda text: pyapi.docstring_body(str(text), "")
