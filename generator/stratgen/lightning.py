@@ -167,10 +167,7 @@ def spec_modules(
                 adapter = strategy_adapter(strategy.wrapper)
                 imports.add_local(*adapter)
                 imports.add_local("", "strategies")
-                attributes = [
-                    ("spec", "", f"strategies.{strategy.class_name}"),
-                    ("strategy_name", "", literal(strategy.name)),
-                ]
+                attributes = [("spec", "", f"strategies.{strategy.class_name}")]
                 if entry.environments:
                     constant = environments_constant(strategy)
                     imports.add_local("lightning.environments", constant)

@@ -7,7 +7,6 @@ stratcore-side class that carries the spec's facts::
 
     class AcmeParallelStrategy(StrategyAdapter, lightning.pytorch.strategies.DDPStrategy):
         spec = acmelib.strategies.acme_parallel.AcmeParallelStrategy
-        strategy_name = "acme_parallel"
         environments = (SLURMEnvironment, ...)
 
 The adapters (``accelerators``, ``strategies``, ``environments``, ``precision``) turn the facts

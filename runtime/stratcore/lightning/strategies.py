@@ -4,7 +4,6 @@ A generated Lightning strategy is::
 
     class AcmeParallelStrategy(StrategyAdapter, lightning.pytorch.strategies.DDPStrategy):
         spec = acmelib.strategies.acme_parallel.AcmeParallelStrategy
-        strategy_name = "acme_parallel"
         environments = (SLURMEnvironment, ...)   # Lightning-side, in the spec's detection order
 
 The Lightning class after the mixin (``SingleDeviceStrategy``, ``DDPStrategy``, ``FSDPStrategy``,
@@ -66,14 +65,21 @@ _INIT_HOOKS_RUN: set[str] = set()
 class StrategyAdapter:
     """Mixin placed before a Lightning strategy class; see the module documentation.
 
-    Generated classes set ``spec`` (the stratcore strategy class with the facts),
-    ``strategy_name`` and, for parallel strategies, ``environments``.
+    Generated classes set ``spec`` (the stratcore strategy class with the facts) and, for
+    parallel strategies, ``environments``. The name it registers under is the spec's.
     """
 
     spec: ClassVar[type[StrategyBase]]
-    strategy_name: str
+    #: The registry name: ``spec.name`` unless the class sets one of its own.
+    strategy_name: ClassVar[str]
     #: Lightning-side ClusterEnvironment classes, in the spec's detection order.
     environments: ClassVar[tuple[Any, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        spec = cls.__dict__.get("spec")
+        if spec is not None and spec.name and "strategy_name" not in cls.__dict__:
+            cls.strategy_name = spec.name
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -33,7 +33,6 @@ class SingleHPUStrategy(StrategyAdapter, SingleDeviceStrategy):
     """
 
     spec = strategies.SingleHPUStrategy
-    strategy_name = "hpu_single"
 
 
 class HPUParallelStrategy(StrategyAdapter, DDPStrategy):
@@ -44,5 +43,4 @@ class HPUParallelStrategy(StrategyAdapter, DDPStrategy):
     """
 
     spec = strategies.HPUParallelStrategy
-    strategy_name = "hpu_parallel"
     environments = PARALLEL_ENVIRONMENTS

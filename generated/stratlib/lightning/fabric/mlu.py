@@ -34,7 +34,6 @@ class SingleMLUStrategy(StrategyAdapter, SingleDeviceStrategy):
     """
 
     spec = strategies.SingleMLUStrategy
-    strategy_name = "mlu_single"
 
 
 class MLUDDPStrategy(StrategyAdapter, DDPStrategy):
@@ -46,7 +45,6 @@ class MLUDDPStrategy(StrategyAdapter, DDPStrategy):
     """
 
     spec = strategies.MLUDDPStrategy
-    strategy_name = "mlu_ddp"
     environments = PARALLEL_ENVIRONMENTS
 
 
@@ -59,5 +57,4 @@ class MLUFSDPStrategy(StrategyAdapter, FSDPStrategy):
     """
 
     spec = strategies.MLUFSDPStrategy
-    strategy_name = "mlu_fsdp"
     environments = PARALLEL_ENVIRONMENTS

@@ -34,7 +34,6 @@ class SingleROCmStrategy(StrategyAdapter, SingleDeviceStrategy):
     """
 
     spec = strategies.SingleROCmStrategy
-    strategy_name = "rocm_single"
 
 
 class ROCmDDPStrategy(StrategyAdapter, DDPStrategy):
@@ -46,7 +45,6 @@ class ROCmDDPStrategy(StrategyAdapter, DDPStrategy):
     """
 
     spec = strategies.ROCmDDPStrategy
-    strategy_name = "rocm_ddp"
     environments = PARALLEL_ENVIRONMENTS
 
 
@@ -59,5 +57,4 @@ class ROCmFSDPStrategy(StrategyAdapter, FSDPStrategy):
     """
 
     spec = strategies.ROCmFSDPStrategy
-    strategy_name = "rocm_fsdp"
     environments = PARALLEL_ENVIRONMENTS

@@ -40,7 +40,6 @@ class SingleGenericStrategy(StrategyAdapter, SingleDeviceStrategy):
     """
 
     spec = strategies.SingleGenericStrategy
-    strategy_name = "generic_single"
 
 
 class GenericDDPStrategy(StrategyAdapter, DDPStrategy):
@@ -52,7 +51,6 @@ class GenericDDPStrategy(StrategyAdapter, DDPStrategy):
     """
 
     spec = strategies.GenericDDPStrategy
-    strategy_name = "generic_ddp"
     environments = PARALLEL_ENVIRONMENTS
 
 
@@ -65,5 +63,4 @@ class GenericFSDPStrategy(StrategyAdapter, FSDPStrategy):
     """
 
     spec = strategies.GenericFSDPStrategy
-    strategy_name = "generic_fsdp"
     environments = PARALLEL_ENVIRONMENTS

@@ -34,7 +34,6 @@ class SingleHPUStrategy(StrategyAdapter, SingleDeviceStrategy):
     """
 
     spec = strategies.SingleHPUStrategy
-    strategy_name = "hpu_single"
 
 
 class HPUParallelStrategy(StrategyAdapter, DDPStrategy):
@@ -45,5 +44,4 @@ class HPUParallelStrategy(StrategyAdapter, DDPStrategy):
     """
 
     spec = strategies.HPUParallelStrategy
-    strategy_name = "hpu_parallel"
     environments = PARALLEL_ENVIRONMENTS

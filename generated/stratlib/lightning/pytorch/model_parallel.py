@@ -23,5 +23,4 @@ class ModelParallelStrategy(ModelParallelAdapter, LightningModelParallelStrategy
     """
 
     spec = strategies.ModelParallelStrategy
-    strategy_name = "model_parallel"
     environments = PARALLEL_ENVIRONMENTS

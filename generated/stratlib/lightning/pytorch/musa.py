@@ -34,7 +34,6 @@ class SingleMUSAStrategy(StrategyAdapter, SingleDeviceStrategy):
     """
 
     spec = strategies.SingleMUSAStrategy
-    strategy_name = "musa_single"
 
 
 class MUSADDPStrategy(StrategyAdapter, DDPStrategy):
@@ -46,7 +45,6 @@ class MUSADDPStrategy(StrategyAdapter, DDPStrategy):
     """
 
     spec = strategies.MUSADDPStrategy
-    strategy_name = "musa_ddp"
     environments = PARALLEL_ENVIRONMENTS
 
 
@@ -59,5 +57,4 @@ class MUSAFSDPStrategy(StrategyAdapter, FSDPStrategy):
     """
 
     spec = strategies.MUSAFSDPStrategy
-    strategy_name = "musa_fsdp"
     environments = PARALLEL_ENVIRONMENTS

@@ -34,7 +34,6 @@ class SingleNPUStrategy(StrategyAdapter, SingleDeviceStrategy):
     """
 
     spec = strategies.SingleNPUStrategy
-    strategy_name = "npu_single"
 
 
 class NPUDDPStrategy(StrategyAdapter, DDPStrategy):
@@ -46,7 +45,6 @@ class NPUDDPStrategy(StrategyAdapter, DDPStrategy):
     """
 
     spec = strategies.NPUDDPStrategy
-    strategy_name = "npu_ddp"
     environments = PARALLEL_ENVIRONMENTS
 
 
@@ -59,5 +57,4 @@ class NPUFSDPStrategy(StrategyAdapter, FSDPStrategy):
     """
 
     spec = strategies.NPUFSDPStrategy
-    strategy_name = "npu_fsdp"
     environments = PARALLEL_ENVIRONMENTS

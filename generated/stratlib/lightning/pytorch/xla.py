@@ -22,5 +22,4 @@ class TPUSpawnStrategy(StrategyAdapter, XLAStrategy):
     """
 
     spec = strategies.TPUSpawnStrategy
-    strategy_name = "tpu_spawn"
     environments = TPU_SPAWN_ENVIRONMENTS

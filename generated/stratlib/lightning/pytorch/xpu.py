@@ -34,7 +34,6 @@ class SingleXPUStrategy(StrategyAdapter, SingleDeviceStrategy):
     """
 
     spec = strategies.SingleXPUStrategy
-    strategy_name = "xpu_single"
 
 
 class XPUDDPStrategy(StrategyAdapter, DDPStrategy):
@@ -46,7 +45,6 @@ class XPUDDPStrategy(StrategyAdapter, DDPStrategy):
     """
 
     spec = strategies.XPUDDPStrategy
-    strategy_name = "xpu_ddp"
     environments = PARALLEL_ENVIRONMENTS
 
 
@@ -59,5 +57,4 @@ class XPUFSDPStrategy(StrategyAdapter, FSDPStrategy):
     """
 
     spec = strategies.XPUFSDPStrategy
-    strategy_name = "xpu_fsdp"
     environments = PARALLEL_ENVIRONMENTS

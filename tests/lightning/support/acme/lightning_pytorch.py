@@ -22,7 +22,6 @@ class AcmeEnvironment(EnvironmentAdapter, ClusterEnvironment):
 
 class AcmeParallelStrategy(StrategyAdapter, DDPStrategy):
     spec = acme.AcmeParallelStrategy
-    strategy_name = "acme_parallel"
     environments = (AcmeEnvironment,)
 
 
