@@ -31,9 +31,9 @@ from .speccache import read_own, unwrap, wrap, write_atomic
 LINE_LENGTH = 100
 #: The layout of the file of remembered layouts and of its keys; bumped when either changes.
 _LAYOUT = b"stratgen-black-v4"
-#: How many layouts a project's file keeps at the most (each some hundred bytes); a project of
-#: a hundred device specs uses about 1,300.
-MOST_LAYOUTS = 20_000
+#: How many layouts a project's file keeps at the most (each some hundred bytes): the built-in
+#: specs use about 170, a project of a hundred device specs more about 750 (440 KiB).
+MOST_LAYOUTS = 5_000
 
 
 class FormatError(Exception):
