@@ -7,12 +7,14 @@ in a class body and in a function body."""
 from __future__ import annotations
 
 import keyword
+from pathlib import Path
 from typing import Any
 
 import black
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sgtest import MINIMAL_BASE, REPO, run_cli
 
 from stratgen.fmt import LINE_LENGTH, Formatter, long_statements
 from stratgen.pyapi import literal, string_literal
@@ -102,3 +104,24 @@ def test_only_what_black_is_to_lay_out_goes_to_black() -> None:
 def test_code_that_is_not_python_is_an_error() -> None:
     with pytest.raises(SyntaxError):
         long_statements("x = (\n")
+
+
+def test_a_projects_own_templates_are_formatted_by_black_whole(tmp_path: Path) -> None:
+    """stratgen's templates are held to black's layout; a project's own are not, so black
+    formats every file of a project that has them, whole."""
+    root = tmp_path / "project"
+    (root / "specs").mkdir(parents=True)
+    (root / "specs" / "base.yaml").write_text(MINIMAL_BASE, encoding="utf-8")
+    (root / "tpl" / "package").mkdir(parents=True)
+    builtin = (REPO / "templates" / "package" / "__init__.py.j2").read_text(encoding="utf-8")
+    (root / "tpl" / "package" / "__init__.py.j2").write_text(
+        builtin + "\nEXTRA={'a':[1,2]}\n", encoding="utf-8"
+    )
+    (root / "pyproject.toml").write_text(
+        '[tool.stratgen]\ntemplates = "tpl"\nbuiltin-specs = false\n', encoding="utf-8"
+    )
+    result = run_cli("generate", "--project", root)
+    assert result.code == 0, result.err
+    init = (root / "generated" / "stratlib" / "__init__.py").read_text(encoding="utf-8")
+    assert init.endswith('\nEXTRA = {"a": [1, 2]}\n')
+    assert black.format_str(init, mode=MODE) == init
