@@ -125,3 +125,10 @@ def test_a_projects_own_templates_are_formatted_by_black_whole(tmp_path: Path) -
     init = (root / "generated" / "stratlib" / "__init__.py").read_text(encoding="utf-8")
     assert init.endswith('\nEXTRA = {"a": [1, 2]}\n')
     assert black.format_str(init, mode=MODE) == init
+
+
+def test_a_statement_whose_string_spans_lines_left_of_it_is_formatted_with_its_file() -> None:
+    source = 'class A:\n    x = f(\n        """one\ntwo""",\n    )\n'
+    formatted = Formatter(use_cache=False).format(source, "module.py")
+    assert formatted == black.format_str(source, mode=MODE)
+    assert "\ntwo" in formatted

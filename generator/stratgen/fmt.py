@@ -178,23 +178,23 @@ class Formatter:
                 found.append(exc)
         laid_out: dict[tuple[int, int], str] = {}
         todo: dict[int, list[tuple[int, Statement, str, str]]] = {}  # column -> for black
+        whole: dict[int, str | Exception] = {}  # sources black formats whole
         for index, statements in enumerate(found):
             if isinstance(statements, Exception):
                 continue
             lines = sources[index].split("\n")
-            for statement in statements:
-                column = statement.column
-                text = "\n".join(
-                    line[column:] for line in lines[statement.first : statement.last + 1]
-                )
-                if statement.stub:
-                    text += f"\n    {_STUB_BODY}"
-                key = _statement_key(column, text)
+            moved = [(statement, _at_margin(lines, statement)) for statement in statements]
+            texts = [(statement, text) for statement, text in moved if text is not None]
+            if len(texts) < len(moved):  # a string's line left of its statement: not movable
+                whole[index] = self._whole([sources[index]])[0]
+                continue
+            for statement, text in texts:
+                key = _statement_key(statement.column, text)
                 remembered = self._remembered(key)
                 if remembered is not None:
                     laid_out[(index, statement.first)] = remembered
                 else:
-                    todo.setdefault(column, []).append((index, statement, text, key))
+                    todo.setdefault(statement.column, []).append((index, statement, text, key))
         failed: dict[int, Exception] = {}
         for column, group in todo.items():
             joined = f"\n{_SEPARATOR}\n".join(text for _, _, text, _ in group) + "\n"
@@ -214,9 +214,14 @@ class Formatter:
                 laid_out[(index, statement.first)] = self._used[key] = text
         formatted = {index for group in todo.values() for index, *_ in group}
         self.misses += len(formatted)
-        self.hits += sum(1 for s in found if s and not isinstance(s, Exception)) - len(formatted)
+        self.hits += sum(
+            1 for i, s in enumerate(found) if s and not isinstance(s, Exception) and i not in whole
+        ) - len(formatted)
         results: list[str | Exception] = []
         for index, (source, statements) in enumerate(zip(sources, found, strict=True)):
+            if index in whole:
+                results.append(whole[index])
+                continue
             if isinstance(statements, Exception) or index in failed:
                 results.append(statements if isinstance(statements, Exception) else failed[index])
                 continue
@@ -291,6 +296,17 @@ def long_statements(source: str) -> list[Statement]:
 
     visit(ast.parse(source).body)
     return found
+
+
+def _at_margin(lines: list[str], statement: Statement) -> str | None:
+    """The statement's text moved to the left margin (a header with its stand-in body); None
+    when a line of it starts left of its column (inside a multi-line string)."""
+    column = statement.column
+    own = lines[statement.first : statement.last + 1]
+    if any(line[:column].strip() for line in own):
+        return None
+    text = "\n".join(line[column:] for line in own)
+    return f"{text}\n    {_STUB_BODY}" if statement.stub else text
 
 
 def _statement_key(column: int, text: str) -> str:
