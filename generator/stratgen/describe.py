@@ -277,6 +277,7 @@ def _registry_lines(strategy: Strategy) -> list[str]:
     if strategy.aliases:
         lines = ["Registry names:", "", f'- ``"{strategy.name}"``']
         for alias, preset in strategy.aliases.items():
+            # Shown as Python's repr shows a value (prose, not code: no need for black's quotes).
             settings = ", ".join(
                 f"{k}={v!r}" if isinstance(v, str) else f"{k}={literal(v)}"
                 for k, v in preset.items()
