@@ -6,7 +6,10 @@ its plugins as a table and one subclass::
         rows = [PluginRow("pytorch", "acme_single", pytorch.SingleAcmeStrategy, devices=1), ...]
 
 pytest runs each method once per row (``stratcore.testing.suite``), with ids that name the
-framework and the registry name (``test_trains_like_one_process[pytorch-acme_single]``).
+framework and the registry name (``test_trains_like_one_process[pytorch-acme_single]``). The
+cases: each plugin's name resolves in the registry of Lightning's Trainer or Fabric, and where
+the device runs on this machine a Trainer fits and a Fabric loop trains on real processes like
+one process on the whole batch.
 """
 
 from __future__ import annotations
