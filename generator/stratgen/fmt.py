@@ -176,18 +176,21 @@ class Formatter:
                 found.append(long_statements(source))
             except SyntaxError as exc:
                 found.append(exc)
+        lines_of = [source.split("\n") for source in sources]
         laid_out: dict[tuple[int, int], str] = {}
         todo: dict[int, list[tuple[int, Statement, str, str]]] = {}  # column -> for black
         whole: dict[int, str | Exception] = {}  # sources black formats whole
+        by_statement: list[int] = []  # sources with statements laid out one by one
         for index, statements in enumerate(found):
-            if isinstance(statements, Exception):
+            if isinstance(statements, Exception) or not statements:
                 continue
-            lines = sources[index].split("\n")
+            lines = lines_of[index]
             moved = [(statement, _at_margin(lines, statement)) for statement in statements]
             texts = [(statement, text) for statement, text in moved if text is not None]
             if len(texts) < len(moved):  # a string's line left of its statement: not movable
                 whole[index] = self._whole([sources[index]])[0]
                 continue
+            by_statement.append(index)
             for statement, text in texts:
                 key = _statement_key(statement.column, text)
                 remembered = self._remembered(key)
@@ -214,18 +217,16 @@ class Formatter:
                 laid_out[(index, statement.first)] = self._used[key] = text
         formatted = {index for group in todo.values() for index, *_ in group}
         self.misses += len(formatted)
-        self.hits += sum(
-            1 for i, s in enumerate(found) if s and not isinstance(s, Exception) and i not in whole
-        ) - len(formatted)
+        self.hits += len(by_statement) - len(formatted)
         results: list[str | Exception] = []
-        for index, (source, statements) in enumerate(zip(sources, found, strict=True)):
+        for index, statements in enumerate(found):
             if index in whole:
                 results.append(whole[index])
                 continue
             if isinstance(statements, Exception) or index in failed:
                 results.append(statements if isinstance(statements, Exception) else failed[index])
                 continue
-            lines = source.split("\n")
+            lines = lines_of[index]
             for statement in sorted(statements, key=lambda s: -s.first):
                 lines[statement.first : statement.last + 1] = [laid_out[(index, statement.first)]]
             # black ends a file with one newline, however many blank lines the template left

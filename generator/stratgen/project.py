@@ -164,9 +164,10 @@ class Project:
         # A project's own templates are not held to black's layout: black formats its files whole.
         if config.templates:
             self.formatter.whole = True
-        self.formatter.open(self.cache_name())
+        name = self.cache_name()
+        self.formatter.open(name)
         # Parsed specs are kept where formatted files are: the same folder, the same switch.
-        self.spec_cache = SpecCache(self.formatter.cache, self.cache_name())
+        self.spec_cache = SpecCache(self.formatter.cache, name)
         self.timings = Timings()
         # id(source) -> (source, the parsed-spec cache's key of its file), for memo keys.
         self._spec_keys: dict[int, tuple[object, str]] = {}
