@@ -313,7 +313,10 @@ class StrategySpec:
     aliases: dict[Name, dict[Name, Any]] = described_factory(
         "Extra registry names, each a preset of option values.", dict, inherit=False
     )
-    requires: tuple[Requirement, ...] | None = described("Modules that must be importable.")
+    requires: tuple[Requirement, ...] | None = described(
+        "Modules that must be importable, besides those that every accelerator it runs on "
+        "needs (which it needs without listing them)."
+    )
     hooks: HooksRef | None = described(
         "Hand-written hooks module whose functions the class calls at named points."
     )
@@ -353,7 +356,10 @@ class PrecisionPluginSpec:
     grad_scaler: ImportPath | None = described(
         "Gradient scaler class used for '16-mixed' where the device needs one."
     )
-    requires: tuple[Requirement, ...] | None = described("Modules that must be importable.")
+    requires: tuple[Requirement, ...] | None = described(
+        "Modules that must be importable, besides those that every accelerator it runs on "
+        "needs (which it needs without listing them)."
+    )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
 

@@ -4,7 +4,7 @@ reference checked (``stratgen.checks`` holds the checks themselves)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -273,7 +273,7 @@ def _resolve_precision_plugins(catalog: Catalog, problems: Problems) -> None:
                 if getattr(spec, key) is not None or parent is None
                 else getattr(parent, key)
             )
-            for key in ("kind", "wrappers", "accelerators", "grad_scaler", "requires")
+            for key in ("kind", "wrappers", "accelerators", "grad_scaler")
         }
         values["modes"] = spec.modes
         for accelerator in values["accelerators"] or ():
@@ -303,7 +303,7 @@ def _resolve_precision_plugins(catalog: Catalog, problems: Problems) -> None:
             wrappers=tuple(values["wrappers"] or ()),
             accelerators=tuple(values["accelerators"] or ()),
             grad_scaler=values["grad_scaler"],
-            requires=tuple(values["requires"] or ()),
+            requires=_requirements(catalog, spec, parent, values["accelerators"] or ()),
         )
     check_precision_ambiguity(catalog, problems)
 
@@ -390,9 +390,33 @@ def _resolve_strategy(
         accelerators=tuple(accelerators),
         options=options,
         aliases=dict(spec.aliases),
-        requires=tuple(pick("requires", ())),
+        requires=_requirements(catalog, spec, parent, accelerators),
         hooks=pick("hooks", None),
     )
+
+
+def _requirements(
+    catalog: Catalog,
+    spec: Any,
+    parent: Strategy | PrecisionPlugin | None,
+    accelerators: Iterable[str],
+) -> tuple[Any, ...]:
+    """What a strategy or precision plugin needs: the modules its spec (or the nearest
+    ancestor's that names any) lists, then those that every accelerator it is made for needs,
+    each module once. A device's own strategies thus need its package without restating it."""
+    declared = spec.requires
+    while declared is None and parent is not None:
+        declared, parent = parent.spec.requires, parent.parent
+    found = [catalog.accelerators[a] for a in accelerators if a in catalog.accelerators]
+    shared = [
+        requirement
+        for requirement in (found[0].spec.requires if found else ())
+        if all(any(r.module == requirement.module for r in a.spec.requires) for a in found[1:])
+    ]
+    requirements: dict[str, Any] = {}
+    for requirement in (*(declared or ()), *shared):
+        requirements.setdefault(requirement.module, requirement)
+    return tuple(requirements.values())
 
 
 def _with_runtime_facts(

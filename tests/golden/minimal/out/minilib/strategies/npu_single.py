@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from stratcore.imports import Requirement
+
 from .single_device import SingleDeviceStrategy
 
 __all__ = ["SingleNPUStrategy"]
@@ -21,3 +23,6 @@ class SingleNPUStrategy(SingleDeviceStrategy):
 
     name: ClassVar[str | None] = "npu_single"
     accelerators: ClassVar[tuple[str, ...]] = ("npu",)
+    requires: ClassVar[tuple[Requirement, ...]] = (
+        Requirement("npu_runtime", "pip install npu-runtime"),
+    )
