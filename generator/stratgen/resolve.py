@@ -4,7 +4,7 @@ reference checked (``stratgen.checks`` holds the checks themselves)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
