@@ -4,7 +4,7 @@
 run by the cases of ``stratcore.testing.suite``."""
 
 from spec_facts import BAGUA_OPTIONS, ON_CUDA
-from stratcore.testing import EnvironmentRow, StrategyRow
+from stratcore.testing import EXAMPLE_JOB, EnvironmentRow, StrategyRow
 from stratcore.testing.suite import EnvironmentTests, StrategyTests
 
 from stratlib import BaguaEnvironment, BaguaStrategy
@@ -45,14 +45,7 @@ class TestEnvironments(EnvironmentTests):
                 "BAGUA_SERVICE_PORT": "1",
             },
             files={},
-            expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 1,
-                "node_rank": 1,
-                "main_address": "10.1.2.3",
-                "main_port": 29400,
-            },
+            expected=EXAMPLE_JOB,
             external=True,
             negatives=[("BAGUA_SERVICE_PORT", None), ("WORLD_SIZE", None), ("RANK", None)],
         ),

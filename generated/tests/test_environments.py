@@ -3,7 +3,7 @@
 """Tests of what specs/environments.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from stratcore.testing import EnvironmentRow
+from stratcore.testing import EXAMPLE_JOB, EnvironmentRow
 from stratcore.testing.suite import AbstractBaseTests, EnvironmentTests
 
 from stratlib import (
@@ -31,14 +31,7 @@ class TestEnvironments(EnvironmentTests):
                 "MASTER_PORT": "29400",
             },
             files={},
-            expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 1,
-                "node_rank": 1,
-                "main_address": "10.1.2.3",
-                "main_port": 29400,
-            },
+            expected=EXAMPLE_JOB,
             external=True,
         ),
         EnvironmentRow(
@@ -54,14 +47,7 @@ class TestEnvironments(EnvironmentTests):
                 "LOCAL_WORLD_SIZE": "1",
             },
             files={},
-            expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 1,
-                "node_rank": 1,
-                "main_address": "10.1.2.3",
-                "main_port": 29400,
-            },
+            expected=EXAMPLE_JOB,
             external=True,
             negatives=[
                 ("RANK", None),
@@ -83,14 +69,7 @@ class TestEnvironments(EnvironmentTests):
                 "SLURM_JOB_NAME": "training-job",
             },
             files={},
-            expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 1,
-                "node_rank": 1,
-                "main_address": "node07",
-                "main_port": 19567,
-            },
+            expected={**EXAMPLE_JOB, "main_address": "node07", "main_port": 19567},
             external=True,
             negatives=[
                 ("SLURM_NTASKS", None),
@@ -112,9 +91,7 @@ class TestEnvironments(EnvironmentTests):
                 "LSB_DJOB_RANKFILE": "launchhost\n<hostname>\n<hostname>\notherhost\notherhost\n"
             },
             expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 1,
+                **EXAMPLE_JOB,
                 "node_rank": 0,
                 "main_address": "<hostname>",
                 "main_port": 23765,
@@ -138,14 +115,7 @@ class TestEnvironments(EnvironmentTests):
                 "KUBERNETES_PORT": "1",
             },
             files={},
-            expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 0,
-                "node_rank": 3,
-                "main_address": "10.1.2.3",
-                "main_port": 29400,
-            },
+            expected={**EXAMPLE_JOB, "local_rank": 0, "node_rank": 3},
             external=True,
             negatives=[
                 ("KUBERNETES_PORT", None),
@@ -167,14 +137,7 @@ class TestEnvironments(EnvironmentTests):
                 "MASTER_PORT": "29400",
             },
             files={},
-            expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 1,
-                "node_rank": 1,
-                "main_address": "10.1.2.3",
-                "main_port": 29400,
-            },
+            expected=EXAMPLE_JOB,
             external=True,
         ),
     ]

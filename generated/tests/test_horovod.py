@@ -4,7 +4,7 @@
 run by the cases of ``stratcore.testing.suite``."""
 
 from spec_facts import HOROVOD_OPTIONS
-from stratcore.testing import PRECISIONS, EnvironmentRow, Expectation, StrategyRow
+from stratcore.testing import EXAMPLE_JOB, PRECISIONS, EnvironmentRow, Expectation, StrategyRow
 from stratcore.testing.suite import EnvironmentTests, StrategyTests
 
 from stratlib import HorovodEnvironment, HorovodStrategy
@@ -46,14 +46,7 @@ class TestEnvironments(EnvironmentTests):
                 "MASTER_PORT": "29400",
             },
             files={},
-            expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 1,
-                "node_rank": 1,
-                "main_address": "10.1.2.3",
-                "main_port": 29400,
-            },
+            expected=EXAMPLE_JOB,
             external=True,
             negatives=[("HOROVOD_RANK", None), ("HOROVOD_SIZE", None)],
         ),

@@ -4,7 +4,13 @@
 run by the cases of ``stratcore.testing.suite``."""
 
 from spec_facts import ON_TPU, SINGLE_TPU_OPTIONS, TPU_SPAWN_OPTIONS
-from stratcore.testing import AcceleratorRow, EnvironmentRow, PrecisionPluginRow, StrategyRow
+from stratcore.testing import (
+    EXAMPLE_JOB,
+    AcceleratorRow,
+    EnvironmentRow,
+    PrecisionPluginRow,
+    StrategyRow,
+)
 from stratcore.testing.suite import (
     AcceleratorTests,
     EnvironmentTests,
@@ -85,14 +91,7 @@ class TestEnvironments(EnvironmentTests):
                 "MASTER_PORT": "29400",
             },
             files={},
-            expected={
-                "world_size": 1,
-                "global_rank": 0,
-                "local_rank": 1,
-                "node_rank": 1,
-                "main_address": "10.1.2.3",
-                "main_port": 29400,
-            },
+            expected={**EXAMPLE_JOB, "world_size": 1, "global_rank": 0},
             external=True,
         ),
     ]

@@ -12,6 +12,7 @@ from typing import Any
 from stratcore.contract import (
     BASES,
     DEFAULT_PRECISION,
+    EXAMPLE_JOB,
     LAUNCHERS,
     PRECISIONS,
     REDUCE_OPS,
@@ -272,8 +273,11 @@ def test_tables(
         if env.abstract:
             tables.abstract.append(env.class_name)
         else:
-            tables.environments.append(environment_row(env))
+            row = environment_row(env)
+            tables.environments.append(row)
             tables.uses.add("EnvironmentRow")
+            if "EXAMPLE_JOB" in row:
+                tables.uses.add("EXAMPLE_JOB")
     for plugin in plugins:
         if plugin.abstract:
             tables.abstract.append(plugin.class_name)
@@ -283,15 +287,9 @@ def test_tables(
     return tables
 
 
-# Example values for each reading, and the inputs special parsers turn into them.
-_EXAMPLES: dict[str, tuple[str, Any]] = {
-    "world_size": ("4", 4),
-    "global_rank": ("3", 3),
-    "local_rank": ("1", 1),
-    "node_rank": ("1", 1),
-    "main_address": ("10.1.2.3", "10.1.2.3"),
-    "main_port": ("29400", 29400),
-}
+# Each reading of the example job, and the variable's value that says it.
+_EXAMPLES: dict[str, tuple[str, Any]] = {key: (str(v), v) for key, v in EXAMPLE_JOB.items()}
+# The inputs special parsers turn into a reading.
 _PARSER_EXAMPLES: dict[str, tuple[str, str, Any]] = {
     # parser: (variable it is meant for, input, expected reading)
     "slurm_first_host": ("SLURM_NODELIST", "node[07-09],gpu1", "node07"),
@@ -304,6 +302,14 @@ _PARSER_EXAMPLES: dict[str, tuple[str, str, Any]] = {
 #: read holds the port itself.
 _JOB_PORT_PARSERS = ("slurm_job_port", "lsf_job_port")
 RANKFILE = "launchhost\n<hostname>\n<hostname>\notherhost\notherhost\n"
+
+
+def _readings(expected: dict[str, Any]) -> str:
+    """``expected`` as source: ``EXAMPLE_JOB``, with what the environment reads otherwise."""
+    if set(expected) != set(EXAMPLE_JOB):
+        return literal(expected)
+    differs = [f"{literal(k)}: {literal(v)}" for k, v in expected.items() if EXAMPLE_JOB[k] != v]
+    return "{" + ", ".join(["**EXAMPLE_JOB", *differs]) + "}" if differs else "EXAMPLE_JOB"
 
 
 def environment_row(env: ClusterEnvironment) -> str:
@@ -357,7 +363,7 @@ def environment_row(env: ClusterEnvironment) -> str:
     keywords = [
         ("environ", literal(environ)),
         ("files", literal(files)),
-        ("expected", literal(expected)),
+        ("expected", _readings(expected)),
         ("external", literal(external.holds(environ))),
     ]
     if negatives:

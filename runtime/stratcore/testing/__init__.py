@@ -107,6 +107,7 @@ from .reference import (
 )
 from .rows import (
     ACCELERATOR_CASES,
+    EXAMPLE_JOB,
     RUN_CASES,
     STRATEGY_CASES,
     AcceleratorRow,
@@ -151,6 +152,7 @@ __all__ = [
     "CLUSTER_VARIABLES",
     "environment_values",
     "EnvironmentRow",
+    "EXAMPLE_JOB",
     "Expectation",
     "expectation_for",
     "expected_values",

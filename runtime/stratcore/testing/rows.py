@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..contract import EXAMPLE_JOB as EXAMPLE_JOB
 from .expectations import Expectation, expectation_for
 
 if TYPE_CHECKING:
@@ -85,7 +86,8 @@ class EnvironmentRow:
         cls: Its class.
         environ: The variables to set.
         files: Variables that hold the path of a file, and the file's content.
-        expected: The values it reads ('<hostname>' stands for this machine's name).
+        expected: The values it reads ('<hostname>' stands for this machine's name); most
+            are those of ``EXAMPLE_JOB``.
         external: Whether it says that something else started the processes.
         negatives: (variable, value) under which it must not be detected: the variable
             removed (None) or set to a value the spec refuses.

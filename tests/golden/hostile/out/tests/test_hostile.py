@@ -4,7 +4,7 @@
 run by the cases of ``stratcore.testing.suite``."""
 
 from spec_facts import HOSTILE_OPTIONS, ON_CPU
-from stratcore.testing import EnvironmentRow, StrategyRow
+from stratcore.testing import EXAMPLE_JOB, EnvironmentRow, StrategyRow
 from stratcore.testing.suite import EnvironmentTests, StrategyTests
 
 from hostilelib import HostileEnvironment, HostileIndentedStrategy, HostileStrategy
@@ -47,14 +47,7 @@ class TestEnvironments(EnvironmentTests):
                 "HOSTILE_MODE": "training-job",
             },
             files={},
-            expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 1,
-                "node_rank": 1,
-                "main_address": "10.1.2.3",
-                "main_port": 29400,
-            },
+            expected=EXAMPLE_JOB,
             external=True,
             negatives=[
                 ("HOSTILE_JOB", None),

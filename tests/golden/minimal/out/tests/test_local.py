@@ -5,6 +5,7 @@ run by the cases of ``stratcore.testing.suite``."""
 
 from spec_facts import NPU_PARALLEL_OPTIONS, ON_NPU
 from stratcore.testing import (
+    EXAMPLE_JOB,
     AcceleratorRow,
     EnvironmentRow,
     Expectation,
@@ -86,14 +87,7 @@ class TestEnvironments(EnvironmentTests):
                 "NPU_JOB_NAME": "training-job",
             },
             files={},
-            expected={
-                "world_size": 4,
-                "global_rank": 3,
-                "local_rank": 1,
-                "node_rank": 1,
-                "main_address": "10.1.2.3",
-                "main_port": 29400,
-            },
+            expected=EXAMPLE_JOB,
             external=True,
             negatives=[("NPU_JOB_ID", None), ("NPU_JOB_NAME", "interactive")],
         ),
