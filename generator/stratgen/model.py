@@ -267,6 +267,10 @@ class AcceleratorSpec:
 # --- strategies ---------------------------------------------------------------------------
 
 
+#: What a strategy or precision plugin lists under 'requires'.
+_NEEDS = "Modules that must be importable besides those every accelerator it is for needs."
+
+
 @dataclass(frozen=True, kw_only=True)
 class StrategySpec:
     """A training strategy: how processes start, talk and wrap the model."""
@@ -293,7 +297,16 @@ class StrategySpec:
         inherit=False,
     )
     wrapper: Wrapper | None = described("How the model is wrapped for its backend.")
-    launcher: Launcher | None = described("How the training processes are started.")
+    launcher: Launcher | None = described(
+        "How the training processes are started. A launcher that reads options from its "
+        "strategy gives them to every strategy it starts: "
+        + ", ".join(
+            f"{o} of '{name}'"
+            for name, options in contract.LAUNCHER_OPTIONS.items()
+            for o in options
+        )
+        + "."
+    )
     backend: Name | Backend | None = described(
         "Collective backend: 'auto' (from the accelerator), the name of a declared backend, "
         "or a mapping declaring one."
@@ -313,10 +326,7 @@ class StrategySpec:
     aliases: dict[Name, dict[Name, Any]] = described_factory(
         "Extra registry names, each a preset of option values.", dict, inherit=False
     )
-    requires: tuple[Requirement, ...] | None = described(
-        "Modules that must be importable, besides those that every accelerator it runs on "
-        "needs (which it needs without listing them)."
-    )
+    requires: tuple[Requirement, ...] | None = described(_NEEDS)
     hooks: HooksRef | None = described(
         "Hand-written hooks module whose functions the class calls at named points."
     )
@@ -356,10 +366,7 @@ class PrecisionPluginSpec:
     grad_scaler: ImportPath | None = described(
         "Gradient scaler class used for '16-mixed' where the device needs one."
     )
-    requires: tuple[Requirement, ...] | None = described(
-        "Modules that must be importable, besides those that every accelerator it runs on "
-        "needs (which it needs without listing them)."
-    )
+    requires: tuple[Requirement, ...] | None = described(_NEEDS)
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
 

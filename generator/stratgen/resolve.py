@@ -3,10 +3,9 @@ reference checked (``stratgen.checks`` holds the checks themselves)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from stratcore.contract import ENVIRONMENT_VALUES, PRECISIONS
 
@@ -37,18 +36,17 @@ from .checks import (
     field_loc,
     listing,
 )
-from .corefacts import runtime_bases, runtime_option
 from .errors import Location, did_you_mean
 from .model import (
     AcceleratorSpec,
     ClusterEnvironmentSpec,
-    Option,
     PrecisionPluginSpec,
     StrategySpec,
     ValueSource,
 )
 from .parse import spec_fields
 from .resolve_backends import backend_ref, resolve_backends, strategy_backend
+from .resolve_options import given_over, launcher_options, requirements, with_runtime_facts
 
 E = TypeVar("E")
 
@@ -303,7 +301,7 @@ def _resolve_precision_plugins(catalog: Catalog, problems: Problems) -> None:
             wrappers=tuple(values["wrappers"] or ()),
             accelerators=tuple(values["accelerators"] or ()),
             grad_scaler=values["grad_scaler"],
-            requires=_requirements(catalog, spec, parent, values["accelerators"] or ()),
+            requires=requirements(catalog, spec, parent, values["accelerators"] or ()),
         )
     check_precision_ambiguity(catalog, problems)
 
@@ -365,8 +363,12 @@ def _resolve_strategy(
     check_accelerators(catalog, problems, spec, path, accelerators)
 
     options = dict(parent.options) if parent else {}
+    from_launcher = launcher_options(launcher)
+    options.update(from_launcher)
     for option_name, given in (spec.options or {}).items():
-        option = _with_runtime_facts(problems, path, option_name, given, base, wrapper)
+        if option_name in from_launcher:
+            given = given_over(from_launcher[option_name], given)
+        option = with_runtime_facts(problems, path, option_name, given, base, wrapper)
         check_option(problems, spec, path, option_name, option, base, wrapper)
         options[option_name] = option
     check_aliases(problems, spec, path, options)
@@ -390,57 +392,8 @@ def _resolve_strategy(
         accelerators=tuple(accelerators),
         options=options,
         aliases=dict(spec.aliases),
-        requires=_requirements(catalog, spec, parent, accelerators),
+        requires=requirements(catalog, spec, parent, accelerators),
         hooks=pick("hooks", None),
-    )
-
-
-def _requirements(
-    catalog: Catalog,
-    spec: Any,
-    parent: Strategy | PrecisionPlugin | None,
-    accelerators: Iterable[str],
-) -> tuple[Any, ...]:
-    """What a strategy or precision plugin needs: the modules its spec (or the nearest
-    ancestor's that names any) lists, then those that every accelerator it is made for needs,
-    each module once. A device's own strategies thus need its package without restating it."""
-    declared = spec.requires
-    while declared is None and parent is not None:
-        declared, parent = parent.spec.requires, parent.parent
-    found = [catalog.accelerators[a] for a in accelerators if a in catalog.accelerators]
-    shared = [
-        requirement
-        for requirement in (found[0].spec.requires if found else ())
-        if all(any(r.module == requirement.module for r in a.spec.requires) for a in found[1:])
-    ]
-    requirements: dict[str, Any] = {}
-    for requirement in (*(declared or ()), *shared):
-        requirements.setdefault(requirement.module, requirement)
-    return tuple(requirements.values())
-
-
-def _with_runtime_facts(
-    problems: Problems, path: str, name: str, option: Option, base: str, wrapper: str
-) -> Option:
-    """``option`` with the type and default the runtime class that reads it declares, where
-    the spec gives none; a problem where it gives no type and the runtime declares none."""
-    if option.type is not None and "default" in option.locs:
-        return option
-    facts = runtime_option(runtime_bases(base, wrapper), name)
-    if facts is None:
-        if option.type is None:
-            problems.add(
-                option.loc,
-                f"{path}.options.{name}.type",
-                f"option {name!r} needs a type: the runtime declares none for it",
-            )
-        return option
-    types, default = facts
-    runtime_type = cast(Any, types[0] if len(types) == 1 else types)
-    return dataclasses.replace(
-        option,
-        type=option.type if option.type is not None else runtime_type,
-        default=option.default if "default" in option.locs else default,
     )
 
 

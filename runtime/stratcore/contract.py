@@ -31,6 +31,9 @@ from .values import (
     EnvVar as EnvVar,
 )
 from .values import (
+    LauncherOption as LauncherOption,
+)
+from .values import (
     ModulePath as ModulePath,
 )
 from .values import (
@@ -306,6 +309,26 @@ LAUNCHERS: dict[str, Ref] = {
     "horovodrun": ("stratcore.wrappers.horovod", "HorovodRunLauncher"),
 }
 
+
+#: Options each launcher reads from its strategy, by launcher name.
+LAUNCHER_OPTIONS: dict[str, dict[str, LauncherOption]] = {
+    "spawn": {
+        "start_method": LauncherOption(
+            ("str",),
+            "spawn",
+            ("spawn", "fork", "forkserver"),
+            "How torch.multiprocessing starts the processes.",
+        )
+    },
+    "xla": {
+        "start_method": LauncherOption(
+            ("str",),
+            "fork",
+            ("fork", "spawn"),
+            "How torch_xla starts the processes; 'fork' also works from notebooks.",
+        )
+    },
+}
 
 #: Launchers that start a process per device (or, 'external', find them started) for any
 #: wrapper: the rest run in the calling process ('none') or come with their engine.

@@ -1,6 +1,7 @@
 """The small value types a spec's values become and the runtime uses as they are: a module to
 import (``Requirement``), a test on environment variables (``Condition``), where a cluster value
-comes from (``ValueSource``), and the string constraints their fields carry (``Pattern``).
+comes from (``ValueSource``), an option a launcher reads from its strategy (``LauncherOption``),
+and the string constraints their fields carry (``Pattern``).
 ``stratcore.contract`` exports them with the vocabularies.
 
 Importing this module must not import torch: the generator imports it.
@@ -133,3 +134,21 @@ class ValueSource:
 
     #: A spec may write a value source as this field alone.
     __shorthand__: ClassVar[str] = "env"
+
+
+@dataclass(frozen=True)
+class LauncherOption:
+    """An option a launcher reads from its strategy: its types, default, the values it allows
+    and what it does. Every strategy started by that launcher takes it."""
+
+    types: tuple[str, ...]
+    default: Any
+    choices: tuple[Any, ...]
+    doc: str
+
+    def refusal(self, name: str, value: Any) -> str | None:
+        """Why ``value`` is not allowed for option ``name``; None where it is."""
+        if value in self.choices:
+            return None
+        allowed = ", ".join(repr(c) for c in self.choices[:-1]) + f" or {self.choices[-1]!r}"
+        return f"{name}={value!r} is not allowed; use {allowed}"

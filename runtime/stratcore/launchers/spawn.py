@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..collectives import release_process_group
+from ..contract import LAUNCHER_OPTIONS
 from ..exceptions import MisconfigurationError, ProcessFailedError
 from ..precision import apply_to_tensors
 from ..preload.spawning import spawned_from_rank_server
@@ -70,7 +71,7 @@ class SpawnLauncher(Launcher):
     """
 
     name = "spawn"
-    default_start_method: ClassVar[str] = "spawn"
+    default_start_method: ClassVar[str] = LAUNCHER_OPTIONS["spawn"]["start_method"].default
     strategy: ParallelStrategyBase
 
     def __init__(self, strategy: StrategyBase, start_method: str | None = None) -> None:
@@ -78,10 +79,9 @@ class SpawnLauncher(Launcher):
         start_method = (
             start_method or getattr(strategy, "start_method", None) or self.default_start_method
         )
-        if start_method not in ("spawn", "fork", "forkserver"):
-            raise MisconfigurationError(
-                f"start_method={start_method!r} is not allowed; use 'spawn', 'fork' or 'forkserver'"
-            )
+        refusal = LAUNCHER_OPTIONS["spawn"]["start_method"].refusal("start_method", start_method)
+        if refusal is not None:
+            raise MisconfigurationError(refusal)
         self.start_method: str = start_method
 
     @property

@@ -22,6 +22,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from ..collectives import broadcast_object, release_process_group
+from ..contract import LAUNCHER_OPTIONS
 from ..exceptions import MisconfigurationError, ProcessFailedError
 from ..imports import Requirement, require
 from ..launchers import Launcher, run_reporting_errors
@@ -276,11 +277,11 @@ class XLALauncher(Launcher):
 
     def __init__(self, strategy: StrategyBase) -> None:
         super().__init__(strategy)
-        start_method = getattr(strategy, "start_method", None) or "fork"
-        if start_method not in ("fork", "spawn"):
-            raise MisconfigurationError(
-                f"start_method={start_method!r} is not allowed; use 'fork' or 'spawn'"
-            )
+        option = LAUNCHER_OPTIONS["xla"]["start_method"]
+        start_method = getattr(strategy, "start_method", None) or option.default
+        refusal = option.refusal("start_method", start_method)
+        if refusal is not None:
+            raise MisconfigurationError(refusal)
         self.start_method = start_method
 
     @property

@@ -23,6 +23,7 @@ PARALLEL_OPTIONS = {"timeout": 1800.0}
 
 NPU_PARALLEL_OPTIONS = {
     **PARALLEL_OPTIONS,
+    "start_method": "spawn",
     "compile": False,
     "buckets": 4,
     "ratio": 0.5,

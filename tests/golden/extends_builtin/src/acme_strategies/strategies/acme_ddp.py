@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from stratcore.launchers import Launcher, SpawnLauncher
 
@@ -26,6 +26,7 @@ class AcmeDDPStrategy(DDPStrategy):
 
     Args:
         find_unused_parameters: Models at ACME skip layers.
+        start_method: How torch.multiprocessing starts the processes.
         warmup_steps: Steps before gradients are synchronised every step.
     """
 
@@ -37,8 +38,10 @@ class AcmeDDPStrategy(DDPStrategy):
         self,
         *args: Any,
         find_unused_parameters: bool = True,
+        start_method: Literal["spawn", "fork", "forkserver"] = "spawn",
         warmup_steps: int = 10,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, find_unused_parameters=find_unused_parameters, **kwargs)
+        self.start_method = start_method
         self.warmup_steps = warmup_steps

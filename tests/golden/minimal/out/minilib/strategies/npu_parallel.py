@@ -31,6 +31,7 @@ class NPUParallelStrategy(ParallelStrategy):
     Arguments other than its options below are those of ``ParallelStrategy``.
 
     Args:
+        start_method: How torch.multiprocessing starts the processes.
         compile: Compile the model graph before the first step.
         buckets: Documented in the spec.
         ratio: Share of memory kept for activations.
@@ -50,6 +51,7 @@ class NPUParallelStrategy(ParallelStrategy):
     def __init__(
         self,
         *args: Any,
+        start_method: Literal["spawn", "fork", "forkserver"] = "spawn",
         compile: bool = False,
         buckets: int = 4,
         ratio: float = 0.5,
@@ -61,6 +63,7 @@ class NPUParallelStrategy(ParallelStrategy):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.start_method = start_method
         self.compile = compile
         self.buckets = buckets
         self.ratio = ratio
