@@ -15,7 +15,7 @@ import pytest
 import torch
 from stratcore.testing import assert_parameters_close, reference_parameters
 
-from stratlib import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
+from stratlib import HPUAccelerator, HPUParallelStrategy
 from stratlib.backends import GLOO, HCCL
 
 from .support import run_script
@@ -201,6 +201,8 @@ if __name__ == "__main__":
     accelerator = CPUStandInHPU()
     strategy = stratlib.get_strategy(name, accelerator=accelerator, devices=devices, precision="32-true")
     result = strategy.launch(train, 3)
+    unasked = stratlib.get_strategy(name, accelerator=CPUStandInHPU(), devices=devices)
+    result["precision_unasked"] = unasked.precision_plugin.precision
     result["devices"] = [str(d) for d in HPUAccelerator.get_parallel_devices(HPUAccelerator.parse_devices(2))]
     for bad in ([0, 1], 3):
         try:
@@ -224,6 +226,8 @@ def test_hpu_parallel_on_a_cpu_stand_in(tmp_path: Path) -> None:
     ).check()
     result = run.result
     assert result["world_size"] == 2
+    # specs/hpu.yaml: HPUs train in bf16-mixed unless another precision is asked for.
+    assert result["precision_unasked"] == "bf16-mixed"
     assert_parameters_close(result["params"], reference_parameters(steps=3))
     assert len(run.pids()) == 2
     for pid in run.pids():
@@ -255,6 +259,8 @@ def test_hpu_single_on_a_cpu_stand_in(tmp_path: Path) -> None:
         tmp_path, TRAIN_SCRIPT, standins=("habana_frameworks",), args=("hpu_single", "1")
     ).check()
     assert run.result["world_size"] == 1
+    # specs/hpu.yaml: HPUs train in bf16-mixed unless another precision is asked for.
+    assert run.result["precision_unasked"] == "bf16-mixed"
     assert_parameters_close(run.result["params"], reference_parameters(steps=3))
     assert run.named("initialize_distributed_hpu") == []
     steps = [e["event"] for e in run.named("backward", "mark_step", "optimizer.step")]
@@ -263,8 +269,6 @@ def test_hpu_single_on_a_cpu_stand_in(tmp_path: Path) -> None:
 
 def test_hpu_defaults_and_errors_without_habana() -> None:
     assert HPUAccelerator.default_precision == "bf16-mixed"
-    assert HPUParallelStrategy.default_precision == "bf16-mixed"
-    assert SingleHPUStrategy.default_precision == "bf16-mixed"
     assert HPUAccelerator.visible_devices_env == "HABANA_VISIBLE_MODULES"
     assert HPUAccelerator.indexed is False
     assert not HPUAccelerator.is_available()

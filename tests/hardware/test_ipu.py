@@ -77,6 +77,7 @@ if __name__ == "__main__":
     errors["second_backward"] = refused(lambda: strategy.backward(loss))
     errors["other_optimizer"] = refused(lambda: strategy.optimizer_step(torch.optim.SGD(module.parameters(), lr=1.0)))
     errors["clip"] = refused(lambda: strategy.clip_gradients(model, optimizer, 1.0))
+    errors["bf16"] = refused(lambda: stratlib.get_strategy("ipu", accelerator="ipu", precision="bf16-mixed"))
     state = strategy.get_module_state_dict(model)
     strategy.teardown()
     result = {
@@ -104,6 +105,10 @@ def test_ipu_hooks_on_a_poptorch_stand_in(tmp_path: Path) -> None:
     assert result["keys"] == ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]
     assert result["model_type"] == "CompiledModule"
     assert result["precision"] == "IPUPrecisionPlugin"
+    # specs/ipu.yaml: IPUs run float32 or float16 alone.
+    assert result["errors"]["bf16"] == (
+        "precision='bf16-mixed': accelerator 'ipu' supports 32-true, 16-true"
+    )
     events = [e["event"] for e in run.events]
     assert events == [
         "ipuHardwareIsAvailable",
@@ -165,7 +170,6 @@ def test_ipu_precision_plugin_conversions(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_ipu_facts_without_poptorch() -> None:
     assert IPUStrategy.hooks is stratlib.hooks.ipu
-    assert IPUStrategy.supported_precisions == ("32-true", "16-true")
     assert IPUAccelerator.auto_devices == 4
     assert not IPUAccelerator.is_available()
     with pytest.raises(

@@ -30,8 +30,6 @@ class HPUParallelStrategy(DDPStrategy):
 
     name: ClassVar[str | None] = "hpu_parallel"
     backend: ClassVar[CollectiveBackend | None] = HCCL
-    default_precision: ClassVar[str | None] = "bf16-mixed"
-    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-mixed", "bf16-true")
     accelerators: ClassVar[tuple[str, ...]] = ("hpu",)
     requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(

@@ -22,8 +22,6 @@ class SingleHPUStrategy(SingleDeviceStrategy):
     """
 
     name: ClassVar[str | None] = "hpu_single"
-    default_precision: ClassVar[str | None] = "bf16-mixed"
-    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-mixed", "bf16-true")
     accelerators: ClassVar[tuple[str, ...]] = ("hpu",)
     requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(

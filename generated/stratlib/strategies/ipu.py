@@ -43,8 +43,6 @@ class IPUStrategy(IPUStrategyBase, ParallelStrategy):
 
     name: ClassVar[str | None] = "ipu"
     launcher_class: ClassVar[type[Launcher]] = InlineLauncher
-    default_precision: ClassVar[str | None] = "32-true"
-    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "16-true")
     cluster: ClassVar[tuple[str, ...]] = ("lightning",)
     accelerators: ClassVar[tuple[str, ...]] = ("ipu",)
     requires: ClassVar[tuple[Requirement, ...]] = (

@@ -31,8 +31,6 @@ class SingleTPUStrategy(XLAStrategyBase, SingleDeviceStrategy):
     """
 
     name: ClassVar[str | None] = "single_tpu"
-    default_precision: ClassVar[str | None] = "32-true"
-    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
     accelerators: ClassVar[tuple[str, ...]] = ("tpu",)
     requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),

@@ -43,8 +43,6 @@ class TPUSpawnStrategy(XLAStrategyBase, ParallelStrategy):
     name: ClassVar[str | None] = "tpu_spawn"
     launcher_class: ClassVar[type[Launcher]] = XLALauncher
     backend: ClassVar[CollectiveBackend | None] = XLA
-    default_precision: ClassVar[str | None] = "32-true"
-    supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-true")
     cluster: ClassVar[tuple[str, ...]] = ("xla",)
     accelerators: ClassVar[tuple[str, ...]] = ("tpu",)
     requires: ClassVar[tuple[Requirement, ...]] = (
