@@ -12,7 +12,7 @@ Fields that may be inherited through ``extends`` default to ``None`` in the spec
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from stratcore import contract
@@ -27,6 +27,7 @@ from stratcore.contract import (
 )
 
 from .errors import Location
+from .fields import described, described_factory, internal, internal_locs, required
 
 # --- constrained strings ------------------------------------------------------------------
 
@@ -64,34 +65,6 @@ else:
     Wrapper = Literal[tuple(contract.WRAPPERS)]
     Launcher = Literal[tuple(contract.LAUNCHERS)]
     PrecisionKind = Literal[tuple(contract.PRECISION_KINDS)]
-
-
-def required(text: str, *, inherit: bool = True) -> Any:
-    """A spec key that must be given."""
-    return field(metadata={"doc": text, "inherit": inherit})
-
-
-def described(text: str, *, default: Any = None, inherit: bool = True) -> Any:
-    """An optional spec key; ``inherit`` says whether ``extends`` copies it."""
-    return field(default=default, metadata={"doc": text, "inherit": inherit})
-
-
-def described_factory(text: str, factory: Any, *, inherit: bool = True) -> Any:
-    return field(default_factory=factory, metadata={"doc": text, "inherit": inherit})
-
-
-def internal() -> Any:
-    """Bookkeeping that is not part of the spec format (locations, source files)."""
-    return field(
-        default_factory=lambda: Location("<unknown>"),
-        compare=False,
-        repr=False,
-        metadata={"internal": True},
-    )
-
-
-def internal_locs() -> Any:
-    return field(default_factory=dict, compare=False, repr=False, metadata={"internal": True})
 
 
 # --- building blocks ----------------------------------------------------------------------
@@ -311,7 +284,10 @@ class StrategySpec:
         "Collective backend: 'auto' (from the accelerator), the name of a declared backend, "
         "or a mapping declaring one."
     )
-    precision: PrecisionDefaults | None = described("Default and supported precisions.")
+    precision: PrecisionDefaults | None = described(
+        "Default and supported precisions, within its accelerators' (whose default applies "
+        "where none is given here)."
+    )
     cluster: tuple[Name, ...] | None = described(
         "Cluster environments, in the order they are detected; the first whose detect() "
         "succeeds is used."
