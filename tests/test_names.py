@@ -115,6 +115,24 @@ def _source(attribute: Any) -> dict[str, Any]:
     }
 
 
+def _pairs(requires: Any) -> tuple[tuple[str, str], ...]:
+    return tuple((r.module, r.install) for r in requires)
+
+
+def _needed_by_accelerators(cls: type, listed: list[Any]) -> tuple[tuple[str, str], ...]:
+    """What every accelerator a strategy or precision plugin is for needs and its spec does not
+    list: it needs that too, after what it lists."""
+    from stratlib.registry import REGISTRY
+
+    names = getattr(cls, "accelerators", ())
+    if not names:
+        return ()
+    needs = [set(_pairs(REGISTRY.accelerators[a].requires)) for a in names]
+    first = _pairs(REGISTRY.accelerators[names[0]].requires)
+    modules = {module for module, _ in _requires(listed)}
+    return tuple(r for r in first if all(r in n for n in needs) and r[0] not in modules)
+
+
 def expected_and_actual(cls: type, key: str, value: Any) -> list[tuple[str, Any, Any]]:
     """(attribute, value the spec means, value the class holds) for one spec key."""
     if key == "precision":
@@ -138,7 +156,7 @@ def expected_and_actual(cls: type, key: str, value: Any) -> list[tuple[str, Any,
     name = attribute_for(key)
     actual = getattr(cls, name)
     if key == "requires":
-        return [(name, _requires(value), tuple((r.module, r.install) for r in actual))]
+        return [(name, _requires(value) + _needed_by_accelerators(cls, value), _pairs(actual))]
     if key == "backend":
         want = value["name"] if isinstance(value, dict) else value
         if want == "auto":  # the accelerator's backend, decided when the strategy runs
