@@ -31,20 +31,21 @@ def spec(name: str) -> dict[str, Any]:
 
 
 def declared(kind: str) -> list[tuple[str, dict[str, Any]]]:
-    """(name, entry) of every strategy, accelerator or precision plugin of the hardware specs."""
+    """(name, entry) of every strategy, accelerator or precision plugin of the hardware specs
+    that needs a package: one its entry lists, or (for a strategy or plugin made for the spec's
+    own accelerator alone) the accelerator's, which it needs without listing it."""
     found = []
     for name in HARDWARE_SPECS:
         content = spec(name)
-        entries = (
-            [content["accelerator"]]
-            if kind == "accelerator" and "accelerator" in content
-            else content.get(kind, [])
-        )
-        found += [
-            (entry["name"], entry)
-            for entry in entries
-            if kind == "accelerator" or entry.get("requires")
-        ]
+        accelerator = content.get("accelerator", {})
+        if kind == "accelerator":
+            found += [(accelerator["name"], accelerator)] if accelerator else []
+            continue
+        for entry in content.get(kind, []):
+            if not entry.get("requires") and entry.get("accelerators") == [accelerator.get("name")]:
+                entry = {**entry, "requires": accelerator["requires"]}
+            if entry.get("requires"):
+                found.append((entry["name"], entry))
     return found
 
 
