@@ -61,6 +61,16 @@ def run_process(*argv: str | Path, cwd: Path, **env: str) -> subprocess.Complete
     )
 
 
+def run_python_in(folder: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that imports from ``folder`` first (a generated
+    package there), in that folder."""
+    return watch.run(
+        [sys.executable, "-c", code],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), *sys.path])},
+    )
+
+
 def make_project(
     root: Path,
     specs: dict[str, str | bytes] | None = None,

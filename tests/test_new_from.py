@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from sgtest import STRATEGY_SPEC, make_project, run_cli, snapshot
+from sgtest import STRATEGY_SPEC, make_project, run_cli, run_python_in, snapshot
 
 
 @pytest.fixture
@@ -166,11 +163,5 @@ def test_a_hooks_file_named_like_another_import_does_not_shadow_it(
         "assert MyStrategy.__bases__ == (ParallelStrategy,), MyStrategy.__bases__\n"
         "assert MyStrategy.hooks is hooks, MyStrategy.hooks\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=project / "out",
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "out"), *sys.path])},
-        capture_output=True,
-        text=True,
-    )
+    done = run_python_in(project / "out", probe)
     assert done.returncode == 0, done.stderr

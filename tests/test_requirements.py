@@ -4,12 +4,9 @@ and its strategies still refuse to start without it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from sgtest import make_project, run_cli
+from sgtest import make_project, run_cli, run_python_in
 
 ACME = """\
 accelerator:
@@ -81,11 +78,5 @@ def test_a_device_strategy_needs_its_accelerators_package_without_restating_it(
     root = make_project(tmp_path / "p", {"acme.yaml": ACME}, base=False, builtin=True)
     result = run_cli("generate", "--project", root)
     assert result.code == 0, result.err
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        cwd=root / "out",
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "out"), *sys.path])},
-        capture_output=True,
-        text=True,
-    )
+    done = run_python_in(root / "out", PROBE)
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
