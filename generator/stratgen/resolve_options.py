@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 from stratcore.contract import LAUNCHER_OPTIONS
 
@@ -40,11 +40,16 @@ def requirements(
     return tuple(requirements.values())
 
 
+def _option_type(types: tuple[str, ...]) -> Any:
+    """An option's ``type`` as a spec writes it: one name, or a tuple of several."""
+    return types[0] if len(types) == 1 else types
+
+
 def launcher_options(launcher: str) -> dict[str, Option]:
     """The options the strategy's launcher reads from it, as the contract declares them."""
     return {
         name: Option(
-            type=cast(Any, facts.types[0] if len(facts.types) == 1 else facts.types),
+            type=_option_type(facts.types),
             default=facts.default,
             doc=facts.doc,
             choices=facts.choices,
@@ -81,9 +86,8 @@ def with_runtime_facts(
             )
         return option
     types, default = facts
-    runtime_type = cast(Any, types[0] if len(types) == 1 else types)
     return dataclasses.replace(
         option,
-        type=option.type if option.type is not None else runtime_type,
+        type=option.type if option.type is not None else _option_type(types),
         default=option.default if "default" in option.locs else default,
     )

@@ -273,11 +273,7 @@ def test_tables(
         if env.abstract:
             tables.abstract.append(env.class_name)
         else:
-            row = environment_row(env)
-            tables.environments.append(row)
-            tables.uses.add("EnvironmentRow")
-            if "EXAMPLE_JOB" in row:
-                tables.uses.add("EXAMPLE_JOB")
+            tables.environments.append(environment_row(env, tables.uses))
     for plugin in plugins:
         if plugin.abstract:
             tables.abstract.append(plugin.class_name)
@@ -304,18 +300,20 @@ _JOB_PORT_PARSERS = ("slurm_job_port", "lsf_job_port")
 RANKFILE = "launchhost\n<hostname>\n<hostname>\notherhost\notherhost\n"
 
 
-def _readings(expected: dict[str, Any]) -> str:
+def _readings(expected: dict[str, Any], uses: set[str]) -> str:
     """``expected`` as source: ``EXAMPLE_JOB``, with what the environment reads otherwise."""
     if set(expected) != set(EXAMPLE_JOB):
         return literal(expected)
+    uses.add("EXAMPLE_JOB")
     differs = [f"{literal(k)}: {literal(v)}" for k, v in expected.items() if EXAMPLE_JOB[k] != v]
     return "{" + ", ".join(["**EXAMPLE_JOB", *differs]) + "}" if differs else "EXAMPLE_JOB"
 
 
-def environment_row(env: ClusterEnvironment) -> str:
+def environment_row(env: ClusterEnvironment, uses: set[str]) -> str:
     """A consistent set of variables under which ``env`` must be detected, the values it must
     then read, and the variables whose absence (or refused value) must not detect it, as a
-    ``testing.EnvironmentRow(...)`` call."""
+    ``testing.EnvironmentRow(...)`` call; the names of ``stratcore.testing`` it is written with
+    go into ``uses``."""
     values = env.values
     environ: dict[str, str] = {}
     files: dict[str, str] = {}
@@ -363,9 +361,10 @@ def environment_row(env: ClusterEnvironment) -> str:
     keywords = [
         ("environ", literal(environ)),
         ("files", literal(files)),
-        ("expected", _readings(expected)),
+        ("expected", _readings(expected, uses)),
         ("external", literal(external.holds(environ))),
     ]
     if negatives:
         keywords.append(("negatives", literal(negatives)))
+    uses.add("EnvironmentRow")
     return _call("EnvironmentRow", [literal(env.name), env.class_name], keywords)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
+from .exceptions import MisconfigurationError
+
 #: How a cluster value is read from its variable (``stratcore.environment.PARSERS``).
 ValueParser = Literal[
     "int",
@@ -146,9 +148,8 @@ class LauncherOption:
     choices: tuple[Any, ...]
     doc: str
 
-    def refusal(self, name: str, value: Any) -> str | None:
-        """Why ``value`` is not allowed for option ``name``; None where it is."""
-        if value in self.choices:
-            return None
-        allowed = ", ".join(repr(c) for c in self.choices[:-1]) + f" or {self.choices[-1]!r}"
-        return f"{name}={value!r} is not allowed; use {allowed}"
+    def check(self, name: str, value: Any) -> None:
+        """Raise MisconfigurationError where ``value`` is not allowed for option ``name``."""
+        if value not in self.choices:
+            allowed = ", ".join(repr(c) for c in self.choices[:-1]) + f" or {self.choices[-1]!r}"
+            raise MisconfigurationError(f"{name}={value!r} is not allowed; use {allowed}")

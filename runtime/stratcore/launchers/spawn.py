@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..collectives import release_process_group
 from ..contract import LAUNCHER_OPTIONS
-from ..exceptions import MisconfigurationError, ProcessFailedError
+from ..exceptions import ProcessFailedError
 from ..precision import apply_to_tensors
 from ..preload.spawning import spawned_from_rank_server
 from . import base
@@ -79,9 +79,7 @@ class SpawnLauncher(Launcher):
         start_method = (
             start_method or getattr(strategy, "start_method", None) or self.default_start_method
         )
-        refusal = LAUNCHER_OPTIONS["spawn"]["start_method"].refusal("start_method", start_method)
-        if refusal is not None:
-            raise MisconfigurationError(refusal)
+        LAUNCHER_OPTIONS["spawn"]["start_method"].check("start_method", start_method)
         self.start_method: str = start_method
 
     @property

@@ -279,9 +279,7 @@ class XLALauncher(Launcher):
         super().__init__(strategy)
         option = LAUNCHER_OPTIONS["xla"]["start_method"]
         start_method = getattr(strategy, "start_method", None) or option.default
-        refusal = option.refusal("start_method", start_method)
-        if refusal is not None:
-            raise MisconfigurationError(refusal)
+        option.check("start_method", start_method)
         self.start_method = start_method
 
     @property
