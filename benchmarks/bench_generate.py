@@ -4,17 +4,18 @@ The project is a temporary folder with a copy of this checkout's ``specs/`` as i
 (``builtin-specs = false``) and this checkout's targets, so the output is the built-in specs
 rendered into ``generated/``; it is checked to be identical to this checkout's ``generated/``.
 A second project, for the stratlib target alone as ``stratgen init`` makes one, adds
-``EXTRA_SPECS`` device specs (each a copy of ``specs/hpu.yaml`` under names of their own, with a
-single and a parallel strategy, a backend and a cluster environment: about five files each),
-generated cold and then regenerated after an edit to one of them.
+``EXTRA_SPECS`` device specs (each a copy of ``specs/hpu.yaml`` under names of their own, with
+a single and a parallel strategy, a backend and a cluster environment: about five files each),
+generated from nothing and then regenerated after an edit to one of them.
 
 Baseline: ``black --check`` of the same generated tree (line length 100, py311, one worker
 like stratgen's in-process formatting), fresh process, with black's own cache in the same
 state (empty or warm) as stratgen's. It answers "how does generating or checking compare with
 the formatter check every project already runs on these files?"
 
-Each of stratgen's caches has a row of its own: the same run with the cache and without it
-(``benchmarks.workers.stratgen_without``), so that what it saves is measured where it matters.
+stratgen keeps one cache, black's layouts of the long statements it generates (``stratgen.fmt``):
+its rows compare the same run with it and without it
+(``benchmarks.workers.stratgen_without``).
 """
 
 from __future__ import annotations
@@ -41,97 +42,66 @@ from .common import (
 )
 from .generate_workspace import Sample, Workspace, checkout_targets, same_tree, split
 
-#: Generation from nothing (no output, empty caches), and from a fresh checkout.
-COLD_TARGET = 1.0
-CHECKOUT_TARGET = 0.8
-NOOP_TARGET = 0.1
+#: The built-in specs, generated from nothing (no output, empty cache), and checked.
+COLD_TARGET = 1.5
+CHECK_TARGET = 0.5
 #: The larger project: this many device specs more than the built-in ones (in a quick run,
 #: a smoke test of the same plumbing, a few).
 EXTRA_SPECS = 100
 QUICK_EXTRA_SPECS = 3
-MANY_COLD_TARGET = 5.0
-MANY_CHECKOUT_TARGET = 3.0
-MANY_EDIT_TARGET = 0.35
+MANY_COLD_TARGET = 8.0
+MANY_EDIT_TARGET = 2.0
 CASES = {
-    # name: (stratgen command or None for black, cache state, remove the output first, cache
-    # switched off)
-    "generate-cold-empty": ("generate", "empty", True, None),
-    "generate-checkout": ("generate", "empty", False, None),
-    "generate-cold-warm": ("generate", "warm", True, None),
-    "generate-noop": ("generate", "warm", False, None),
-    "check": ("check", "warm", False, None),
-    "check-empty": ("check", "empty", False, None),
-    "check-same-start": ("check", "warm", False, "none"),
-    "check-no-fingerprint": ("check", "warm", False, "fingerprint"),
-    "black-empty": (None, "empty", False, None),
-    "black-warm": (None, "warm", False, None),
+    # name: (stratgen command or None for black, cache state, remove the output first)
+    "generate-cold": ("generate", "empty", True),
+    "generate-noop": ("generate", "warm", False),
+    "check": ("check", "warm", False),
+    "check-empty": ("check", "empty", False),
+    "black-empty": (None, "empty", False),
+    "black-warm": (None, "warm", False),
 }
 ROWS = (
     # case, row name, baseline case, target
+    ("generate-cold", "stratgen generate, no output, empty cache", "black-empty", COLD_TARGET),
+    ("check", "stratgen check, up to date", "black-warm", CHECK_TARGET),
     (
-        "generate-checkout",
-        "stratgen generate, fresh checkout, empty caches",
+        "check-empty",
+        "stratgen check, up to date, empty cache (a fresh machine, as in CI)",
         "black-empty",
-        CHECKOUT_TARGET,
+        None,
     ),
-    (
-        "generate-cold-empty",
-        "stratgen generate, no output, empty caches",
-        "black-empty",
-        COLD_TARGET,
-    ),
-    ("generate-cold-warm", "stratgen generate, cold, warm cache", "black-warm", CHECKOUT_TARGET),
-    ("generate-noop", "stratgen generate, no-op", "black-warm", NOOP_TARGET),
-    ("check", "stratgen check, up to date", "black-warm", NOOP_TARGET),
-    ("check-empty", "stratgen check, empty black cache", "black-empty", None),
+    ("generate-noop", "stratgen generate, nothing changed", "black-warm", None),
 )
 
 
-#: Cases run as a user runs them, without options: on a current tree, they are answered from
-#: the up-to-date record before the rest of stratgen loads (``stratgen.uptodate.answer``).
-PLAIN_CASES = ("generate-noop", "check")
-
-
 def _run_case(space: Workspace, case: str) -> Sample:
-    command, cache_state, remove, without = CASES[case]
+    command, cache_state, remove = CASES[case]
     if command is None:
         cache = space.empty_dir() if cache_state == "empty" else space.warm_black
         return space.black_check(cache)
     if remove:
         shutil.rmtree(space.output)
     cache = space.empty_dir() if cache_state == "empty" else space.warm_cache
-    return space.stratgen(command, cache, without=without, timings=case not in PLAIN_CASES)
+    return space.stratgen(command, cache)
 
 
 MANY_CASES = {
     # name: what is timed
-    "many-checkout": "stratgen generate, output present and up to date, empty caches",
     "many-cold": "stratgen generate, empty cache, no output",
-    "many-edit": "stratgen generate after an edit to one spec, warm cache",
+    "many-edit": "stratgen generate after an edit to one spec",
     "many-black-empty": "black --check, empty cache",
     "many-black-warm": "black --check, warm cache",
-    # With one cache switched off, and with none (the same start-up), for the cache rows.
-    "checkout:none": "the same, output present, empty caches",
-    "checkout:checkout": "without the generated files as format cache",
+    # The cache's rows: both sides through the same worker, for the same start-up.
     "edit:none": "the same, one edited",
-    "edit:spec-cache": "without the parsed-spec cache",
-    "edit:render-memo": "without the render memo",
-    "check:none": "the same, check before generate",
-    "check:format-cache": "without black's remembered layouts",
     "edit:format-cache": "without black's remembered layouts",
-    "edit:facts-cache": "without the runtime-facts cache",
+    "check:none": "the same, check after an edit",
+    "check:format-cache": "without black's remembered layouts",
 }
 MANY_ROWS = (
     # case, row name, baseline case, target
     (
-        "many-checkout",
-        "stratgen generate, {count} more specs, fresh checkout, empty caches",
-        "many-black-empty",
-        MANY_CHECKOUT_TARGET,
-    ),
-    (
         "many-cold",
-        "stratgen generate, {count} more specs, no output, empty caches",
+        "stratgen generate, {count} more specs, no output, empty cache",
         "many-black-empty",
         MANY_COLD_TARGET,
     ),
@@ -142,42 +112,30 @@ MANY_ROWS = (
         MANY_EDIT_TARGET,
     ),
 )
-#: What each cache saves: (row name, the run with it, the run without it).
+#: What the cache saves: (row name, the run with it, the run without it).
 CACHE_ROWS = (
+    ("cache: black's layouts (one of {count} more specs edited)", "edit:none", "edit:format-cache"),
     (
-        "cache: generated files as format cache (fresh checkout, 100 more specs)",
-        "checkout:none",
-        "checkout:checkout",
-    ),
-    ("cache: parsed specs (one of 100 more specs edited)", "edit:none", "edit:spec-cache"),
-    ("cache: render memo (one of 100 more specs edited)", "edit:none", "edit:render-memo"),
-    (
-        "cache: black's layouts (check after an edit to one of 100 more specs)",
+        "cache: black's layouts (check after an edit to one of {count} more specs)",
         "check:none",
         "check:format-cache",
     ),
-    ("cache: black's layouts (one of 100 more specs edited)", "edit:none", "edit:format-cache"),
-    ("cache: runtime facts (one of 100 more specs edited)", "edit:none", "edit:facts-cache"),
 )
 
 
 def _run_many(space: Workspace, case: str) -> Sample:
-    if case == "many-checkout":
-        return space.stratgen("generate", space.empty_dir())
     if case == "many-cold":
         shutil.rmtree(space.output)
         return space.stratgen("generate", space.empty_dir())
     if case == "many-edit":
         space.edit_one_spec()
         return space.stratgen("generate", space.warm_cache)
-    if case.startswith("checkout:"):
-        return space.stratgen("generate", space.empty_dir(), without=case.split(":")[1])
     if case.startswith("edit:"):
         space.edit_one_spec()
         return space.stratgen("generate", space.warm_cache, without=case.split(":")[1])
     if case.startswith("check:"):
         # An edit not generated yet: check renders every file and finds the edited ones out
-        # of date; formatted files it has seen before come from the cache.
+        # of date; the layouts it has seen before come from the cache.
         space.edit_one_spec()
         sample = space.stratgen("check", space.warm_cache, expected=1, without=case.split(":")[1])
         space.stratgen("generate", space.warm_cache)
@@ -248,15 +206,15 @@ def many_specs(settings: Settings, section: Section) -> None:
         f"Larger project: the built-in specs and {count} device specs more (copies of "
         f"specs/hpu.yaml under names of their own, each with a cluster environment), {files} "
         f"generated files for the stratlib target alone (a project as `stratgen init` makes it), "
-        f"{rounds} round(s). Cold: no output and every cache empty. One edited: "
-        "the description of one spec changed (two generated files change), caches warm from "
+        f"{rounds} round(s). Cold: no output and an empty cache. One edited: "
+        "the description of one spec changed (two generated files change), the cache warm from "
         "the previous run. Baseline: `black --check --workers 1 -l 100 -t py311` over the "
         "generated tree, black's cache empty, or warm (then it re-checks what the edit changed)."
     )
     section.details.append(
-        "Cache rows: the run with every cache against the same run with one cache switched off "
-        "(`python -m benchmarks.workers.stratgen_without CACHE`, both through that worker for "
-        "the same start-up); ratio < 1 is what the cache saves."
+        "Cache rows: the run with the cache against the same run without it "
+        "(`python -m benchmarks.workers.stratgen_without format-cache`, both through that "
+        "worker for the same start-up); ratio < 1 is what the cache saves."
     )
 
 
@@ -290,20 +248,10 @@ def generation(settings: Settings) -> Section:
     for case, name, base_case, target in ROWS:
         base_name = f"black --check, {CASES[base_case][1]} cache"
         section.rows.append(_row(name, samples[case], samples[base_case], base_name, target))
-    section.rows.append(
-        _row(
-            "cache: up-to-date fingerprint (check, up to date)",
-            samples["check-same-start"],
-            samples["check-no-fingerprint"],
-            "without it",
-            None,
-        )
-    )
     section.details.append(
         f"Generation: wall time of `python -m stratgen ...` in the project's folder, in a fresh "
         f"process, {rounds} round(s), cases in rotating order; the split is the median of what "
-        "`--timings` prints (ms; the no-op and the check run without options, as a user runs "
-        "them), start-up+imports = wall - in-CLI total; CPU = user+system time of the "
+        "`--timings` prints (ms), start-up+imports = wall - in-CLI total; CPU = user+system time of the "
         "process (insensitive to other load on the machine). Targets apply to the wall time; "
         "the ratio is to `black --check --workers 1 -l 100 -t py311` over a black-formatted "
         "copy of the same output tree, black's cache in the same state (empty, or warm). "
@@ -314,11 +262,11 @@ def generation(settings: Settings) -> Section:
         f"{'yes' if identical else 'NO'} ({how}). `black --check -l 100` on it: {black_state}."
     )
     section.details.append(
-        "Modules loaded by a no-op `stratgen generate`: "
+        "Modules loaded by `stratgen generate` when nothing changed: "
         + _loaded(noop_modules)
         + "; by `stratgen check` on an up-to-date tree: "
         + _loaded(check_modules)
-        + " (warm cache)."
+        + " (warm cache: black is not imported)."
     )
     many_specs(settings, section)
     return section

@@ -2,8 +2,8 @@
 
 A ``Workspace`` is a throw-away project: a copy of this checkout's ``specs/`` as its own specs
 (``builtin-specs = false``), optionally ``device_spec`` copies of ``specs/hpu.yaml`` more, with
-the caches its runs use. Each run is a fresh process: ``python -m stratgen``, or with a cache
-switched off, ``python -m benchmarks.workers.stratgen_without`` (see there).
+the cache folders its runs use. Each run is a fresh process: ``python -m stratgen``, or with the
+cache switched off, ``python -m benchmarks.workers.stratgen_without`` (see there).
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from .common import ROOT, BenchmarkError, Completed, median, run_command, worker
 
 TIMINGS = re.compile(
     r"timings: (?P<steps>.*); total (?P<total>\d+) ms "
-    r"\(black cache: (?P<hits>\d+) hits, (?P<misses>\d+) misses"
-    r"(?:; render memo: (?P<memo_hits>\d+) hits, (?P<memo_misses>\d+) misses)?\)"
+    r"\(black cache: (?P<hits>\d+) hits, (?P<misses>\d+) misses\)"
 )
 
 
@@ -33,7 +32,6 @@ class Sample:
     total: float = 0.0
     hits: int = 0
     misses: int = 0
-    memo: tuple[int, int] | None = None  # render memo hits and misses, where it was used
 
 
 def parse_timings(stderr: str) -> Sample:
@@ -48,16 +46,8 @@ def parse_timings(stderr: str) -> Sample:
             raise BenchmarkError(f"unexpected unit in --timings: {part!r}")
         steps[name] = float(value) / 1000
     total = float(match["total"]) / 1000
-    memo = None
-    if match["memo_hits"] is not None:
-        memo = (int(match["memo_hits"]), int(match["memo_misses"]))
     return Sample(
-        0.0,
-        steps=steps,
-        total=total,
-        hits=int(match["hits"]),
-        misses=int(match["misses"]),
-        memo=memo,
+        0.0, steps=steps, total=total, hits=int(match["hits"]), misses=int(match["misses"])
     )
 
 
@@ -89,7 +79,7 @@ def device_spec(index: int) -> str:
 
 
 class Workspace:
-    """A throw-away project and the caches its runs use."""
+    """A throw-away project and the cache folders its runs use."""
 
     def __init__(
         self, folder: Path, extra_specs: int = 0, targets: tuple[str, ...] = ("stratlib",)
@@ -128,13 +118,10 @@ class Workspace:
         cache: Path,
         expected: int = 0,
         without: str | None = None,
-        timings: bool = True,
     ) -> Sample:
-        """Run ``stratgen COMMAND`` in the project's folder, as its user does, ``without`` one
-        of its caches (a name of ``benchmarks.workers.stratgen_without.CACHES``). ``timings``:
-        with ``--timings``, for the split of the time; without it (and without options) a
-        command on a current tree is answered from the up-to-date record, which prints none."""
-        arguments = [command, "--no-color"] + (["--timings"] if timings else [])
+        """Run ``stratgen COMMAND --timings`` in the project's folder, as its user does,
+        ``without`` its cache (a name of ``benchmarks.workers.stratgen_without.CACHES``)."""
+        arguments = [command, "--no-color", "--timings"]
         if without is None:
             argv = [sys.executable, "-m", "stratgen", *arguments]
         else:
@@ -148,7 +135,7 @@ class Workspace:
             raise BenchmarkError(
                 f"stratgen {command} exited with {completed.returncode}:\n{completed.stderr[-3000:]}"
             )
-        sample = parse_timings(completed.stderr) if timings else Sample(0.0)
+        sample = parse_timings(completed.stderr)
         sample.wall, sample.cpu = wall, completed.cpu
         return sample
 
@@ -242,9 +229,6 @@ def same_tree(ours: Path, reference: Path) -> tuple[bool, str]:
 
 
 def split(samples: list[Sample]) -> str:
-    if not any(sample.steps for sample in samples):  # run without --timings
-        cpu = median([s.cpu for s in samples])
-        return f"no --timings (a current tree is answered before loading stratgen); CPU {cpu * 1000:.0f} ms"
     names: list[str] = []
     for sample in samples:
         names += [n for n in sample.steps if n not in names]
@@ -253,10 +237,7 @@ def split(samples: list[Sample]) -> str:
     startup = median([s.wall - s.total for s in samples])
     hits, misses = samples[0].hits, samples[0].misses
     cpu = median([s.cpu for s in samples])
-    memo = samples[0].memo
-    remembered = f"; render memo {memo[0]} hits {memo[1]} misses" if memo else ""
     return (
         f"{' / '.join(parts)} ms; start-up+imports {startup * 1000:.0f} ms; in-CLI "
         f"{total * 1000:.0f} ms; CPU {cpu * 1000:.0f} ms; black cache {hits} hits {misses} misses"
-        f"{remembered}"
     )

@@ -1,35 +1,35 @@
-"""The caches that make generation fast never change what it produces.
-
-A run with every cache empty, one that fills the caches, one that reads them back and one that
-finds them corrupted all give the same bytes as a run with caching turned off, and a damaged
-entry of any kind is ignored rather than reported.
+"""stratgen's one cache, black's remembered layouts (``stratgen.fmt``), and its rule: an entry
+is stored under a hash of the statement's text, black's version and the mode, so it is never
+stale. A run that reads the cache back, one that finds it damaged and one under another black
+all give the bytes of a run without a cache; only what black has not laid out before costs
+black's time.
 """
 
 from __future__ import annotations
 
-import pickle
 import shutil
 from pathlib import Path
 
 import pytest
 from sgtest import builtin_specs_project
 
-from stratgen.fmt import Formatter
+from stratgen import fmt
+from stratgen.files import Tree
+from stratgen.fmt import LINE_LENGTH, FormatError, Formatter
 from stratgen.project import Project, load_config
-from stratgen.speccache import SpecCache, wrap
 
 
-def _plan(root: Path, cache: Path | None) -> tuple[dict[str, bytes], Project]:
+def _plan(root: Path, cache: Path | None) -> tuple[dict[str, bytes], Formatter]:
     formatter = Formatter(cache=cache) if cache is not None else Formatter(use_cache=False)
     project = Project(load_config(root), formatter)
-    return project.plan().files, project
+    return project.plan().files, formatter
 
 
 @pytest.fixture(scope="module")
 def uncached(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
     root = builtin_specs_project(tmp_path_factory.mktemp("cache"))
-    files, project = _plan(root, None)
-    assert project.spec_cache.folder is None and project.formatter.cache is None
+    files, formatter = _plan(root, None)
+    assert formatter.cache is None and formatter.hits == 0 and formatter.misses > 50
     return root, files
 
 
@@ -40,124 +40,100 @@ def filled(
     """A cache filled by one run of the project."""
     root, expected = uncached
     cache = tmp_path_factory.mktemp("filled") / "cache"
-    files, project = _plan(root, cache)
-    assert project.spec_cache.hits == 0 and project.formatter.hits == 0
+    files, formatter = _plan(root, cache)
+    assert formatter.hits == 0 and formatter.misses > 50
     assert files == expected
     return cache
 
 
-def _entries(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".tmp-"))
+def _copy(filled: Path, tmp_path: Path) -> tuple[Path, Path]:
+    cache = tmp_path / "cache"
+    shutil.copytree(filled, cache)
+    layouts = sorted((cache / "layouts").iterdir())
+    assert len(layouts) == 1, layouts  # one file for the project
+    return cache, layouts[0]
 
 
-def test_cached_runs_give_the_uncached_bytes(
+def test_a_filled_cache_gives_the_same_bytes_without_black(
     uncached: tuple[Path, dict[str, bytes]], filled: Path, tmp_path: Path
 ) -> None:
     root, expected = uncached
+    cache, _ = _copy(filled, tmp_path)
+    files, formatter = _plan(root, cache)
+    assert files == expected
+    assert formatter.misses == 0 and formatter.hits > 50
+
+
+def test_an_entry_is_never_stale_an_edited_statement_is_another_key(
+    uncached: tuple[Path, dict[str, bytes]], tmp_path: Path
+) -> None:
+    """Editing a spec so that one long statement changes costs black that statement's file
+    alone; the result is what a run without the cache makes of the edited spec."""
+    root = tmp_path / "project"
+    shutil.copytree(uncached[0], root)
     cache = tmp_path / "cache"
-    shutil.copytree(filled, cache)
-    files, project = _plan(root, cache)
-    assert project.spec_cache.misses == 0 and project.formatter.misses == 0
-    assert project.spec_cache.hits == len(list((root / "specs").glob("*.yaml")))
+    assert _plan(root, cache)[1].misses > 50  # this project's layouts remembered
+    spec = root / "specs" / "deepspeed.yaml"
+    text = spec.read_text(encoding="utf-8")
+    assert "install: pip install deepspeed}" in text
+    spec.write_text(text.replace("deepspeed}", "'deepspeed>=0.19'}"), encoding="utf-8")
+    files, formatter = _plan(root, cache)
+    assert 0 < formatter.misses < 5 and formatter.hits > 50
+    assert files == _plan(root, None)[0]
+
+
+def test_another_black_is_another_key(
+    uncached: tuple[Path, dict[str, bytes]],
+    filled: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root, expected = uncached
+    cache, _ = _copy(filled, tmp_path)
+    monkeypatch.setattr(fmt, "black_version", lambda: "0.0-another")
+    files, formatter = _plan(root, cache)
+    assert formatter.hits == 0 and formatter.misses > 50
     assert files == expected
 
 
 @pytest.mark.parametrize(
-    "damage",
-    ["empty", "truncated", "garbage", "other key", "wrong type", "bad pickle", "flipped byte"],
+    "damage", ["empty", "truncated", "garbage", "other project", "flipped byte", "not json"]
 )
-def test_a_damaged_entry_is_ignored(
+def test_a_damaged_file_is_ignored(
     uncached: tuple[Path, dict[str, bytes]], filled: Path, tmp_path: Path, damage: str
 ) -> None:
     root, expected = uncached
-    cache = tmp_path / "cache"
-    shutil.copytree(filled, cache)
-    specs = _entries(cache / "specs")
-    bundles = [p for p in specs if "bundles" in p.relative_to(cache).parts]
-    layouts = _entries(cache / "layouts")
-    assert specs and bundles and len(layouts) == 1
-    # Every parsed spec and the project's bundle of them, and the project's file of black's
-    # layouts (every file is formatted again).
-    for entry in specs + layouts:
-        data = entry.read_bytes()
-        header = data[: data.index(b"\0", data.index(b"\0") + 1) + 1]
-        layout, key = header.decode().split("\0")[:2]
-        other = b"1" if header[-2:-1] == b"0" else b"0"  # the key's last digit, changed
-        damaged = {
-            "empty": b"",
-            "truncated": data[: len(data) // 2],
-            "garbage": b"\x80\x05not a pickle at all",
-            "other key": data.replace(header, header[:-2] + other + b"\0", 1),
-            # Whole, under the right key, but not a parsed spec (nor UTF-8 text).
-            "wrong type": wrap(pickle.dumps({"version": 1}), key, layout.encode()),
-            "bad pickle": header + b"cos\nsystem\n(S'false'\ntR.",
-            "flipped byte": data[:-2] + bytes([data[-2] ^ 0x55]) + data[-1:],
-        }[damage]
-        entry.write_bytes(damaged)
-    files, project = _plan(root, cache)
+    cache, layouts = _copy(filled, tmp_path)
+    data = layouts.read_bytes()
+    name = data.split(b"\0", 2)[1]
+    damaged = {
+        "empty": b"",
+        "truncated": data[: len(data) // 2],
+        "garbage": b"\x80\x05not a layouts file at all",
+        "other project": data.replace(name, name[:-1] + (b"1" if name[-1:] == b"0" else b"0"), 1),
+        # A change inside a layout keeps the file valid JSON: the hash of the payload finds it.
+        "flipped byte": data[:-20] + bytes([data[-20] ^ 0x01]) + data[-19:],
+        # Whole, under the right project and hash, but not a table of layouts.
+        "not json": fmt._wrap(b"[not json", name.decode()),
+    }[damage]
+    layouts.write_bytes(damaged)
+    files, formatter = _plan(root, cache)
     assert files == expected
-    assert project.spec_cache.hits == 0
-    assert project.spec_cache.misses == len(specs) - len(bundles)
-    assert project.formatter.hits == 0 and project.formatter.misses > 50
+    assert formatter.hits == 0 and formatter.misses > 50
 
 
-def test_no_cache_folder_stores_nothing(tmp_path: Path) -> None:
-    cache = SpecCache(None)
-    cache.put("ab" * 32, object())  # type: ignore[arg-type]
-    assert cache.get("ab" * 32) is None
-
-
-def test_an_unwritable_cache_only_costs_time(
-    uncached: tuple[Path, dict[str, bytes]], tmp_path: Path
+def test_no_cache_folder_or_an_unwritable_one_only_costs_time(
+    uncached: tuple[Path, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, expected = uncached
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the cache folder should be", encoding="utf-8")
-    files, project = _plan(root, blocked)
-    assert files == expected
-    assert project.spec_cache.hits == 0
-
-
-def test_an_empty_cache_setting_turns_both_caches_off(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+    files, formatter = _plan(root, blocked)
+    assert files == expected and formatter.hits == 0
     monkeypatch.setenv("STRATGEN_CACHE_DIR", "")
-    project = Project(load_config(builtin_specs_project(tmp_path)))
-    assert project.formatter.cache is None and project.spec_cache.folder is None
+    assert Project(load_config(root)).formatter.cache is None
     monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "here"))
-    project = Project(load_config(tmp_path / "project"))
-    assert project.spec_cache.folder == tmp_path / "here" / "specs"
-
-
-def test_layouts_outlive_runs_that_take_files_from_the_render_memo(
-    uncached: tuple[Path, dict[str, bytes]], filled: Path, tmp_path: Path
-) -> None:
-    """``generate`` lays out only the files the render memo does not hold, and keeps what it
-    did not use: ``check``, which lays out every file, still finds each layout it needs."""
-    root = tmp_path / "project"
-    shutil.copytree(uncached[0], root)
-    cache = tmp_path / "cache"
-    shutil.copytree(filled, cache)
-
-    def generate() -> Project:
-        project = Project(load_config(root), Formatter(cache=cache))
-        project.generate(project.plan(remembered=True))
-        return project
-
-    generate()  # fills the render memo
-    spec = root / "specs" / "deepspeed.yaml"
-    spec.write_text(
-        spec.read_text(encoding="utf-8").replace(
-            "install: pip install deepspeed}", "install: pip install 'deepspeed>=0.19'}"
-        ),
-        encoding="utf-8",
-    )
-    edited = generate()
-    assert edited.memo is not None and edited.memo.hits > 50
-    assert 0 < edited.formatter.misses < 5, "only the edited spec's files need black"
-    project = Project(load_config(root), Formatter(cache=cache))
-    assert project.compare(project.plan(), with_diff=False).changed == []
-    assert project.formatter.misses == 0 and project.formatter.hits > 50
+    assert Project(load_config(root)).formatter.cache == tmp_path / "here"
 
 
 def test_the_layouts_file_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,3 +151,34 @@ def test_the_layouts_file_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert run(sources[2:]).misses == 3  # five in all: more than three, so only these kept
     assert run(sources[:2]).misses == 2
     assert run(sources[:2]).misses == 0
+
+
+# --- black, once over each file ----------------------------------------------------------------
+
+SOURCES = ["x = [1,2,\n3]\n", "def f( a ):\n  return {'a':a}\n", "class A: pass\n"]
+
+
+def test_black_once_formats_as_black_does() -> None:
+    import black
+
+    mode = black.Mode(line_length=LINE_LENGTH, target_versions={black.TargetVersion.PY311})
+    formatted = Formatter(use_cache=False, whole=True).format_all([(s, "f.py") for s in SOURCES])
+    assert formatted == [black.format_str(s, mode=mode) for s in SOURCES]
+
+
+def test_invalid_code_is_a_format_error() -> None:
+    with pytest.raises(FormatError, match="generated code is not valid Python"):
+        Formatter(use_cache=False).format_all([("def (:\n", "bad.py")])
+
+
+# --- comparing with the disk -------------------------------------------------------------------
+
+
+def test_a_tree_tells_whether_a_file_holds_exactly_some_bytes(tmp_path: Path) -> None:
+    tree = Tree(tmp_path, ["out"], "out/.manifest")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a.py").write_bytes(b"x = 1\n")
+    for data in (b"x = 1\n", b"x = 1", b"x = 1\n\n", b"", b"y = 1\n"):
+        assert tree.holds("out/a.py", data) == (tree.read("out/a.py") == data), data
+    assert not tree.holds("out/missing.py", b"") and not tree.holds("out", b"")
+    assert not tree.holds("out/a.py/below", b"")

@@ -13,7 +13,6 @@ import itertools
 import json
 import keyword
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +34,9 @@ class PackageFormatter(Formatter):
     lay out: ``stratgen.fmt``); the generated tests (not under test here, and the slowest files
     to format) are left as rendered."""
 
-    def format_all(
-        self, items: list[tuple[str, str]], known: Mapping[str, str] | None = None
-    ) -> list[str]:
+    def format_all(self, items: list[tuple[str, str]]) -> list[str]:
         package = [index for index, (_, name) in enumerate(items) if "/tests/" not in name]
-        formatted = super().format_all([items[index] for index in package], known)
+        formatted = super().format_all([items[index] for index in package])
         results = [source for source, _ in items]
         for index, text in zip(package, formatted, strict=True):
             assert black.format_str(text, mode=BLACK) == text, f"not black's layout: {text}"

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from .errors import StratgenError
 from .project import Config, Project, find_root, load_config, resource_dir
-from .uptodate import matching, remember, unchanged, up_to_date
 
 if TYPE_CHECKING:
     from .console import Console
@@ -38,12 +37,6 @@ def config_from(args: argparse.Namespace) -> Config:
     return config
 
 
-def _plain(args: argparse.Namespace) -> bool:
-    """Whether the project and its settings are the ones found from the working folder (no
-    option names them): only such a run's record answers ``uptodate.answer``."""
-    return args.project is None and all(getattr(args, k, None) is None for k in SETTING_OPTIONS)
-
-
 def run(args: argparse.Namespace, console: Console) -> int:
     handler = {
         "generate": cmd_generate,
@@ -61,37 +54,15 @@ def _print_timings(project: Project, console: Console) -> None:
     steps = project.timings.steps
     total = sum(steps.values())
     parts = ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in steps.items())
-    memo = project.memo
-    remembered = f"; render memo: {memo.hits} hits, {memo.misses} misses" if memo else ""
     console.err.write(
         f"timings: {parts}; total {total * 1000:.0f} ms "
-        f"(black cache: {project.formatter.hits} hits, {project.formatter.misses} misses"
-        f"{remembered})\n"
+        f"(black cache: {project.formatter.hits} hits, {project.formatter.misses} misses)\n"
     )
-
-
-def _known_current(project: Project, args: argparse.Namespace) -> int | None:
-    """The number of generated files when the tree is known to match the specs already."""
-    import time
-
-    started = time.perf_counter()
-    count = up_to_date(project, _plain(args))
-    project.timings.add("fingerprint", started)
-    return count
 
 
 def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     project = Project(config_from(args))
-    current = _known_current(project, args)
-    if current is not None:
-        if args.dry_run:
-            console.say("Up to date; nothing to write.")
-        else:
-            console.say(unchanged(current))
-        if args.timings:
-            _print_timings(project, console)
-        return EXIT_OK
-    plan = project.plan(trust_tree=True, remembered=True)
+    plan = project.plan()
     if args.dry_run or args.diff:
         drift = project.compare(plan, with_diff=args.diff)
         recorded = set(project.tree().recorded())
@@ -127,8 +98,6 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     console.say(
         f"{len(report.written)} written, {len(report.unchanged)} unchanged, {len(report.removed)} removed."
     )
-    if not report.kept:
-        remember(project, _plain(args))
     if args.timings:
         _print_timings(project, console)
     return EXIT_OK
@@ -136,19 +105,12 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     project = Project(config_from(args))
-    current = _known_current(project, args)
-    if current is not None:
-        if args.timings:
-            _print_timings(project, console)
-        console.say(matching(current))
-        return EXIT_OK
     plan = project.plan()
     drift = project.compare(plan, with_diff=not args.quiet)
     if args.timings:
         _print_timings(project, console)
     if drift.clean:
-        remember(project, _plain(args))
-        console.say(matching(len(plan.files)))
+        console.say(f"{len(plan.files)} generated files match the specs.")
         return EXIT_OK
     for text in drift.diffs:
         console.say(text.rstrip("\n"))

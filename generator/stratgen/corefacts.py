@@ -11,9 +11,19 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
-from .factcache import remembered, runtime_dir
+
+@cache
+def runtime_dir() -> Path:
+    """The folder of the installed ``stratcore`` package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("stratcore")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("stratcore, the runtime of generated packages, is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _public_names(tree: ast.Module) -> set[str]:
@@ -42,10 +52,6 @@ def _public_names(tree: ast.Module) -> set[str]:
 def strategy_attributes() -> frozenset[str]:
     """Public attribute names of the core's strategy classes and the bases they share
     (``CheckpointingBase``)."""
-    return remembered("strategy_attributes", _strategy_attributes)
-
-
-def _strategy_attributes() -> frozenset[str]:
     modules = ["strategy", "checkpoint_state", "single_device", "parallel", "ipu"]
     modules += [f"wrappers.{p.stem}" for p in sorted((runtime_dir() / "wrappers").glob("*.py"))]
     names: set[str] = set()
@@ -90,17 +96,6 @@ def class_annotations(
 ) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
     """Class-level annotations of a core class: attribute -> (annotation source, imports it
     needs as (module, name) pairs, e.g. ('stratcore.imports', 'Requirement'))."""
-    if not module.startswith("stratcore."):  # remembered by the runtime's source only
-        return _class_annotations(module, class_name)
-    return remembered(
-        f"class_annotations:{module}:{class_name}",
-        lambda: _class_annotations(module, class_name),
-    )
-
-
-def _class_annotations(
-    module: str, class_name: str
-) -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
     cls, known = _class_source(module, class_name)
     result: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
     for node in cls.body:
@@ -163,14 +158,6 @@ def _constant(node: ast.expr, known: dict[str, str]) -> object:
 def class_defaults(module: str, class_name: str) -> dict[str, object]:
     """The values a core class gives its annotated class attributes, where they are plain:
     literals, contract constants (e.g. ``PRECISIONS``) and contract value types."""
-    if not module.startswith("stratcore."):  # remembered by the runtime's source only
-        return _class_defaults(module, class_name)
-    return remembered(
-        f"class_defaults:{module}:{class_name}", lambda: _class_defaults(module, class_name)
-    )
-
-
-def _class_defaults(module: str, class_name: str) -> dict[str, object]:
     cls, known = _class_source(module, class_name)
     result: dict[str, object] = {}
     for node in cls.body:
@@ -196,10 +183,7 @@ def _bases(module: str, class_name: str) -> list[tuple[str, str]]:
 @cache
 def class_mro(module: str, class_name: str) -> tuple[tuple[str, str], ...]:
     """The method resolution order of a runtime class, among runtime classes."""
-    return remembered(
-        f"class_mro:{module}:{class_name}",
-        lambda: _merge([(module, class_name)], _bases(module, class_name)),
-    )
+    return _merge([(module, class_name)], _bases(module, class_name))
 
 
 def _merge(head: list[tuple[str, str]], bases: list[tuple[str, str]]) -> tuple[Any, ...]:

@@ -37,25 +37,13 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def manifest_bytes(
-    files: Mapping[str, bytes],
-    formatted_from: Mapping[str, str] | None = None,
-    digests: Mapping[str, str] | None = None,
-) -> bytes:
-    """The manifest for a plan: every generated path with the hash of its content, and for
-    formatted files the formatter's key of the text they were formatted from. ``digests``
-    holds hashes known already (``digest(files[path])``, not computed again)."""
-    known = digests or {}
-    hashes = {path: known.get(path) or digest(data) for path, data in files.items()}
-    return _manifest_document(hashes, formatted_from or {})
+def manifest_bytes(files: Mapping[str, bytes]) -> bytes:
+    """The manifest for a plan: every generated path with the hash of its content."""
+    return _manifest_document({path: digest(data) for path, data in files.items()})
 
 
-def _manifest_document(
-    entries: Mapping[str, str | list[str]], formatted_from: Mapping[str, str] | None = None
-) -> bytes:
-    document: dict[str, object] = {"generator": "stratgen", "files": dict(sorted(entries.items()))}
-    if formatted_from:
-        document["formatted_from"] = dict(sorted(formatted_from.items()))
+def _manifest_document(entries: Mapping[str, str | list[str]]) -> bytes:
+    document = {"generator": "stratgen", "files": dict(sorted(entries.items()))}
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -77,32 +65,6 @@ class WriteReport:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)  # orphans edited by hand, left in place
-
-
-class FormattedFiles(Mapping[str, str]):
-    """Formatter key -> the text of the generated file the manifest says was formatted from
-    it, if that file is still on disk with the hash the manifest records (see
-    ``Tree.formatted``); files are read on demand."""
-
-    def __init__(self, tree: Tree, recorded: Mapping[str, tuple[str, str]]) -> None:
-        self._tree = tree
-        self._recorded = recorded  # key -> (path, hash of the file as written)
-
-    def __getitem__(self, key: str) -> str:
-        path, expected = self._recorded[key]
-        content = self._tree.read(path)
-        if content is None or digest(content) != expected:
-            raise KeyError(key)  # edited since, or gone: format anew
-        try:
-            return content.decode("utf-8")
-        except UnicodeDecodeError:
-            raise KeyError(key) from None
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key in self._recorded if key in self)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 class Tree:
@@ -161,29 +123,6 @@ class Tree:
             if self.owns(str(path)) and all(isinstance(h, str) for h in hashes):
                 recorded[str(path)] = frozenset(hashes)
         return recorded
-
-    def formatted(self) -> FormattedFiles:
-        """Formatter key -> formatted text, for every generated file that is on disk exactly
-        as the previous run wrote it (its hash matches the manifest), keyed by what the
-        manifest says it was formatted from. A checkout's generated files thus serve as the
-        format cache of the next generate, on a machine that never ran stratgen before. Each
-        file is read and checked when its key is asked for."""
-        data = self.read(self.manifest)
-        if data is None:
-            return FormattedFiles(self, {})
-        try:
-            document = json.loads(data)
-            files, keys = document["files"], document.get("formatted_from", {})
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return FormattedFiles(self, {})
-        if not isinstance(files, dict) or not isinstance(keys, dict):
-            return FormattedFiles(self, {})
-        recorded: dict[str, tuple[str, str]] = {}
-        for path, key in keys.items():
-            expected = files.get(path)
-            if isinstance(key, str) and isinstance(expected, str) and self.owns(str(path)):
-                recorded[key] = (str(path), expected)
-        return FormattedFiles(self, recorded)
 
     def owns(self, path: str) -> bool:
         """Whether ``path`` (relative to the root) lies inside one of the generated folders."""

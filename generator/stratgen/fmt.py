@@ -6,11 +6,13 @@ for one, or with a trailing comma to explode (``long_statements``). Only those g
 of a run in one pass per indentation, and black is not imported when there are none. Files
 from a project's own templates are formatted whole.
 
-What black makes of a statement (or of a whole file) is a pure function of its text, the black
-version and the mode, so it is remembered under a hash of those, in one file per project in
-the cache folder (``STRATGEN_CACHE_DIR``): a regeneration whose edit leaves those statements
-alone does not import black. The file is written whole or not at all, and a missing, damaged or
-foreign one only costs the time of formatting again.
+This is stratgen's one cache. What black makes of a statement (or of a whole file) is a pure
+function of its text, the black version and the mode, so it is remembered under a hash of
+those, in one file per project in the user's cache folder (``STRATGEN_CACHE_DIR``; empty: no
+cache). **An entry is never stale**: a different text, black version or mode is a different key.
+A regeneration whose edit leaves the long statements alone, and every check after a generate,
+do not import black. The file is written whole or not at all and carries a hash of its content:
+a missing, damaged or foreign one only costs the time of formatting again.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ import dataclasses
 import gc
 import hashlib
 import json
+import os
 import re
-from collections.abc import Mapping
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from .paths import black_version, cache_folder
-from .speccache import read_own, unwrap, wrap, write_atomic
 
 LINE_LENGTH = 100
 #: The layout of the file of remembered layouts and of its keys; bumped when either changes.
@@ -47,9 +49,9 @@ def cache_dir() -> Path | None:
 
 
 class Formatter:
-    """black's layout of generated files. ``hits`` counts the files whose layout was at hand
-    (in the checkout, or each statement for black remembered), ``misses`` those that black
-    formatted, in part or whole; a file with nothing for black to lay out counts as neither."""
+    """black's layout of generated files. ``hits`` counts the files whose every long statement
+    black had laid out before (remembered), ``misses`` those that black formatted, in part or
+    whole; a file with nothing for black to lay out counts as neither."""
 
     def __init__(
         self, cache: Path | None = None, use_cache: bool = True, whole: bool = False
@@ -72,8 +74,8 @@ class Formatter:
             self._file, self._name = self.cache / "layouts" / project, project
 
     def save(self) -> None:
-        """Add the layouts this run made to the project's file. A run that takes files from the
-        render memo lays out only the others, so what it did not use is kept too, up to
+        """Add the layouts this run made to the project's file. What this run did not use is
+        kept too (another target or an earlier version of a spec may need it again), up to
         ``MOST_LAYOUTS``; past that the file starts again from what this run used."""
         if self._file is None or self._stored is None or self._used.keys() <= self._stored.keys():
             return
@@ -81,44 +83,26 @@ class Formatter:
         if len(table) > MOST_LAYOUTS:
             table = dict(self._used)
         payload = json.dumps(table, sort_keys=True, ensure_ascii=False).encode("utf-8")
-        write_atomic(self._file, wrap(payload, self._name, _LAYOUT))
+        _write_atomic(self._file, _wrap(payload, self._name))
         self._stored = table
-
-    def key(self, source: str) -> str:
-        """What the formatted text of ``source`` is known under (the manifest records it for
-        every generated file): its hash with black's version and mode."""
-        digest = hashlib.sha256()
-        digest.update(black_mode().encode())
-        digest.update(b"|whole\0" if self.whole else b"\0")
-        digest.update(source.encode("utf-8"))
-        return digest.hexdigest()
 
     def format(self, source: str, name: str) -> str:
         return self.format_all([(source, name)])[0]
 
-    def format_all(
-        self, items: list[tuple[str, str]], known: Mapping[str, str] | None = None
-    ) -> list[str]:
-        """Format every (source, name) pair; ``known`` maps keys to formatted texts already at
-        hand (the generated files of a checkout). The rest is laid out in one pass."""
-        known = known if known is not None else {}
-        results: list[str | None] = [known.get(self.key(source)) for source, _ in items]
-        missing = [i for i, result in enumerate(results) if result is None]
-        self.hits += len(items) - len(missing)
+    def format_all(self, items: list[tuple[str, str]]) -> list[str]:
+        """Format every (source, name) pair, what black is to lay out in one pass."""
         enabled = gc.isenabled()
         gc.disable()  # black leaves much cyclic garbage: collected once, at the end
         try:
-            sources = [items[i][0] for i in missing]
+            sources = [source for source, _ in items]
             laid_out = self._whole(sources) if self.whole else self._lay_out(sources)
         finally:
             if enabled:
                 gc.enable()
-        for index, outcome in zip(missing, laid_out, strict=True):
+        for (_, name), outcome in zip(items, laid_out, strict=True):
             if isinstance(outcome, Exception):
-                name = items[index][1]
                 raise FormatError(f"{name}: generated code is not valid Python: {outcome}")
-            results[index] = outcome
-        return [str(result) for result in results]
+        return [str(outcome) for outcome in laid_out]
 
     # -- black, and what it made before ---------------------------------------------------------
 
@@ -319,8 +303,11 @@ def _statement_key(column: int, text: str) -> str:
 
 
 def _load(path: Path, name: str) -> dict[str, str]:
-    data = read_own(path)
-    payload = unwrap(data, name, _LAYOUT) if data is not None else None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return {}
+    payload = _unwrap(data, name)
     if payload is None:
         return {}
     try:
@@ -335,3 +322,41 @@ def _load(path: Path, name: str) -> dict[str, str]:
 def black_mode() -> str:
     """black's version and the mode stratgen runs it in, as formatter keys begin."""
     return f"stratgen-black-v4|{LINE_LENGTH}|py311|{black_version()}"
+
+
+# --- the file of remembered layouts ------------------------------------------------------------
+
+
+def _wrap(payload: bytes, name: str) -> bytes:
+    """The file's bytes: its layout, the project it belongs to and a hash of the payload, then
+    the payload."""
+    digest = hashlib.sha256(payload).hexdigest()
+    return b"\0".join([_LAYOUT, name.encode(), digest.encode(), payload])
+
+
+def _unwrap(data: bytes, name: str) -> bytes | None:
+    """The payload of a file ``_wrap`` wrote for ``name``; None unless it is whole."""
+    header = _LAYOUT + b"\0" + name.encode() + b"\0"
+    if not data.startswith(header):
+        return None
+    digest, separator, payload = data[len(header) :].partition(b"\0")
+    if not separator or digest != hashlib.sha256(payload).hexdigest().encode():
+        return None
+    return payload
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write the file whole or not at all (a temporary file renamed into place); a read-only
+    or full cache folder only costs speed."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass

@@ -1,8 +1,4 @@
-"""Where stratgen finds a project, its cache and the files of a folder it reads or owns.
-
-Imports nothing but ``os``: ``stratgen check`` answers from ``uptodate``'s record through this
-module before the rest of stratgen (and pathlib, argparse, tomllib) is imported.
-"""
+"""Where stratgen finds a project, its cache and the files of a folder it reads or owns."""
 
 from __future__ import annotations
 
@@ -37,7 +33,8 @@ def find_root(start: str) -> str:
 
 
 def cache_folder() -> str | None:
-    """The user's stratgen cache (``STRATGEN_CACHE_DIR``; set to empty, none at all)."""
+    """The user's stratgen cache, where black's layouts are remembered (``fmt``):
+    ``STRATGEN_CACHE_DIR``, none at all where it is set empty."""
     configured = os.environ.get("STRATGEN_CACHE_DIR")
     if configured == "":
         return None

@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import paths
 from .errors import Location, SpecError, StratgenError, did_you_mean
-from .files import MANIFEST_NAME, Drift, Tree, WriteReport, digest, manifest_bytes
+from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
 from .fmt import Formatter
-from .speccache import SpecCache, read_spec_bytes
+from .yamlload import read_spec_bytes
 
-if TYPE_CHECKING:  # the pipeline's modules load on first use: an up-to-date check needs none
+if TYPE_CHECKING:
     from .catalog import Catalog, Source
-    from .rendermemo import RenderMemo
     from .selection import Selection
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
@@ -164,22 +163,13 @@ class Project:
         # A project's own templates are not held to black's layout: black formats its files whole.
         if config.templates:
             self.formatter.whole = True
-        name = self.cache_name()
-        self.formatter.open(name)
-        # Parsed specs are kept where formatted files are: the same folder, the same switch.
-        self.spec_cache = SpecCache(self.formatter.cache, name)
+        self.formatter.open(self.cache_name())
         self.timings = Timings()
-        # id(source) -> (source, the parsed-spec cache's key of its file), for memo keys.
-        self._spec_keys: dict[int, tuple[object, str]] = {}
-        self.memo: RenderMemo | None = None
-        #: Every input and their hash, taken before any is read (``uptodate.up_to_date``).
-        self.inputs: dict[str, Any] | None = None
-        self.fingerprint: str | None = None
         self._root: Path | None = None  # the project folder, resolved
 
     def cache_name(self) -> str:
-        """What this project's files in the caches are named: its folder and settings,
-        hashed."""
+        """What this project's file of remembered layouts is named (``fmt``): its folder and
+        settings, hashed."""
         config = self.config
         h = hashlib.sha256(str(config.root.resolve()).encode("utf-8", "surrogatepass"))
         for setting in (config.specs, config.package, config.package_dir, config.tests):
@@ -208,19 +198,11 @@ class Project:
                 f"before .yaml (its tests are generated as test_<name>.py)",
             )
         from .catalog import Source
+        from .parse import parse_spec_file
+        from .yamlload import load_yaml
 
-        data = read_spec_bytes(path, display)
-        key = self.spec_cache.key(data, display)
-        spec = self.spec_cache.get(key)
-        if spec is None:
-            from .parse import parse_spec_file
-            from .yamlload import load_yaml
-
-            spec = parse_spec_file(load_yaml(data, display))
-            self.spec_cache.put(key, spec)
-        source = Source(display, path.stem, spec, builtin, hooks_dir=str(path.parent))
-        self._spec_keys[id(source)] = (source, key)
-        return source
+        spec = parse_spec_file(load_yaml(read_spec_bytes(path, display), display))
+        return Source(display, path.stem, spec, builtin, hooks_dir=str(path.parent))
 
     def spec_paths(self) -> list[Path]:
         folder = self.config.root / self.config.specs
@@ -261,14 +243,10 @@ class Project:
                 problems.extend(exc.problems)
                 continue
             if label is not None:  # a file about to be copied: hooks stay next to the original
-                key = self._spec_keys[id(source)][1]
                 source = type(source)(
                     source.path, Path(label).stem, source.spec, source.builtin, str(path.parent)
                 )
-                self._spec_keys[id(source)] = (source, key)
             sources.append(source)
-        if extra is None and skip is None:
-            self.spec_cache.save_bundle()
         self.timings.add("load", started)
         if problems:
             raise SpecError(problems)
@@ -276,20 +254,9 @@ class Project:
 
     # -- planning -----------------------------------------------------------------------------
 
-    def plan(
-        self,
-        extra: list[tuple[Path, str]] | None = None,
-        skip: Path | None = None,
-        trust_tree: bool = False,
-        remembered: bool = False,
-    ) -> Plan:
-        """Every file the specs produce, formatted. With ``trust_tree``, a generated file that
-        is on disk exactly as the manifest records it, formatted from the same text, is taken
-        as its own formatting; with ``remembered``, a file that an earlier run made from the
-        same inputs is taken from the render memo (``generate`` does both; ``check`` renders
-        and formats everything itself)."""
+    def plan(self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None) -> Plan:
+        """Every file the specs produce, formatted, and the manifest that lists them."""
         from .render import Renderer, render
-        from .rendermemo import Remembered
         from .resolve import resolve
         from .selection import select
 
@@ -303,17 +270,14 @@ class Project:
         template_dirs = [resource_dir("templates")]
         if self.config.templates:
             template_dirs.insert(0, self.config.root / self.config.templates)
-        renderer = Renderer(template_dirs)
-        self.memo = memo = self._render_memo(template_dirs) if remembered else None
         rendered = render(
             catalog,
             selection,
-            renderer,
+            Renderer(template_dirs),
             self.config.package,
             self.config.package_dir,
             self.config.tests,
             self.config.targets,
-            memo,
         )
         self.timings.add("render", started)
 
@@ -321,61 +285,21 @@ class Project:
         paths = [item.path for item in rendered]
         if len(set(paths)) != len(paths):  # pragma: no cover - a template bug
             raise StratgenError("two templates produce the same file")
-        python = [item for item in rendered if item.python and item.done is None]
-        known = self.tree().formatted() if trust_tree else None
+        python = [item for item in rendered if item.python]
         formatted = dict(
             zip(
                 [item.path for item in python],
-                self.formatter.format_all([(item.text, item.path) for item in python], known),
+                self.formatter.format_all([(item.text, item.path) for item in python]),
                 strict=True,
             )
         )
-        files: dict[str, bytes] = {}
-        formatted_from: dict[str, str] = {}
-        digests: dict[str, str] = {}
-        for item in rendered:
-            if item.done is not None:
-                files[item.path] = item.done.data
-                digests[item.path] = item.done.digest
-                if item.done.formatted_from is not None:
-                    formatted_from[item.path] = item.done.formatted_from
-                continue
-            data = files[item.path] = formatted.get(item.path, item.text).encode("utf-8")
-            if item.python:
-                formatted_from[item.path] = self.formatter.key(item.text)
-            if memo is not None and item.memo_key is not None:
-                digests[item.path] = digest(data)
-                memo.put(
-                    item.memo_key,
-                    Remembered(item.path, data, formatted_from.get(item.path), digests[item.path]),
-                )
-        files[self.config.manifest] = manifest_bytes(files, formatted_from, digests)
+        files = {
+            item.path: formatted.get(item.path, item.text).encode("utf-8") for item in rendered
+        }
+        files[self.config.manifest] = manifest_bytes(files)
         self.formatter.save()
-        if memo is not None:
-            memo.save()
         self.timings.add("format", started)
         return Plan(files, catalog, selection)
-
-    def _render_memo(self, template_dirs: list[Path]) -> RenderMemo | None:
-        """The render memo of this project, kept where formatted files are; none when caching
-        is off or the formatter is not stratgen's own (the memo holds formatted files)."""
-        if self.formatter.cache is None or type(self.formatter) is not Formatter:
-            return None
-        from .rendermemo import Fingerprints, RenderMemo, inputs_digest
-
-        config = self.config
-        settings = [
-            f"package={config.package}",
-            f"package_dir={config.package_dir}",
-            f"tests={config.tests}",
-            f"targets={','.join(config.targets)}",
-        ]
-        return RenderMemo(
-            self.formatter.cache,
-            self.cache_name(),
-            inputs_digest(template_dirs, settings),
-            Fingerprints(self._spec_keys),
-        )
 
     def tree(self) -> Tree:
         owned = [self.config.package_dir, self.config.tests]

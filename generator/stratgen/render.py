@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 from stratcore.contract import PACKAGE_EXPORTS, REGISTRY_IMPORTS
@@ -25,17 +25,12 @@ from .pyapi import PyModule, literal
 from .selection import Selection
 from .templating import Renderer, header, template_problem
 
-if TYPE_CHECKING:
-    from .rendermemo import Remembered, RenderMemo
-
 
 @dataclass(frozen=True)
 class RenderedFile:
     path: str  # relative to the project root
     text: str
     python: bool  # whether to format it with black
-    memo_key: str | None = None  # what the finished file is remembered under, if anything
-    done: Remembered | None = None  # the finished file, from an earlier run (text is "")
 
 
 def test_module_name(source: Source) -> str:
@@ -53,13 +48,11 @@ def render(
     package_dir: str,
     tests_dir: str,
     targets: Iterable[str] = ("stratlib",),
-    memo: RenderMemo | None = None,
 ) -> list[RenderedFile]:
     """Every file of the package and its tests, for each target; a broken template is a clean
-    error. Files ``memo`` remembers come back finished (``done``), neither described nor
-    rendered."""
+    error."""
     try:
-        files = _render(catalog, selection, renderer, package, package_dir, tests_dir, memo)
+        files = _render(catalog, selection, renderer, package, package_dir, tests_dir)
         if "lightning" in targets:
             files += _render_lightning(
                 catalog, selection, renderer, package, package_dir, tests_dir
@@ -109,7 +102,6 @@ def _render(
     package: str,
     package_dir: str,
     tests_dir: str,
-    memo: RenderMemo | None = None,
 ) -> list[RenderedFile]:
     files: list[RenderedFile] = []
 
@@ -119,14 +111,10 @@ def _render(
     module_template = renderer.template("package/module.py.j2")
 
     def emit_module(make: Callable[[Any], PyModule], entry: Any) -> None:
-        """The module ``make`` describes for a catalog entry: a function of the entry alone."""
-        key, done = _recall(memo, f"module:{make.__module__}.{make.__qualname__}", entry)
-        if done is not None and done.path.startswith(f"{package_dir}/"):
-            files.append(RenderedFile(done.path, "", True, key, done))
-            return
+        """The module ``make`` describes for a catalog entry."""
         module = make(entry)
         text = module_template.render(header=header(module.source), module=module)
-        files.append(RenderedFile(f"{package_dir}/{module.path}", text, True, key))
+        files.append(RenderedFile(f"{package_dir}/{module.path}", text, True))
 
     strategies = [catalog.strategies[n] for n in selection.strategies]
     accelerators = [catalog.accelerators[n] for n in selection.accelerators]
@@ -187,18 +175,8 @@ def _render(
     )
     emit(f"{package_dir}/__init__.py", _package_init(renderer, package, families, all_sources))
     emit(f"{package_dir}/py.typed", "", python=False)
-    files.extend(_tests(renderer, catalog, selection, package, package_dir, tests_dir, memo))
+    files.extend(_tests(renderer, catalog, selection, package, package_dir, tests_dir))
     return files
-
-
-def _recall(
-    memo: RenderMemo | None, kind: str, value: object
-) -> tuple[str | None, Remembered | None]:
-    """The memo's key for what ``kind`` makes of ``value``, and the file if it remembers it."""
-    if memo is None:
-        return None, None
-    key = memo.key(kind, value)
-    return key, memo.get(key)
 
 
 def _emit_hooks(strategies: list[Strategy], package_dir: str, emit: Any) -> None:
@@ -312,7 +290,6 @@ def _tests(
     package: str,
     package_dir: str,
     tests_dir: str,
-    memo: RenderMemo | None = None,
 ) -> list[RenderedFile]:
     """One test module per spec file that declares anything selected, plus a conftest."""
     template = renderer.template("tests/test_spec.py.j2")
@@ -324,7 +301,7 @@ def _tests(
     }
     files = []
     for source in catalog.sources:
-        item = _test_module(template, catalog, selection, chosen, source, package, tests_dir, memo)
+        item = _test_module(template, catalog, selection, chosen, source, package, tests_dir)
         if item is not None:
             files.append(item)
     baselines = testcases.baseline_expectations(catalog, selection.accelerators)
@@ -357,13 +334,8 @@ def _test_module(
     source: Source,
     package: str,
     tests_dir: str,
-    memo: RenderMemo | None,
 ) -> RenderedFile | None:
-    """The test module of one spec file, if it declares anything selected. It is a function of
-    the entries it tests and of what their test facts read of the catalog
-    (``testcases.test_tables``: the accelerators a strategy runs on, every precision
-    plugin): the memo keeps it under those (``tests/test_render_memo.py`` checks that they
-    are all it reads)."""
+    """The test module of one spec file, if it declares anything selected."""
     spec = source.spec
     strategies = [
         catalog.strategies[s.name] for s in spec.strategies if s.name in chosen["strategies"]
@@ -386,19 +358,6 @@ def _test_module(
     if not (strategies or accelerator or plugins or envs):
         return None
     path = f"{tests_dir}/{test_module_name(source)}"
-    key, done = None, None
-    if memo is not None:
-        named = [
-            catalog.accelerators[name]
-            for strategy in strategies
-            for name in strategy.accelerators
-            if name in chosen["accelerator"]
-        ]
-        inputs = (package, source, strategies, accelerator, plugins, envs, selection.accelerators)
-        everywhere = tuple(catalog.precision_plugins.values())
-        key, done = _recall(memo, f"template:{template.name}|{path}", (inputs, named, everywhere))
-        if done is not None and done.path == path:
-            return RenderedFile(done.path, "", True, key, done)
     tables = testcases.test_tables(
         catalog, strategies, accelerator, envs, plugins, selection.accelerators
     )
@@ -408,4 +367,4 @@ def _test_module(
         source=source,
         tables=tables,
     )
-    return RenderedFile(path, text, True, key)
+    return RenderedFile(path, text, True)

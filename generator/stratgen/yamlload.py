@@ -307,7 +307,17 @@ def load_yaml(data: bytes | str, file: str) -> Node:
     return _Converter(file).convert(root, 0, "")
 
 
-def load_yaml_file(path: Path, display: str) -> Node:
-    from .speccache import read_spec_bytes
+def read_spec_bytes(path: Path, display: str) -> bytes:
+    """The bytes of a spec file, or a located error saying why they cannot be read."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError.single(Location(display), "", "no such file") from None
+    except IsADirectoryError:
+        raise SpecError.single(Location(display), "", "is a directory, not a spec file") from None
+    except OSError as exc:
+        raise SpecError.single(Location(display), "", f"cannot read: {exc.strerror}") from None
 
+
+def load_yaml_file(path: Path, display: str) -> Node:
     return load_yaml(read_spec_bytes(path, display), display)
