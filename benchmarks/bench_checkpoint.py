@@ -26,7 +26,6 @@ def checkpoints(settings: Settings) -> Section:
     result = run_worker(
         "benchmarks.workers.checkpoint",
         ["--megabytes", str(megabytes), "--repeats", str(repeats)],
-        torch=True,
     )
     times: dict[str, list[float]] = result["times"]
     size = result["bytes"]["stratlib"]

@@ -71,11 +71,11 @@ def _run(variant: str, config: tuple[tuple[str, int], ...], round_index: int) ->
     for key, value in config:
         args += [f"--{key}", str(value)]
     try:
-        return run_worker("benchmarks.workers.ddp_step", args, torch=True)
+        return run_worker("benchmarks.workers.ddp_step", args)
     except BenchmarkError as exc:
         # One failure is reported and repeated; a second one fails the benchmark.
         RETRIED.append(f"{LABELS[variant]}: {_cause(str(exc))}")
-        return run_worker("benchmarks.workers.ddp_step", args, torch=True)
+        return run_worker("benchmarks.workers.ddp_step", args)
 
 
 def _cause(error: str) -> str:

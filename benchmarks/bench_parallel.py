@@ -42,10 +42,10 @@ def _run(layout: str, config: dict[str, int]) -> dict[str, Any]:
     for key, value in sorted(config.items()):
         args += [f"--{key}", str(value)]
     try:
-        return run_worker(WORKER, args, torch=True)
+        return run_worker(WORKER, args)
     except BenchmarkError:
         # One failure is repeated; a second one is reported.
-        return run_worker(WORKER, args, torch=True)
+        return run_worker(WORKER, args)
 
 
 def step_time(settings: Settings) -> Section:

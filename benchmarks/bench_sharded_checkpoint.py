@@ -16,7 +16,6 @@ def sharded_checkpoints(settings: Settings) -> Section:
     result = run_worker(
         "benchmarks.workers.sharded_checkpoint",
         ["--megabytes", str(megabytes), "--repeats", str(repeats)],
-        torch=True,
     )
     times: dict[str, list[float]] = result["times"]
     section = Section("sharded checkpoint")

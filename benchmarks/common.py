@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stratcore.preload import TORCH
 from stratcore.watch import Job, Stalled
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,18 +146,16 @@ def compile_bytecode() -> str:
 
 
 def run_worker(
-    module: str, args: Sequence[str], env: dict[str, str] | None = None, torch: bool = False
+    module: str, args: Sequence[str], env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """Run ``python -m module args`` and return the JSON object it writes to ``--out``.
-    ``torch``: the worker imports torch first, so that a quick run may start it from its
-    preload server (see ``run.py``)."""
+    """Run ``python -m module args`` and return the JSON object it writes to ``--out``."""
     with tempfile.TemporaryDirectory(prefix="stratbench-") as folder:
         out = Path(folder) / "result.json"
         command = [sys.executable, "-m", module, "--out", str(out), *args]
         # CLOCK_MONOTONIC is one clock for every process of the machine: workers report
         # time.monotonic() readings that are compared with this one.
         started = time.monotonic()
-        completed = run_command(command, env=worker_env(env), preload=TORCH if torch else ())
+        completed = run_command(command, env=worker_env(env))
         if completed.returncode != 0 or not out.is_file():
             raise BenchmarkError(
                 f"{' '.join(command[1:])} exited with {completed.returncode}:\n"
@@ -179,9 +176,7 @@ class Completed:
     cpu: float
 
 
-def run_command(
-    command: Sequence[str], env: dict[str, str], cwd: Path = ROOT, preload: Sequence[str] = ()
-) -> Completed:
+def run_command(command: Sequence[str], env: dict[str, str], cwd: Path = ROOT) -> Completed:
     """Run ``command`` to its end. It fails (BenchmarkError) only when it stops making
     progress: no output and no CPU time used by it or any process it started for
     ``watch.STALL`` seconds (see ``stratcore.watch``), which on a busy machine tells a hang
@@ -190,13 +185,11 @@ def run_command(
     ended (a rank that outlives its launcher cannot hold the harness).
 
     Commands run one at a time, so the growth of this process's children CPU time while one
-    runs is that command's own (user + system), which the machine's load barely changes; not
-    so for a command started from a preload server (``preload``, in a quick run only), which
-    is the server's child.
+    runs is that command's own (user + system), which the machine's load barely changes.
     """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     what = " ".join(Path(part).name if index == 0 else part for index, part in enumerate(command))
-    job = Job(command, what=what[:200], env=env, cwd=cwd, start_new_session=True, preload=preload)
+    job = Job(command, what=what[:200], env=env, cwd=cwd, start_new_session=True)
     try:
         finished = job.finish()
     except Stalled as exc:

@@ -26,7 +26,6 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "benchmarks"
 
-from stratcore import preload, watch
 
 from benchmarks import (
     bench_checkpoint,
@@ -34,7 +33,6 @@ from benchmarks import (
     bench_generate,
     bench_import,
     bench_parallel,
-    bench_preload,
     bench_sharded_checkpoint,
 )
 from benchmarks.common import (
@@ -56,7 +54,6 @@ BENCHMARKS: dict[str, Callable[[Settings], Section]] = {
     "generate": bench_generate.generation,
     "checkpoint": bench_checkpoint.checkpoints,
     "sharded-checkpoint": bench_sharded_checkpoint.sharded_checkpoints,
-    "preload": bench_preload.preload_cost,
 }
 COLUMNS = ("benchmark", "measured", "baseline", "ratio [min-max]", "target", "met?", "notes")
 
@@ -244,17 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("Machine: " + "; ".join(f"{k}: {v}" for k, v in host.items()), flush=True)
     rows: list[Row] = []
     details: list[str] = []
-    # A quick run checks each row's plumbing, with figures nobody quotes: its workers that
-    # import torch start from a preload server (``stratcore.preload``), their ranks from
-    # their rank servers, as the test suite starts its commands.
-    preloader = preload.Preloader() if args.quick else None
-    watch.use_preloader(preloader)
-    try:
-        failures = _run_selected(selected, settings, rows, details)
-    finally:
-        watch.use_preloader(None)
-        if preloader is not None:
-            preloader.close()
+    failures = _run_selected(selected, settings, rows, details)
     host["load average"] += f" at start; {_load()} at end"
 
     print()

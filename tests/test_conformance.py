@@ -26,7 +26,7 @@ import yaml
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from stratcore import watch
-from stratcore.testing import clean_environ, preloading
+from stratcore.testing import clean_environ
 
 from stratlib import registry
 
@@ -382,7 +382,6 @@ def check_conformance(spec: dict[str, Any], folder: Path, *, lightning: bool = F
             "-x",
             "-p",
             "no:cacheprovider",
-            *preloading.OPTIONS,
             "generated/tests",
         ],
         what="the generated tests of the spec",

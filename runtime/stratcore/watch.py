@@ -26,10 +26,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .preload import Forked, Preloader
+from typing import IO, Any
 
 #: Seconds without output and without CPU use by any process of a job before it counts as hung.
 STALL = 120.0
@@ -62,9 +59,7 @@ class Job:
     """``command`` running in fresh processes, watched for progress (see the module).
 
     ``what`` names the job in failures (by default, the command's first words). Its output is
-    captured, and given back as text. ``preload`` names modules the command imports anyway:
-    with a preloader in use (``use_preloader``), the command may start in a fork of an
-    interpreter that has imported them (``stratcore.preload``).
+    captured, and given back as text.
     """
 
     def __init__(
@@ -78,7 +73,6 @@ class Job:
         stall: float = STALL,
         limit: float = LIMIT,
         start_new_session: bool = False,
-        preload: Sequence[str] = (),
     ) -> None:
         self.what = what or _short(command)
         self.stall = stall
@@ -89,12 +83,7 @@ class Job:
         environ[self.marker_env] = "1"
         environ.setdefault("PYTHONFAULTHANDLER", "1")
         self.started = time.monotonic()
-        forked = None
-        if preload and _preloader is not None:
-            forked = _start_preloaded(
-                _preloader, command, preload, environ, cwd, input, start_new_session
-            )
-        self.process: Any = forked or subprocess.Popen(
+        self.process = subprocess.Popen(
             list(command),
             cwd=cwd,
             env=environ,
@@ -149,9 +138,8 @@ class Job:
 
     def _pids(self) -> list[int]:
         pids = _marked_pids(self.marker_env, "1", self._known)
-        # A command forked from a preload server shows the server's environment in /proc.
         if self.process.pid not in pids and self.process.poll() is None:
-            pids.append(self.process.pid)
+            pids.append(self.process.pid)  # before it runs, /proc may show the old environment
         return pids
 
     def _cpu(self) -> float:
@@ -252,53 +240,6 @@ class Job:
         self.process.wait()
         for reader in self._readers:
             reader.join(5.0)
-
-
-_preloader: Preloader | None = None
-
-
-def use_preloader(preloader: Preloader | None) -> Preloader | None:
-    """Start the commands of jobs that name modules to ``preload`` from ``preloader`` (a
-    ``stratcore.preload.Preloader``; None: as fresh processes again); returns the one used
-    until now."""
-    global _preloader
-    previous, _preloader = _preloader, preloader
-    return previous
-
-
-def _start_preloaded(
-    preloader: Preloader,
-    command: Sequence[str],
-    preload: Sequence[str],
-    env: dict[str, str],
-    cwd: str | os.PathLike[str] | None,
-    input: str | None,
-    start_new_session: bool,
-) -> Forked | None:
-    """``command`` forked from the preloader with its output in pipes, as Popen would give
-    them; None where the preloader cannot start it."""
-    stdin_read, stdin_write = (
-        os.pipe() if input is not None else (os.open(os.devnull, os.O_RDONLY), -1)
-    )
-    stdout_read, stdout_write = os.pipe()
-    stderr_read, stderr_write = os.pipe()
-    try:
-        markers = [name for name in env if name.startswith(MARKER_PREFIX)]
-        streams = (stdin_read, stdout_write, stderr_write)
-        forked = preloader.start(command, preload, env, cwd, streams, start_new_session, markers)
-    finally:
-        for fd in (stdin_read, stdout_write, stderr_write):
-            os.close(fd)
-    if forked is None:
-        for fd in (stdin_write, stdout_read, stderr_read):
-            if fd >= 0:
-                os.close(fd)
-        return None
-    # The job owns these streams as it owns a Popen's: its readers close them.
-    forked.stdin = os.fdopen(stdin_write, "wb") if stdin_write >= 0 else None  # noqa: SIM115
-    forked.stdout = os.fdopen(stdout_read, "rb")  # noqa: SIM115
-    forked.stderr = os.fdopen(stderr_read, "rb")  # noqa: SIM115
-    return forked
 
 
 def run(

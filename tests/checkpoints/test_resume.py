@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import preload, testing, watch
+from stratcore import testing, watch
 
 import stratlib
 
@@ -34,15 +34,6 @@ TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
 pytestmark = pytest.mark.slow
-
-#: What every process of the jobs imports: torch, and the modules of transformers' two models
-#: (on a small machine those take more CPU time than torch itself, in every rank), imported
-#: once by the preload server the jobs start from.
-PRELOAD = (
-    "torch",
-    "transformers.models.gpt2.modeling_gpt2",
-    "transformers.models.resnet.modeling_resnet",
-)
 
 
 @dataclass(frozen=True)
@@ -78,7 +69,7 @@ def _run(phase: str, case: Case, devices: int, checkpoint: Path, out: Path) -> d
         command.append("--async-io")
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     env.pop("DS_ACCELERATOR", None)
-    process = watch.run(command, env=env, cwd=out.parent, preload=PRELOAD)
+    process = watch.run(command, env=env, cwd=out.parent)
     assert process.returncode == 0, f"{phase} {case} failed:\n{process.stderr[-4000:]}"
     return json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
 
@@ -188,7 +179,7 @@ def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
     single = tmp_path / "single.ckpt"
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     command = [sys.executable, "-m", "stratcore.consolidate", str(checkpoint), str(single)]
-    converted = watch.run(command, env=env, preload=preload.TORCH)
+    converted = watch.run(command, env=env)
     assert converted.returncode == 0, converted.stderr
 
     full = torch.load(single, weights_only=True)

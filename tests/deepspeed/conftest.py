@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import preload, testing, watch
+from stratcore import testing, watch
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
@@ -52,7 +52,7 @@ def run_scenario(
     environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(GENERATED), environ.get("PYTHONPATH")])
     )
-    process = watch.run(command, env=environ, cwd=HERE, preload=preload.TORCH)
+    process = watch.run(command, env=environ, cwd=HERE)
     result = None
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):

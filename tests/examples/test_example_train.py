@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from stratcore import preload, watch
+from stratcore import watch
 
 pytest.importorskip("sklearn", reason="the example's data set ships with scikit-learn")
 
@@ -34,7 +34,6 @@ def run_example(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         [sys.executable, str(SCRIPT), *args],
         cwd=cwd,
         env=env,
-        preload=(*preload.TORCH, "sklearn.datasets"),
     )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from stratcore import watch
-from stratcore.testing import clean_environ, preloading
+from stratcore.testing import clean_environ
 from stratcore.wrappers.deepspeed_config import cpu_has_fp16_kernels
 
 from .support import GENERATED, REPO, install_standins
@@ -202,9 +202,7 @@ def _run_on_standins(spec: str, folder: Path) -> StandInRun:
     environ["STANDIN_TORCH"] = ",".join(standin.torch)
     modules = [f"test_{spec}.py"] + ([f"test_lightning_{spec}.py"] if spec in LIGHTNING else [])
     report = folder / "report.xml"
-    # Preloaded: a preload server starts in this environment, so ``sitecustomize`` has set up
-    # the stand-ins in it before it imports anything, as in every fresh process here.
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *preloading.OPTIONS]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += [f"--junitxml={report}", *(str(GENERATED / "tests" / m) for m in modules)]
     if standin.hardware_only:
         command += ["-k", " and ".join(f"not {name}" for name in standin.hardware_only)]

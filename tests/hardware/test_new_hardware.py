@@ -22,7 +22,6 @@ from stratcore import watch
 from stratcore.testing import (
     assert_parameters_close,
     clean_environ,
-    preloading,
     reference_parameters,
 )
 
@@ -146,7 +145,7 @@ def test_new_accelerator_and_strategies_from_a_spec_alone(tmp_path: Path) -> Non
     # The project's own generated tests for the new spec.
     run_pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     tests = run(
-        [*run_pytest, *preloading.OPTIONS, "-n", "2", "generated/tests/test_acme.py"],
+        [*run_pytest, "-n", "2", "generated/tests/test_acme.py"],
         cwd=project,
         env=clean_environ({"PYTHONPATH": str(project / "generated")}),
     )

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from sgtest import make_project, run_cli
 from stratcore import watch
-from stratcore.testing import preloading
 
 pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
 
@@ -81,7 +80,7 @@ def test_the_generated_tests_pass_or_skip_saying_why(project: Path) -> None:
     tests = project / "out" / "tests" / "test_lightning_conf.py"
     pytest = [sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider"]
     done = watch.run(
-        [*pytest, *preloading.OPTIONS, str(tests)],
+        [*pytest, str(tests)],
         cwd=project / "out",
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(project / "out"), *sys.path])},
     )

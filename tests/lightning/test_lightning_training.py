@@ -40,7 +40,6 @@ def run_two_ranks(script: str, out: Path) -> list[dict]:
         [sys.executable, str(SUPPORT / script), str(out), str(STEPS)],
         env=env,
         cwd=out,
-        preload=("lightning",),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]

@@ -26,7 +26,6 @@ from stratcore import watch
 from stratcore.testing import (
     assert_parameters_close,
     clean_environ,
-    preloading,
     reference_parameters,
 )
 from stratcore.testing.processes import run_given_a_port
@@ -255,9 +254,7 @@ def test_the_spec_yields_lightning_plugins_and_their_tests(project: Path) -> Non
     assert not (package / "pytorch" / "ddp.py").exists()
     tests = project / "generated" / "tests" / "test_lightning_acme.py"
     run_pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    ran = watch.run(
-        [*run_pytest, *preloading.OPTIONS, str(tests)], cwd=project, env=_environ(project)
-    )
+    ran = watch.run([*run_pytest, str(tests)], cwd=project, env=_environ(project))
     assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-2000:]
     # In each framework: the accelerator and the three strategy names registered, and the
     # three strategies training.

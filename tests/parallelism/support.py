@@ -30,7 +30,6 @@ def run_nodes(
     nodes: int = 1,
     stall: float = STALL,
     cwd: Path | None = None,
-    preload: tuple[str, ...] = ("torch",),
     **extra: str,
 ) -> list[tuple[int, str]]:
     """Start ``scripts/<script> ... --out OUT`` (a script of the test's own: its path, and no
@@ -58,7 +57,6 @@ def run_nodes(
                     env=env,
                     cwd=cwd,
                     stall=stall,
-                    preload=preload,
                 )
             )
         return jobs

@@ -36,9 +36,7 @@ def reference(steps: int) -> dict[str, torch.Tensor]:
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("lightning_model_parallel")
     args = ["--steps", str(STEPS), "--saved", str(SAVED), "--lr", str(LR)]
-    result: dict[str, Any] = run_job(
-        "lightning_model_parallel.py", folder, *args, preload=("lightning",)
-    )
+    result: dict[str, Any] = run_job("lightning_model_parallel.py", folder, *args)
     return result
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stratcore import preload, testing, watch
+from stratcore import testing, watch
 from stratcore.testing.processes import run_given_a_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def script_env(**extra: str) -> dict[str, str]:
 def start(command: list[str], **extra: str) -> watch.Job:
     """``command`` running in a user's shell environment, watched for progress."""
     what = " ".join(Path(part).name for part in command[1:3])
-    return watch.Job(command, what=what, env=script_env(**extra), preload=preload.TORCH)
+    return watch.Job(command, what=what, env=script_env(**extra))
 
 
 def finish(jobs: list[watch.Job]) -> list[tuple[int, str, str]]:

@@ -7,7 +7,6 @@ The ranks a script starts run the whole script, so they take part in its later l
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -51,34 +50,24 @@ def test_rank_launching_less_often_than_rank_zero_fails_its_launch() -> None:
     assert "timed out" not in stdout + stderr
 
 
-def test_ranks_of_a_preloaded_script_start_from_its_rank_server() -> None:
-    """Under the suite's preloader, rank 1 is a fork of the rank server of rank 0's process
-    (``stratcore.preload``), not a fresh interpreter; it is in rank 0's process group, /proc
-    shows the job's marker in its environment as it does for rank 0 (so what finds a job's
-    processes finds it), and the server ends with rank 0."""
-    if os.environ.get("STRATGEN_PRELOAD") == "0":  # the root conftest's switch
-        pytest.skip("STRATGEN_PRELOAD=0: every command starts as a fresh interpreter")
+def test_rank_one_is_the_script_run_again_by_rank_zero() -> None:
+    """Rank 1 is a fresh interpreter that rank 0's process started with the script's own
+    command line, and /proc shows the job's marker in its environment as it does for rank 0
+    (so what finds a job's processes finds it)."""
     [(code, stdout, stderr)] = finish([start(python("launches.py", "started"))])
     assert code == 0, stderr
     # Each rank writes its record at once; the ranks' other lines may fall around it.
-    record = r"rank (\d+): pid (\d+) parent (\d+) group (\d+) server (\w+) marked (\d+)"
+    record = r"rank (\d+): pid (\d+) parent (\d+) marked (\d+) command ([^\n]*)"
     ranks = {
-        int(found[0]): dict(
-            zip(("pid", "parent", "group", "server", "marked"), found[1:], strict=True)
-        )
+        int(found[0]): dict(zip(("pid", "parent", "marked", "command"), found[1:], strict=True))
         for found in re.findall(record, stdout)
     }
     assert sorted(ranks) == [0, 1], stdout
     zero, one = ranks[0], ranks[1]
-    assert zero["server"] != "None", "rank 0 did not start from the preloader"
-    assert one["parent"] == zero["server"], "rank 1 is not a fork of rank 0's rank server"
-    assert one["group"] == zero["group"]
+    assert one["parent"] == zero["pid"], "rank 1 was not started by rank 0's process"
+    assert one["command"] == zero["command"], "rank 1 does not run the script's command"
+    assert zero["command"].endswith("launches.py started"), zero["command"]
     assert zero["marked"] == one["marked"] == "1", stdout
-    server = int(zero["server"])
-    deadline = time.monotonic() + 60.0  # the kernel ends it with rank 0; 60 s: a busy machine
-    while _running(server) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _running(server), f"rank server {server} outlived its job"
 
 
 def _running(pid: int) -> bool:

@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from stratcore import preload, watch
+from stratcore import watch
 from stratcore.testing import clean_environ, reference_batch
 from torch import nn
 
@@ -33,7 +33,7 @@ def run_script(
 ) -> tuple[subprocess.CompletedProcess[str], Any]:
     """Run ``scripts/<script>`` with ``args``; returns the process and its RESULT line, parsed."""
     command = [sys.executable, str(SCRIPTS / script), *args]
-    process = watch.run(command, env=env or environ(), preload=preload.TORCH)
+    process = watch.run(command, env=env or environ())
     result = None
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -68,7 +68,6 @@ def run_scenarios(runs: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, Any]]
         [sys.executable, str(SCRIPTS / "scenarios.py"), "batch", batch],
         what=f"the scenarios {', '.join(names)}",
         env=environ(),
-        preload=preload.TORCH,
     )
     results: dict[int, Any] = {}
     for line in process.stdout.splitlines():

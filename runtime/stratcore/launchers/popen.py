@@ -2,11 +2,6 @@
 
 The started processes run the whole script, so they take part in every later ``launch`` of it
 too; the script waits for them when it ends. A watchdog stops every rank when one fails.
-
-In a script a preloader forked (``stratcore.preload``, as test suites start scripts that
-import torch), the ranks start as forks of the state the script started from, where their
-environment allows it (``preload.RankServer``): the same command, environment, folder and
-streams, without importing torch again.
 """
 
 from __future__ import annotations
@@ -26,7 +21,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import preload
 from ..exceptions import MisconfigurationError, ProcessFailedError
 from .base import (
     ERROR_FILE_ENV,
@@ -66,31 +60,6 @@ def script_command() -> list[str]:
     return [sys.executable, os.path.abspath(main_file), *sys.argv[1:]]
 
 
-#: The variables PopenLauncher sets for every rank besides the rendezvous.
-_RANK_VARIABLES = (
-    "LOCAL_RANK",
-    "NODE_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    PARENT_PID_ENV,
-    ERROR_FILE_ENV,
-    LAUNCH_FILE_ENV,
-)
-
-
-def _start_rank(
-    command: list[str], env: dict[str, str], launcher_variables: set[str]
-) -> subprocess.Popen[bytes] | preload.Forked:
-    """Start a rank: a fork of this script's rank server where it has one that can run it (it
-    is then the rank's parent, which the rank watches), else a fresh interpreter."""
-    server = preload.RankServer.of_this_process()
-    if server is not None:
-        forked = server.start(command, {**env, PARENT_PID_ENV: str(server.pid)}, launcher_variables)
-        if forked is not None:
-            return forked
-    return subprocess.Popen(command, env=env)
-
-
 def _interrupt_main_thread() -> None:
     """Raise KeyboardInterrupt in the main thread, waking it from sleeps and blocking calls."""
     main = threading.main_thread()
@@ -125,7 +94,7 @@ class _PopenJob:
         self.num_processes: int = strategy.num_processes
         self.node_rank = strategy.node_rank
         self.folder = Path(tempfile.mkdtemp(prefix="stratlib-ranks-"))
-        self.processes: dict[int, subprocess.Popen[bytes] | preload.Forked] = {}
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self.terminated: set[int] = set()  # stopped by this job, not failed by themselves
         self.launches = 0
         self.in_launch = False
@@ -134,8 +103,6 @@ class _PopenJob:
         self.acknowledged = threading.Event()
         self.closed = threading.Event()
         self.lock = threading.Lock()
-        # What the launcher sets in a rank's environment, beside the script's own.
-        launcher_variables = {*rendezvous, *_RANK_VARIABLES}
         try:
             for local_rank in range(1, self.num_processes):
                 child_env = {
@@ -144,7 +111,7 @@ class _PopenJob:
                     ERROR_FILE_ENV: str(self.error_file(local_rank)),
                     LAUNCH_FILE_ENV: str(self.launch_file(local_rank)),
                 }
-                self.processes[local_rank] = _start_rank(command, child_env, launcher_variables)
+                self.processes[local_rank] = subprocess.Popen(command, env=child_env)
         except BaseException:
             self.close()
             raise

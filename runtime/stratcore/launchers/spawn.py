@@ -15,7 +15,6 @@ from ..collectives import release_process_group
 from ..contract import LAUNCHER_OPTIONS
 from ..exceptions import ProcessFailedError
 from ..precision import apply_to_tensors
-from ..preload.spawning import spawned_from_rank_server
 from . import base
 from .base import Launcher, rendezvous_environ, run_reporting_errors, watch_parent
 from .reports import failure_message, is_peer_failure, root_cause
@@ -23,11 +22,6 @@ from .reports import failure_message, is_peer_failure, root_cause
 if TYPE_CHECKING:
     from ..parallel import ParallelStrategyBase
     from ..strategy import StrategyBase
-
-
-#: Variables of the launching process that may differ from those it started with when its
-#: ranks are spawned (no import reads them).
-_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _spawned_worker(
@@ -102,16 +96,13 @@ class SpawnLauncher(Launcher):
         with tempfile.TemporaryDirectory(prefix="stratlib-spawn-") as folder:
             result_file = os.path.join(folder, "result.pickle")
             try:
-                # In a command a preloader forked (test suites), spawned ranks start from its
-                # rank server; elsewhere they start as usual.
-                with spawned_from_rank_server(_RANK_VARIABLES):
-                    process_context = mp.start_processes(
-                        _spawned_worker,
-                        args=(strategy, function, args, kwargs, result_file, rendezvous),
-                        nprocs=strategy.num_processes,
-                        join=False,
-                        start_method=self.start_method,
-                    )
+                process_context = mp.start_processes(
+                    _spawned_worker,
+                    args=(strategy, function, args, kwargs, result_file, rendezvous),
+                    nprocs=strategy.num_processes,
+                    join=False,
+                    start_method=self.start_method,
+                )
                 processes = process_context.processes
                 try:
                     failed = _wait_for_processes(processes, process_context.error_files)

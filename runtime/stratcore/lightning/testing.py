@@ -3,9 +3,7 @@ are registered, and train through a real Trainer or Fabric on real processes.
 
 Training scenarios run as ``python -m stratcore.lightning.testing cases CASES_JSON`` in a fresh
 process, one after the other (``run_cases``): Lightning's launcher starts the other ranks by
-running the same command again, as it does for users' scripts, or spawns them. (Where a
-preloader started the command, the ranks Lightning starts again are forks of its rank server:
-``stratcore.lightning.rank_server``.) Every rank trains the reference model of
+running the same command again, as it does for users' scripts, or spawns them. Every rank trains the reference model of
 :mod:`stratcore.testing` on its shard of the reference batch and writes ``rank<N>.json`` into
 the scenario's folder from the process that trained; the test compares the weights with one
 process training on the whole batch.
@@ -37,7 +35,6 @@ from .. import testing, watch  # noqa: E402
 from ..exceptions import MisconfigurationError, MissingDependencyError  # noqa: E402
 from ..registry import registry_of  # noqa: E402
 from .contract import DEVICE_LIMITS  # noqa: E402
-from .rank_server import ranks_from_rank_server  # noqa: E402
 
 LR = 0.1
 #: How close Fabric's '64-true' comes to one process training in float64 (see
@@ -179,7 +176,7 @@ def run_cases(cases: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
     strategies = ", ".join(repr(case["strategy"]) for case in order)
     folder = Path(order[0]["folder"])
     what = f"Lightning training with {strategies}"
-    return watch.run(command, what=what, cwd=folder, env=environ, preload=("lightning",))
+    return watch.run(command, what=what, cwd=folder, env=environ)
 
 
 def read_reports(case: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -381,15 +378,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A process Lightning started for a rank runs this command again: it takes part only in
     # the scenarios whose launcher started it (Lightning set LOCAL_RANK for it).
     started_by_lightning = "LOCAL_RANK" in os.environ
-    with ranks_from_rank_server():
-        for case in json.loads(args[1]):
-            if started_by_lightning and not case["script"]:
-                continue
-            try:
-                _run_case(case)
-            except (MisconfigurationError, MissingDependencyError) as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 1
+    for case in json.loads(args[1]):
+        if started_by_lightning and not case["script"]:
+            continue
+        try:
+            _run_case(case)
+        except (MisconfigurationError, MissingDependencyError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import preload, watch
+from .. import watch
 from ..environment import find_free_port
 from .environ import (
     RUN_MARKER_ENV,
@@ -23,11 +23,6 @@ from .environ import (
     package_registry_in_use,
 )
 from .scenarios import FAILED_AT, case_started
-
-#: What a scenario's process imports (``preload.TORCH``: torch, and what its first optimizer
-#: imports): with a preloader in use (``stratcore.preload``), it may start from an interpreter
-#: that has imported them already.
-PRELOAD = (*preload.TORCH, "stratcore.testing.scenarios")
 
 
 def scenario_command(
@@ -90,7 +85,7 @@ def run_scenario(
     command = scenario_command(scenario, strategy, devices, options)
     environ = _scenario_environ(env, uuid.uuid4().hex)
     what = f"scenario {scenario!r} of {strategy!r}"
-    process = watch.run(command, what=what, env=environ, stall=stall, preload=PRELOAD)
+    process = watch.run(command, what=what, env=environ, stall=stall)
     return process, _result_of(process.stdout)
 
 
@@ -200,7 +195,7 @@ def run_failing_job(
     marker = uuid.uuid4().hex
     begun = time.time()
     environ = _scenario_environ(env, marker)
-    job = watch.Job(command, what=what, env=environ, stall=stall, preload=PRELOAD)
+    job = watch.Job(command, what=what, env=environ, stall=stall)
     try:
         if kill_launcher:
             job.wait_for(failed_at.is_file, "the failing rank to be in place to hang")

@@ -105,7 +105,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from stratcore.lightning.rank_server import ranks_from_rank_server
-
-    with ranks_from_rank_server():  # under the suite's preloader: ranks need no fresh imports
-        raise SystemExit(main())
+    raise SystemExit(main())

@@ -7,8 +7,8 @@ fail_between   rank 1 fails after the first launch, outside any launch: rank 0's
 fail_slowly    as fail_between, but rank 1 takes seconds to end after its connections close,
                as a process on a busy machine can: rank 0 must still report rank 1's error,
                not its own lost connection.
-started        every rank says how it was started: its parent, process group, rank server
-               (``stratcore.preload``) and whether /proc shows the job's marker variable.
+started        every rank says how it was started: its parent, its command line and whether
+               /proc shows the job's marker variable.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import torch
-from stratcore import preload
 
 import stratlib
 
@@ -41,12 +40,12 @@ def main(mode: str) -> None:
     rank = strategy.global_rank
     print(f"rank {rank}: first launch summed {total}", flush=True)
     if mode == "started":
-        server = preload.RankServer.of_this_process()
         shown = Path(f"/proc/{os.getpid()}/environ").read_bytes().split(b"\0")
         marked = [entry for entry in shown if entry.startswith(b"STRATCORE_WATCH_")]
+        command = Path(f"/proc/{os.getpid()}/cmdline").read_bytes().split(b"\0")[1:-1]
         line = (
-            f"rank {rank}: pid {os.getpid()} parent {os.getppid()} group {os.getpgid(0)} "
-            f"server {server.pid if server else None} marked {len(marked)}\n"
+            f"rank {rank}: pid {os.getpid()} parent {os.getppid()} marked {len(marked)} "
+            f"command {b' '.join(command).decode()}\n"
         )
         sys.stdout.flush()
         os.write(1, line.encode())  # one write: the ranks share the stream
