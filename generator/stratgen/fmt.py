@@ -151,9 +151,43 @@ class Formatter:
         return results
 
     def _lay_out(self, sources: list[str]) -> list[str | Exception]:
-        """Each source with its long statements laid out by black. What is not remembered is
-        formatted together, one black pass per indentation (at the left margin, in a line
-        length shortened by the indentation, which is how black measures an indented line)."""
+        """Each source with its long statements laid out by black: from what is remembered of
+        the file (where its long statements are, and each one's layout), else by finding them
+        (``long_statements``) and laying out those not remembered."""
+        results: list[str | Exception | None] = [self._placed(source) for source in sources]
+        missing = [index for index, result in enumerate(results) if result is None]
+        for index, result in zip(
+            missing, self._find_and_lay_out([sources[i] for i in missing]), strict=True
+        ):
+            results[index] = result
+        return [result for result in results if result is not None]
+
+    def _placed(self, source: str) -> str | None:
+        """``source`` formatted from remembered layouts alone, without parsing it; None unless
+        the file and every one of its long statements are remembered."""
+        whole = self._remembered(_statement_key(-1, source))
+        if whole is not None:
+            self.hits += 1
+            return whole
+        places = self._remembered(_places_key(source))
+        if places is None:
+            return None
+        spans = [(int(first), int(last), str(key)) for first, last, key in json.loads(places)]
+        texts = [self._remembered(key) for _, _, key in spans]
+        if any(text is None for text in texts):
+            return None
+        lines = source.split("\n")
+        for (first, last, _), text in sorted(zip(spans, texts, strict=True), reverse=True):
+            lines[first : last + 1] = [str(text)]
+        self.hits += bool(spans)
+        # black ends a file with one newline, however many blank lines the template left
+        return "\n".join(lines).rstrip("\n") + "\n"
+
+    def _find_and_lay_out(self, sources: list[str]) -> list[str | Exception]:
+        """Each source with its long statements found and laid out by black. What is not
+        remembered is formatted together, one black pass per indentation (at the left margin,
+        in a line length shortened by the indentation, which is how black measures an indented
+        line). Where each file's long statements are is remembered too."""
         found: list[list[Statement] | Exception] = []
         for source in sources:
             try:
@@ -166,7 +200,10 @@ class Formatter:
         whole: dict[int, str | Exception] = {}  # sources black formats whole
         by_statement: list[int] = []  # sources with statements laid out one by one
         for index, statements in enumerate(found):
-            if isinstance(statements, Exception) or not statements:
+            if isinstance(statements, Exception):
+                continue
+            if not statements:
+                self._used[_places_key(sources[index])] = "[]"
                 continue
             lines = lines_of[index]
             moved = [(statement, _at_margin(lines, statement)) for statement in statements]
@@ -175,13 +212,16 @@ class Formatter:
                 whole[index] = self._whole([sources[index]])[0]
                 continue
             by_statement.append(index)
+            places = []
             for statement, text in texts:
                 key = _statement_key(statement.column, text)
+                places.append([statement.first, statement.last, key])
                 remembered = self._remembered(key)
                 if remembered is not None:
                     laid_out[(index, statement.first)] = remembered
                 else:
                     todo.setdefault(statement.column, []).append((index, statement, text, key))
+            self._used[_places_key(sources[index])] = json.dumps(places)
         failed: dict[int, Exception] = {}
         for column, group in todo.items():
             joined = f"\n{_SEPARATOR}\n".join(text for _, _, text, _ in group) + "\n"
@@ -302,6 +342,14 @@ def _statement_key(column: int, text: str) -> str:
     return digest.hexdigest()
 
 
+def _places_key(source: str) -> str:
+    """What is remembered of where the long statements of ``source`` are, and under which keys
+    their layouts are."""
+    digest = hashlib.sha256(f"{black_mode()}|places\0".encode())
+    digest.update(source.encode("utf-8"))
+    return digest.hexdigest()
+
+
 def _load(path: Path, name: str) -> dict[str, str]:
     try:
         data = path.read_bytes()
@@ -320,7 +368,8 @@ def _load(path: Path, name: str) -> dict[str, str]:
 
 
 def black_mode() -> str:
-    """black's version and the mode stratgen runs it in, as formatter keys begin."""
+    """black's version and the mode stratgen runs it in, as formatter keys begin; the leading
+    name changes whenever what this module makes of a source does."""
     return f"stratgen-black-v4|{LINE_LENGTH}|py311|{black_version()}"
 
 
