@@ -93,13 +93,20 @@ def inputs(project: Project) -> dict[str, Any]:
         folders.append(config.root / config.templates)
     if config.builtin_specs:
         folders.append(resource_dir("specs"))
-    settings = [config.specs, config.output, config.package, config.tests, config.templates]
+    settings = [
+        config.specs,
+        config.output,
+        config.package,
+        config.tests,
+        config.templates,
+        config.docs,
+    ]
     return {
         "settings": [*settings, config.builtin_specs, list(config.targets), black_mode()],
         "folders": [str(folder.resolve()) for folder in folders],
         "files": [str((config.root / "pyproject.toml").resolve())],
         "environment": environment(),
-        "tree": {"owned": [config.package_dir, config.tests], "manifest": config.manifest},
+        "tree": {"owned": config.owned_dirs, "manifest": config.manifest},
     }
 
 
