@@ -11,7 +11,6 @@ prove; and ``index.md``, the devices table. The pages are generated files like a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ from . import lightning
 from .catalog import Accelerator, Catalog, Strategy
 from .devicetable import device_rows, install_text
 from .errors import StratgenError
+from .markdown import call, code, header, paragraphs, text, tidy
 from .model import Backend
 from .pyapi import first_sentence, literal
 from .render import RenderedFile, test_module_name
@@ -33,43 +33,6 @@ from .templating import Renderer, template_problem
 INDEX = "index.md"
 #: What the Trainer and Fabric columns say of a framework the project does not render for.
 NOT_A_TARGET = "not a target of this project"
-_SPECIAL = re.compile(r"([\\*_\[\]>|#])")
-#: Inline code as a spec's descriptions write it (`devices`, ``devices``): kept as it is.
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-
-
-def text(value: str) -> str:
-    """Plain text from a spec (a description, a comment) made safe in Markdown: its characters
-    stay what they are, outside any table cell or emphasis; inline code stays inline code."""
-    value = " ".join(value.split())
-    parts, start = [], 0
-    for match in _CODE_SPAN.finditer(value):
-        parts.append(_escape(value[start : match.start()]))
-        parts.append(code(match.group(2)))
-        start = match.end()
-    parts.append(_escape(value[start:]))
-    return "".join(parts)
-
-
-def _escape(value: str) -> str:
-    return _SPECIAL.sub(r"\\\1", value).replace("<", "&lt;")
-
-
-def paragraphs(value: str) -> str:
-    """Several paragraphs of spec text, each made safe with ``text``."""
-    return "\n\n".join(text(p) for p in re.split(r"\n\s*\n", value.strip()) if p.strip())
-
-
-def code(value: object) -> str:
-    """A value as inline code (backticks inside it get a longer fence)."""
-    shown = str(value)
-    fence = "``" if "`" in shown else "`"
-    return f"{fence}{shown}{fence}" if shown else ""
-
-
-def call(import_path: str) -> str:
-    """'torch_npu.npu:is_available' as the call a reader knows: ``torch_npu.npu.is_available()``."""
-    return code(import_path.replace(":", ".") + "()")
 
 
 @dataclass(frozen=True)
@@ -177,7 +140,7 @@ def _strategy_entry(
     if strategy.requires:
         entries.append(("needs", "; ".join(_requirement(r) for r in strategy.requires)))
     if strategy.spec.precision is not None:
-        supported = strategy.supported_precisions or device.spec.precision.supported
+        supported = strategy.supported_precisions or device.spec.precision.supported or PRECISIONS
         entries.append(("precisions", ", ".join(code(p) for p in supported)))
     names = [
         (
@@ -220,7 +183,9 @@ def _precision_rows(accelerator: Accelerator) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _fact_rows(spec_text: SpecText, node: object, skip: frozenset[str]) -> list[tuple[str, str, str]]:
+def _fact_rows(
+    spec_text: SpecText, node: object, skip: frozenset[str]
+) -> list[tuple[str, str, str]]:
     from .yamlload import Node
 
     if not isinstance(node, Node):
@@ -254,14 +219,14 @@ def _usage(
     arguments = f'"{example.name}", accelerator="{device.name}", devices={devices}'
     stratlib = (
         f"import {package}\n\n"
-        f"strategy = {package}.get_strategy({arguments}, precision=\"{precision}\")"
+        f'strategy = {package}.get_strategy({arguments}, precision="{precision}")'
     )
     snippets, notes = {}, {}
-    for framework, module in FRAMEWORKS.items():
+    for framework in FRAMEWORKS:
         cell = _lightning_cell(example.name, framework, plugins)
         if cell == NOT_A_TARGET:
             notes[framework] = (
-                "The project does not render the Lightning target: add `\"lightning\"` to "
+                'The project does not render the Lightning target: add `"lightning"` to '
                 "`targets` under `[tool.stratgen]`."
             )
             continue
@@ -301,9 +266,18 @@ def _hardware_only(device: Accelerator, strategies: list[Strategy]) -> list[str]
     """What the generated tests cannot show without the device itself, from what the spec
     declares: every fact that calls into the vendor's software or names its hardware."""
     spec = device.spec
-    present_everywhere = not (
-        spec.requires or spec.is_available or spec.build_marker or spec.current_device
+    named = (
+        spec.is_available,
+        spec.device_count,
+        spec.build_marker,
+        spec.current_device,
+        spec.set_device,
+        spec.teardown,
+        spec.step_hooks.after_backward,
+        spec.step_hooks.after_optimizer_step,
+        *(spec.precision.probes or {}).values(),
     )
+    present_everywhere = not spec.requires and not any(named)
     if present_everywhere:
         return []
     where = (
@@ -335,15 +309,17 @@ def _hardware_only(device: Accelerator, strategies: list[Strategy]) -> list[str]
     for mode, probe in (spec.precision.probes or {}).items():
         gated.setdefault(probe, []).append(code(mode))
     for probe, modes in gated.items():
-        items.append(f"Whether {call(probe)} is true on a given chip (it gates {', '.join(modes)}).")
+        items.append(
+            f"Whether {call(probe)} is true on a given chip (it gates {', '.join(modes)})."
+        )
     hooks = [h for h in (spec.step_hooks.after_backward, spec.step_hooks.after_optimizer_step) if h]
     for hook in dict.fromkeys(hooks):
         items.append(
             f"What {call(hook)} does on the device (the tests check that it runs once per step)."
         )
-    for hook in (spec.set_device, spec.teardown):
-        if hook:
-            items.append(f"The effect of {call(hook)} on the device.")
+    for function in (spec.set_device, spec.teardown):
+        if function:
+            items.append(f"The effect of {call(function)} on the device.")
     if any(s.wrapper == "deepspeed" for s in strategies):
         name = spec.deepspeed_accelerator or spec.device_type or device.name
         items.append(f"DeepSpeed's accelerator class for the device (`DS_ACCELERATOR={name}`).")
@@ -402,7 +378,8 @@ def _plugins(
         return None
     return {
         framework: {
-            name for plugin in lightning.select(catalog, selection.strategies, framework).strategies
+            name
+            for plugin in lightning.select(catalog, selection.strategies, framework).strategies
             for name, _ in plugin.names
         }
         for framework in FRAMEWORKS
@@ -433,34 +410,20 @@ def render_pages(
         files = []
         for device in devices:
             page = device_page(catalog, selection, device, package, tests_dir, folder, plugins)
-            text_ = page_template.render(header=_header(device.source.path), page=page)
-            files.append(RenderedFile(page.path, _tidy(text_), False))
+            text_ = page_template.render(header=header(device.source.path), page=page)
+            files.append(RenderedFile(page.path, tidy(text_), False))
         rows = device_rows(
             catalog, selection.strategies, [d.name for d in devices], plugins is not None
         )
         index = renderer.template("docs/index.md.j2").render(
-            header=_header(", ".join(sorted({d.source.path for d in devices})) or "the specs"),
+            header=header(", ".join(sorted({d.source.path for d in devices})) or "the specs"),
             rows=[
                 (f"[{row.device}]({row.device}.md)", *(text(c) for c in row.cells()[1:]))
                 for row in rows
             ],
             package=package,
         )
-        files.append(RenderedFile(f"{folder}/{INDEX}", _tidy(index), False))
+        files.append(RenderedFile(f"{folder}/{INDEX}", tidy(index), False))
         return files
     except jinja2.TemplateError as exc:
         raise StratgenError(template_problem(exc)) from None
-
-
-def _header(source: str) -> str:
-    return (
-        f"<!-- @generated by stratgen from {source}. Do not edit this file by hand:\n"
-        "     change the spec or template, then run `stratgen generate`. -->"
-    )
-
-
-def _tidy(markdown: str) -> str:
-    """One blank line between blocks at most, no trailing spaces, one final newline."""
-    lines = [line.rstrip() for line in markdown.splitlines()]
-    tidy = "\n".join(lines)
-    return re.sub(r"\n{3,}", "\n\n", tidy).strip("\n") + "\n"

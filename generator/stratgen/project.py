@@ -200,7 +200,13 @@ class Project:
         hashed."""
         config = self.config
         h = hashlib.sha256(str(config.root.resolve()).encode("utf-8", "surrogatepass"))
-        for setting in (config.specs, config.package, config.package_dir, config.tests, config.docs):
+        for setting in (
+            config.specs,
+            config.package,
+            config.package_dir,
+            config.tests,
+            config.docs,
+        ):
             h.update(b"\0" + setting.encode("utf-8", "surrogatepass"))
         h.update(f"\0{config.builtin_specs}\0{','.join(config.targets)}".encode())
         return h.hexdigest()

@@ -122,7 +122,7 @@ class SpecText:
         if not node.key_locs:
             return ""
         first = min(loc.line for loc in node.key_locs.values())
-        index, comments = first - 2, []
+        index, comments = first - 2, list[str]()
         while index >= 0 and (comment := self._comment_line(index)) is not None:
             comments.insert(0, comment)
             index -= 1
@@ -172,7 +172,7 @@ def _facts(text: SpecText, node: Node, prefix: str, inherited: str, skip: frozen
             continue
         line = node.key_locs[key].line
         note = text.note(line) or inherited
-        if value.is_map and value.value and min(l.line for l in value.key_locs.values()) > line:
+        if value.is_map and value.value and min(loc.line for loc in value.key_locs.values()) > line:
             yield from _facts(text, value, f"{path}.", note, skip)
         elif value.is_seq and value.value and all(item.is_map for item in value.value):
             for item in value.value:
