@@ -385,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--docs", type=Path, default=DOCS, help="the documentation folder")
     args = parser.parse_args(argv)
-    stale, found = [], {}
+    stale: list[str] = []
+    found: dict[str, str] = {}
     for path in pages(args.docs):
         shown = path.relative_to(args.docs).as_posix()
         current = path.read_text(encoding="utf-8")
