@@ -20,7 +20,7 @@ from stratcore.lightning.contract import ACCELERATOR_NAMES, FRAMEWORKS, REQUIREM
 
 from . import lightning
 from .catalog import Accelerator, Catalog, Strategy
-from .devicetable import device_rows, install_text
+from .devicetable import HEADER, device_rows, install_text
 from .errors import StratgenError
 from .markdown import call, code, header, paragraphs, text, tidy
 from .model import Backend
@@ -422,6 +422,8 @@ def render_pages(
                 for row in rows
             ],
             package=package,
+            # devicetable's columns, the package's own named as the package is
+            columns=[package if column == "stratlib" else column for column in HEADER],
         )
         files.append(RenderedFile(f"{folder}/{INDEX}", tidy(index), False))
         return files
