@@ -1,5 +1,5 @@
-"""The devices x frameworks table: README's generated section and `stratgen list` say the same,
-and what they say follows from the specs.
+"""The devices x frameworks table: the devices page the docs target generates and `stratgen
+list` say the same, and what they say follows from the specs.
 
 The specs are read here as plain YAML, so the expectations do not come from the function that
 builds the table: a device's stratlib cell names every strategy whose spec (or the spec it
@@ -42,13 +42,21 @@ def _runs_on(name: str, strategies: dict[str, dict[str, Any]]) -> list[str]:
     return _runs_on(parent, strategies) if parent else []
 
 
-def readme_rows() -> dict[str, dict[str, str]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("<!-- BEGIN GENERATED: devices -->")[1].split("<!-- END GENERATED")[0]
+def _unescaped(cell: str) -> str:
+    """A cell as it reads: Markdown's backslash escapes and '&lt;' undone."""
+    return re.sub(r"\\(.)", r"\1", cell).replace("&lt;", "<")
+
+
+def page_rows() -> dict[str, dict[str, str]]:
+    """The rows of docs/devices/index.md, each device's cell a link to its page."""
+    text = (REPO / "docs" / "devices" / "index.md").read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line.startswith("| [")]
     rows = {}
-    for line in section.strip().splitlines()[2:]:
-        cells = [c.strip() for c in line.strip("|").split(" | ")]
-        rows[cells[0].strip("`")] = dict(zip(COLUMNS, cells[1:], strict=True))
+    for line in lines:
+        cells = [_unescaped(c.strip()) for c in re.split(r"(?<!\\) \| ", line.strip("|"))]
+        device = re.fullmatch(r"\[(\w+)\]\((\w+)\.md\)", cells[0])
+        assert device is not None and device.group(1) == device.group(2), cells[0]
+        rows[device.group(1)] = dict(zip(COLUMNS, cells[1:], strict=True))
     return rows
 
 
@@ -67,10 +75,10 @@ def list_rows() -> dict[str, dict[str, str]]:
     return rows
 
 
-def test_readme_and_stratgen_list_show_the_same_table() -> None:
-    readme, listed = readme_rows(), list_rows()
-    assert set(readme) == set(listed) == set(_accelerators())
-    for device, cells in readme.items():
+def test_the_devices_page_and_stratgen_list_show_the_same_table() -> None:
+    page, listed = page_rows(), list_rows()
+    assert set(page) == set(listed) == set(_accelerators())
+    for device, cells in page.items():
         assert listed[device] == cells, device
 
 
@@ -78,7 +86,7 @@ def test_readme_and_stratgen_list_show_the_same_table() -> None:
 def test_each_row_follows_from_the_specs(device: str) -> None:
     accelerator = _accelerators()[device]
     strategies = _strategies()
-    row = readme_rows()[device]
+    row = page_rows()[device]
     expected = sorted(
         name
         for name, entry in strategies.items()
@@ -102,7 +110,7 @@ def test_each_row_follows_from_the_specs(device: str) -> None:
 
 
 def test_the_new_devices_have_lightning_plugins_and_lightnings_own_keep_theirs() -> None:
-    rows = readme_rows()
+    rows = page_rows()
     for device in ("xpu", "npu", "mlu", "musa", "rocm", "generic", "hpu"):
         for framework in ("Lightning Trainer", "Lightning Fabric"):
             assert rows[device][framework].startswith("plugins: "), (device, rows[device])

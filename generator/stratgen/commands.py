@@ -15,7 +15,16 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_DRIFT = 0, 1
 #: The options that change a project's settings from what its pyproject.toml says.
-SETTING_OPTIONS = ("specs", "output", "package", "tests", "templates", "builtin_specs", "targets")
+SETTING_OPTIONS = (
+    "specs",
+    "output",
+    "package",
+    "tests",
+    "templates",
+    "builtin_specs",
+    "targets",
+    "docs",
+)
 
 
 def config_from(args: argparse.Namespace) -> Config:

@@ -1,6 +1,6 @@
 """The devices x frameworks table: for each accelerator of the specs, which strategies run on it
 with the generated package, with Lightning's Trainer and with Lightning Fabric, in which
-precisions, and what to install. ``stratgen list`` prints it, and README's generated section
+precisions, and what to install. ``stratgen list`` prints it, and the docs target's index page
 shows it for the built-in specs, from the same function."""
 
 from __future__ import annotations

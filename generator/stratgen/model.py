@@ -2,7 +2,7 @@
 
 Each class is a frozen dataclass. Field types say what a spec may contain; ``doc`` metadata
 documents each key. The same declarations drive validation (``stratgen.parse``), the JSON
-Schema (``stratgen.jsonschema``) and the spec reference in the README, so they cannot drift.
+Schema (``stratgen.jsonschema``) and the spec reference of the documentation, so they cannot drift.
 
 Fields that may be inherited through ``extends`` default to ``None`` in the spec classes;
 ``stratgen.resolve`` fills them in.

@@ -40,10 +40,20 @@ def resource_dir(name: str) -> Path:
 
 BUILTIN_PREFIX = "stratgen:"
 SPEC_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
-CONFIG_KEYS = ("specs", "output", "package", "tests", "templates", "builtin-specs", "targets")
+CONFIG_KEYS = (
+    "specs",
+    "output",
+    "package",
+    "tests",
+    "templates",
+    "builtin-specs",
+    "targets",
+    "docs",
+)
 #: What a project can generate: 'stratlib' (the package of strategies on stratcore, always
-#: generated) and 'lightning' (plugins for Lightning's Trainer and Fabric, built on it).
-TARGETS = ("stratlib", "lightning")
+#: generated), 'lightning' (plugins for Lightning's Trainer and Fabric, built on it) and 'docs'
+#: (a Markdown page for each device of the specs, in the ``docs`` folder).
+TARGETS = ("stratlib", "lightning", "docs")
 
 
 @dataclass(frozen=True)
@@ -58,10 +68,18 @@ class Config:
     templates: str | None = None
     builtin_specs: bool = True
     targets: tuple[str, ...] = ("stratlib",)
+    docs: str = "docs/devices"
 
     @property
     def package_dir(self) -> str:
         return f"{self.output}/{self.package}"
+
+    @property
+    def owned_dirs(self) -> list[str]:
+        """The folders whose every file is generated: the package, the tests, and the device
+        pages where the docs target is rendered."""
+        docs = [self.docs] if "docs" in self.targets else []
+        return [self.package_dir, self.tests, *docs]
 
     @property
     def manifest(self) -> str:
@@ -102,7 +120,7 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = _targets(value, "--target") if key == "targets" else value
-    for key in ("specs", "output", "tests", "templates"):
+    for key in ("specs", "output", "tests", "templates", "docs"):
         if isinstance(values.get(key), str) and values[key]:
             values[key] = PurePosixPath(values[key].replace("\\", "/")).as_posix()
     config = Config(root=root, **values)
@@ -112,7 +130,7 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
             f"package name {package!r} must be a lower-case Python identifier that is not a "
             "keyword, such as 'mystrategies'"
         )
-    for key in ("output", "tests"):
+    for key in ("output", "tests", "docs"):
         folder = getattr(config, key)
         parts = PurePosixPath(folder).parts
         if not parts or PurePosixPath(folder).is_absolute() or ".." in parts or parts == (".",):
@@ -172,7 +190,13 @@ class Project:
         settings, hashed."""
         config = self.config
         h = hashlib.sha256(str(config.root.resolve()).encode("utf-8", "surrogatepass"))
-        for setting in (config.specs, config.package, config.package_dir, config.tests):
+        for setting in (
+            config.specs,
+            config.package,
+            config.package_dir,
+            config.tests,
+            config.docs,
+        ):
             h.update(b"\0" + setting.encode("utf-8", "surrogatepass"))
         h.update(f"\0{config.builtin_specs}\0{','.join(config.targets)}".encode())
         return h.hexdigest()
@@ -201,8 +225,10 @@ class Project:
         from .parse import parse_spec_file
         from .yamlload import load_yaml
 
-        spec = parse_spec_file(load_yaml(read_spec_bytes(path, display), display))
-        return Source(display, path.stem, spec, builtin, hooks_dir=str(path.parent))
+        data = read_spec_bytes(path, display)
+        spec = parse_spec_file(load_yaml(data, display))
+        text = data.decode("utf-8-sig", "replace")  # parsed: UTF-8, as the loader reads it
+        return Source(display, path.stem, spec, builtin, str(path.parent), text)
 
     def spec_paths(self) -> list[Path]:
         folder = self.config.root / self.config.specs
@@ -244,7 +270,12 @@ class Project:
                 continue
             if label is not None:  # a file about to be copied: hooks stay next to the original
                 source = type(source)(
-                    source.path, Path(label).stem, source.spec, source.builtin, str(path.parent)
+                    source.path,
+                    Path(label).stem,
+                    source.spec,
+                    source.builtin,
+                    str(path.parent),
+                    source.text,
                 )
             sources.append(source)
         self.timings.add("load", started)
@@ -270,15 +301,28 @@ class Project:
         template_dirs = [resource_dir("templates")]
         if self.config.templates:
             template_dirs.insert(0, self.config.root / self.config.templates)
+        renderer = Renderer(template_dirs)
         rendered = render(
             catalog,
             selection,
-            Renderer(template_dirs),
+            renderer,
             self.config.package,
             self.config.package_dir,
             self.config.tests,
             self.config.targets,
         )
+        if "docs" in self.config.targets:
+            from .devicepages import render_pages
+
+            rendered += render_pages(
+                catalog,
+                selection,
+                renderer,
+                self.config.package,
+                self.config.tests,
+                self.config.docs,
+                self.config.targets,
+            )
         self.timings.add("render", started)
 
         started = time.perf_counter()
@@ -302,8 +346,7 @@ class Project:
         return Plan(files, catalog, selection)
 
     def tree(self) -> Tree:
-        owned = [self.config.package_dir, self.config.tests]
-        return Tree(self.config.root, owned, self.config.manifest)
+        return Tree(self.config.root, self.config.owned_dirs, self.config.manifest)
 
     def generate(self, plan: Plan) -> WriteReport:
         started = time.perf_counter()

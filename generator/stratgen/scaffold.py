@@ -251,7 +251,7 @@ def spec_text(answers: SpecAnswers) -> str:
     name, accelerator = answers.name, answers.accelerator
     lines = [
         f"# {name}: written by `stratgen new`. Edit it, then run `stratgen generate`.",
-        "# Every key is described in the spec reference (README) and by `stratgen schema`.",
+        "# Every key is described in the documentation's spec reference and by `stratgen schema`.",
         "version: 1",
         "",
     ]

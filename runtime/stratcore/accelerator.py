@@ -269,10 +269,14 @@ class Accelerator:
             import_object(self.set_device_hook)(device)
 
     def after_backward(self) -> None:
+        """Call the device's hook after a backward pass (the spec's
+        ``step_hooks.after_backward``), if it has one."""
         if self.after_backward_hook is not None:
             self._step_hook(self.after_backward_hook)()
 
     def after_optimizer_step(self) -> None:
+        """Call the device's hook after an optimizer step (the spec's
+        ``step_hooks.after_optimizer_step``), if it has one."""
         if self.after_optimizer_step_hook is not None:
             self._step_hook(self.after_optimizer_step_hook)()
 
@@ -285,6 +289,8 @@ class Accelerator:
         return hooks[path]
 
     def teardown(self) -> None:
+        """Release what the device holds (the spec's ``teardown`` function) where the device is
+        present."""
         if self.teardown_hook is not None and self.is_available():
             import_object(self.teardown_hook)()
 

@@ -39,6 +39,7 @@ class CheckpointIO(ABC):
         """Read the checkpoint at ``path``."""
 
     def remove_checkpoint(self, path: PathLike) -> None:
+        """Delete the checkpoint file at ``path``; a file that is not there is no error."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 

@@ -88,6 +88,7 @@ class CheckpointingBase(ABC):
     def load_module_state_dict(
         self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
     ) -> None:
+        """Load a saved state dict into ``module`` (unwrapped from its wrapper first)."""
         self.unwrap(module).load_state_dict(state_dict, strict=strict)
 
     def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
@@ -97,6 +98,8 @@ class CheckpointingBase(ABC):
     def load_optimizer_state_dict(
         self, optimizer: Optimizer, state_dict: Mapping[str, Any]
     ) -> None:
+        """Load a saved state dict into ``optimizer``: keyed by position, or by parameter name
+        where a sharded strategy wrote it."""
         if keyed_by_name(state_dict) and self.model is not None:
             # Written by a sharded strategy (or converted from a sharded checkpoint): its
             # state is keyed by parameter name rather than position.

@@ -15,6 +15,8 @@ from .sharded_checkpoint import META_FILE, consolidate, is_sharded_checkpoint, r
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m stratcore.consolidate SOURCE DESTINATION``: write a sharded checkpoint folder
+    as one checkpoint file; the exit code."""
     parser = argparse.ArgumentParser(
         prog=f"python -m {__spec__.name if __spec__ else __name__}",
         description="Convert a sharded checkpoint folder into one checkpoint file.",

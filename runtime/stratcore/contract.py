@@ -4,7 +4,7 @@ Every vocabulary a spec may use (wrappers, launchers, precisions, reduce ops, dt
 parsers and fallbacks, precision kinds, option types, strategy bases), the runtime class each
 name stands for, the constructor arguments the runtime takes, and (from ``stratcore.values``)
 the small value types both sides share (``Condition``, ``ValueSource``, ``Requirement``). The
-generator derives its model, JSON Schema and README reference from these tables, the runtime
+generator derives its model, JSON Schema and spec reference from these tables, the runtime
 imports the shared types and the precision-plugin scoring, and ``tests/test_contract.py`` checks
 that every name has an implementation in the runtime and every implementation a name.
 

@@ -101,6 +101,7 @@ PARSERS: dict[str, Any] = {
 
 
 def find_free_port() -> int:
+    """A TCP port on this host that no process listens on at the moment (the kernel's choice)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -184,10 +185,13 @@ class ClusterEnvironmentBase:
 
     @property
     def main_address(self) -> str:
+        """Address of the node that holds rank 0, from the environment's variables or their
+        default."""
         return str(self._read("main_address", as_int=False))
 
     @property
     def main_port(self) -> int:
+        """Port of the job's rendezvous on the node of rank 0."""
         return int(self._read("main_port", as_int=True))
 
     def _assigned_or_read(self, key: str) -> int:
@@ -215,6 +219,8 @@ class ClusterEnvironmentBase:
         self._computed["main_port"] = port
 
     def world_size(self) -> int:
+        """Number of processes in the job: set by the strategy where the environment is settable,
+        else read."""
         return self._assigned_or_read("world_size")
 
     def set_world_size(self, size: int) -> None:
@@ -223,6 +229,7 @@ class ClusterEnvironmentBase:
             self._assigned["world_size"] = size
 
     def global_rank(self) -> int:
+        """Rank of this process among all processes of the job."""
         return self._assigned_or_read("global_rank")
 
     def set_global_rank(self, rank: int) -> None:
@@ -231,9 +238,11 @@ class ClusterEnvironmentBase:
             self._assigned["global_rank"] = rank
 
     def local_rank(self) -> int:
+        """Rank of this process among the processes of its node."""
         return int(self._read("local_rank", as_int=True))
 
     def node_rank(self) -> int:
+        """Rank of this process's node among the job's nodes."""
         return int(self._read("node_rank", as_int=True))
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:

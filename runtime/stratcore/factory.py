@@ -97,6 +97,8 @@ def _fits(value: Any, annotation: Any) -> tuple[bool, str]:
 
 
 def check_options(cls: type[StrategyBase], options: dict[str, Any]) -> None:
+    """Refuse, in one line, an option ``cls`` does not take (naming those it takes) or a value of
+    the wrong type."""
     allowed = strategy_options(cls)
     for name, value in options.items():
         if name not in allowed:

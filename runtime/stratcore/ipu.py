@@ -35,6 +35,7 @@ class IPUPrecisionBase(PrecisionBase):
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype the model runs in: float16 for '16-true', else float32."""
         return torch.float16 if self.precision == "16-true" else torch.float32
 
     def convert_module(self, module: nn.Module) -> nn.Module:

@@ -56,6 +56,8 @@ def _cast_floating(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]
 
 @contextlib.contextmanager
 def default_dtype(dtype: torch.dtype) -> Generator[None, None, None]:
+    """Make ``dtype`` torch's default dtype inside the block, and restore the previous one after
+    it."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -108,12 +110,15 @@ class PrecisionBase:
     # -- module and data -----------------------------------------------------------------
 
     def convert_module(self, module: nn.Module) -> nn.Module:
+        """The module converted to the precision (unchanged here)."""
         return module
 
     def convert_input(self, data: Any) -> Any:
+        """Inputs converted to the precision (unchanged here)."""
         return data
 
     def convert_output(self, data: Any) -> Any:
+        """Outputs converted back from the precision (unchanged here)."""
         return data
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
@@ -123,12 +128,15 @@ class PrecisionBase:
     # -- steps -------------------------------------------------------------------------
 
     def pre_backward(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The loss as backward should see it (a gradient scaler scales it)."""
         return tensor
 
     def backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Run the backward pass of ``tensor``."""
         tensor.backward(*args, **kwargs)
 
     def optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        """Step ``optimizer`` (through the gradient scaler where there is one); its result."""
         return optimizer.step(**kwargs)
 
     def unscale_gradients(self, optimizer: Optimizer) -> None:
@@ -137,10 +145,13 @@ class PrecisionBase:
     def clip_gradients(
         self, parameters: Iterable[torch.Tensor], optimizer: Optimizer, max_norm: float
     ) -> torch.Tensor:
+        """Clip the gradients of ``parameters`` to a total norm of ``max_norm``; the norm before
+        clipping."""
         self.unscale_gradients(optimizer)
         return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm)
 
     def state_dict(self) -> dict[str, Any]:
+        """What the plugin keeps in a checkpoint (a gradient scaler's state)."""
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -161,6 +172,7 @@ class CastPrecisionBase(PrecisionBase):
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype the module and its inputs are cast to."""
         raise NotImplementedError
 
     def convert_module(self, module: nn.Module) -> nn.Module:
@@ -202,6 +214,7 @@ class MixedPrecisionBase(PrecisionBase):
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype autocast runs in: bfloat16 for 'bf16-mixed', else float16."""
         return torch.bfloat16 if self.precision.startswith("bf16") else torch.float16
 
     def connect(self, device: torch.device, needs_grad_scaler: bool) -> None:

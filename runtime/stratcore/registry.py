@@ -62,6 +62,8 @@ class Registry:
     # -- lookups by name ----------------------------------------------------------------------
 
     def strategy_entry(self, name: str) -> StrategyEntry:
+        """The class and preset a registry name stands for; an unknown name is a one-line error
+        listing close ones."""
         if name not in self.strategies:
             raise MisconfigurationError(
                 f"strategy={name!r} is not a registered strategy"
@@ -71,6 +73,7 @@ class Registry:
         return self.strategies[name]
 
     def accelerator_class(self, name: str) -> type[Accelerator]:
+        """The accelerator class registered under ``name``; an unknown name is a one-line error."""
         if name not in self.accelerators:
             raise MisconfigurationError(
                 f"accelerator={name!r} is not known{close_matches(name, list(self.accelerators))} "

@@ -171,6 +171,7 @@ class ShardedSaver:
         return self._group
 
     def raise_finished_errors(self) -> None:
+        """Raise the error of a background save that has finished with one."""
         done = [future for future in self._pending if future.done()]
         self._pending = [future for future in self._pending if not future.done()]
         for future in done:
@@ -194,6 +195,7 @@ class ShardedSaver:
 
     @property
     def busy(self) -> bool:
+        """Whether a background save is still running."""
         return any(not future.done() for future in self._pending)
 
 

@@ -85,6 +85,7 @@ class StrategyBase(CheckpointingBase):
 
     @property
     def accelerator(self) -> Accelerator:
+        """The strategy's accelerator, built from the registry on first use."""
         if self._accelerator is None:
             self._accelerator = self._default_accelerator()
         return self._accelerator
@@ -98,6 +99,8 @@ class StrategyBase(CheckpointingBase):
 
     @property
     def precision_plugin(self) -> PrecisionBase:
+        """The precision plugin chosen for the precision, wrapper and accelerator, built on first
+        use."""
         if self._precision_plugin is None:
             precision = self.default_precision or self.accelerator.default_precision
             self._precision_plugin = registry_of(type(self)).select_precision_plugin(
@@ -121,6 +124,8 @@ class StrategyBase(CheckpointingBase):
 
     @property
     def layer_sync(self) -> LayerSync | None:
+        """What converts the model's batch norms for synchronisation (``sync_batchnorm=True``),
+        if anything."""
         return self._layer_sync
 
     @layer_sync.setter
@@ -179,6 +184,7 @@ class StrategyBase(CheckpointingBase):
 
     @property
     def world_size(self) -> int:
+        """Number of processes in the job (1 for a single device)."""
         return 1
 
     @property
@@ -187,6 +193,7 @@ class StrategyBase(CheckpointingBase):
 
     @property
     def parallel_devices(self) -> list[torch.device]:
+        """The devices of this node's processes."""
         return [self.root_device]
 
     @property
@@ -279,6 +286,7 @@ class StrategyBase(CheckpointingBase):
         return module, optimizers
 
     def model_to_device(self, module: nn.Module) -> nn.Module:
+        """Move ``module`` to the process's device."""
         return module.to(self.root_device)
 
     def _install_precision_forward(self, module: nn.Module) -> None:
@@ -398,6 +406,8 @@ class StrategyBase(CheckpointingBase):
         return getattr(self.hooks, name, None)
 
     def call_hook(self, name: str, *args: Any) -> Any:
+        """Call the spec's hook called ``name`` with the strategy and ``args``, if it declares
+        one; its result."""
         hook = self.hook(name)
         return hook(self, *args) if hook is not None else None
 

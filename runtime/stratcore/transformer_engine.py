@@ -42,6 +42,8 @@ class TransformerEnginePrecisionBase(PrecisionBase):
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype outside Transformer Engine's layers: float16 or bfloat16, as the precision
+        says."""
         return torch.float16 if self.precision.endswith("float16") else torch.bfloat16
 
     def convert_module(self, module: nn.Module) -> nn.Module:

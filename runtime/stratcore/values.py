@@ -87,9 +87,11 @@ class Requirement:
 
     @property
     def available(self) -> bool:
+        """Whether the module can be imported here (found without importing it)."""
         return module_available(self.module)  # finding 'a.b' imports 'a' first
 
     def message(self, user: str) -> str:
+        """The one-line error for ``user`` when the module is missing, with the install hint."""
         hint = f"; install it with: {self.install}" if self.install else ""
         return f"{user} needs the '{self.module}' package, which is not installed{hint}"
 

@@ -128,6 +128,7 @@ class Job:
 
     @property
     def stderr(self) -> str:
+        """What the job has written to its standard error so far."""
         return b"".join(self._chunks["stderr"]).decode(errors="replace")
 
     # -- progress ----------------------------------------------------------------------------

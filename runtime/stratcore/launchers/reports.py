@@ -19,6 +19,7 @@ PEER_FAILURE_PATTERNS = (
 
 
 def is_peer_failure(error: str) -> bool:
+    """Whether a rank's error only says that another rank went away (a lost connection), not why."""
     return any(pattern in error for pattern in PEER_FAILURE_PATTERNS)
 
 
@@ -49,6 +50,7 @@ def uneven_launches(entered: int, other: int, ended: str) -> str:
 
 
 def failure_message(rank: int, local_rank: int, code: int | None, error: str) -> str:
+    """What a launcher reports of a rank that failed: its ranks, how it ended, and its error."""
     if code == 0:  # ended normally, but too early: the error says how
         return f"rank {rank} (local rank {local_rank}) {error}"
     text = f"rank {rank} (local rank {local_rank}) {_describe_exit(code, error)}"

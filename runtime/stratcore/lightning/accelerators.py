@@ -47,10 +47,12 @@ class AcceleratorAdapter:
 
     @classmethod
     def name(cls) -> str:
+        """The accelerator's registry name, from the spec."""
         return cls.spec.name
 
     @classmethod
     def is_available(cls) -> bool:
+        """Whether the device is present, as the spec's probe says."""
         return cls.spec.is_available()
 
     @classmethod
@@ -83,6 +85,7 @@ class AcceleratorAdapter:
         self.spec_accelerator.setup_device(device)
 
     def teardown(self) -> None:
+        """Release what the device holds, as the spec's accelerator does."""
         self.spec_accelerator.teardown()
 
     def get_device_stats(self, device: Any) -> dict[str, Any]:

@@ -39,38 +39,49 @@ class EnvironmentAdapter:
 
     @property
     def creates_processes_externally(self) -> bool:
+        """Whether the scheduler, not Lightning, started the processes (the spec's condition)."""
         return self.spec_environment.creates_processes_externally
 
     @property
     def main_address(self) -> str:
+        """Address of the node of rank 0, read as the spec says."""
         return self.spec_environment.main_address
 
     @property
     def main_port(self) -> int:
+        """Port of the rendezvous on the node of rank 0, read as the spec says."""
         return self.spec_environment.main_port
 
     def world_size(self) -> int:
+        """Number of processes in the job."""
         return self.spec_environment.world_size()
 
     def set_world_size(self, size: int) -> None:
+        """Set the number of processes where the environment lets Lightning decide it."""
         self.spec_environment.set_world_size(size)
 
     def global_rank(self) -> int:
+        """Rank of this process among all processes."""
         return self.spec_environment.global_rank()
 
     def set_global_rank(self, rank: int) -> None:
+        """Set this process's rank where the environment lets Lightning decide it."""
         self.spec_environment.set_global_rank(rank)
 
     def local_rank(self) -> int:
+        """Rank of this process on its node."""
         return self.spec_environment.local_rank()
 
     def node_rank(self) -> int:
+        """Rank of this process's node."""
         return self.spec_environment.node_rank()
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        """Refuse devices and nodes that contradict what the scheduler started."""
         self.spec_environment.validate_settings(num_devices, num_nodes)
 
     def teardown(self) -> None:
+        """Release what the environment holds, as the spec's environment does."""
         self.spec_environment.teardown()
 
     def __repr__(self) -> str:

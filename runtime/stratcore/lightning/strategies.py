@@ -177,6 +177,8 @@ class StrategyAdapter:
         _INIT_HOOKS_RUN.add(hook)
 
     def setup_environment(self) -> None:
+        """Check the precision, run the backend's init hook and create the process group, then
+        set up as Lightning's base does."""
         self._check_precision()
         if not self._is_parallel():
             super().setup_environment()  # type: ignore[misc]
@@ -219,6 +221,7 @@ class StrategyAdapter:
 
     @property
     def cluster_environment(self) -> Any:
+        """The cluster environment detected from the spec's list, in its order."""
         try:
             return self.__dict__["_adapter_cluster_environment"]
         except KeyError:  # single-device strategies have none (hasattr() says so)

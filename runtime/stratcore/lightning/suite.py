@@ -82,10 +82,12 @@ class PluginTests(TableTests):
 
     @over(("framework", "cls"), _accelerator_params, table="accelerators")
     def test_accelerator_is_registered(self, framework: str, cls: type) -> None:
+        """The accelerator plugin is in the framework's accelerator registry."""
         assert_registered(framework, [cls], [])
 
     @over(("row",), _name_params)
     def test_strategy_name_is_registered(self, row: PluginRow) -> None:
+        """The registry name is in the framework's strategy registry, with its class and preset."""
         assert_registered(row.framework, [], [(row.name, row.cls, dict(row.preset))])
 
     @pytest.fixture(scope="class")
@@ -97,6 +99,7 @@ class PluginTests(TableTests):
     @pytest.mark.slow
     @over(("row",), _training_params)
     def test_trains_like_one_process(self, row: PluginRow, plugin_jobs: PluginJobs) -> None:
+        """Training through the plugin on several processes ends where one process ends."""
         plugin_jobs.check(row, self.rows)
 
 

@@ -371,6 +371,8 @@ def _run_case(case: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m stratcore.lightning.testing cases CASES_JSON``: run the cases of a plugin job;
+    the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or args[0] != "cases":
         print("usage: python -m stratcore.lightning.testing cases CASES_JSON", file=sys.stderr)

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 def assert_parameters_close(
     actual: Sequence[Any], expected: Sequence[torch.Tensor], atol: float = 1e-5
 ) -> None:
+    """Assert that trained parameters equal the expected ones within ``atol``, naming the first
+    that differs."""
     assert len(actual) == len(expected), f"{len(actual)} tensors, expected {len(expected)}"
     for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
         got = torch.tensor(a, dtype=e.dtype if e.dtype == torch.float64 else torch.float32)

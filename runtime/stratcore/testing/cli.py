@@ -32,6 +32,8 @@ def _build(args: argparse.Namespace, precision: str | None) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m stratcore.testing SCENARIO STRATEGY --package PACKAGE``: run a scenario (or a
+    job's cases) against a generated package; the exit code."""
     parser = argparse.ArgumentParser(prog="python -m stratcore.testing")
     parser.add_argument("--package", required=True, help="the generated package to test")
     parser.add_argument("scenario", choices=[*SCENARIOS, "cases"])

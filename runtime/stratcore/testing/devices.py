@@ -164,6 +164,7 @@ def assert_detection_priority(cls: type[StrategyBase], monkeypatch: Any) -> None
 
 
 def environment_values(environment: Any) -> dict[str, Any]:
+    """Every value a cluster environment reads (world size, ranks, address, port), by name."""
     return {
         "world_size": environment.world_size(),
         "global_rank": environment.global_rank(),

@@ -83,6 +83,7 @@ def package_name() -> str:
 
 
 def package_registry_in_use() -> Registry:
+    """The registry of the generated package the tests run against."""
     return package_registry(package_name())
 
 

@@ -61,6 +61,7 @@ def unavailable_reason(
 
 
 def unavailable_plugin_reason(cls: type[PrecisionBase]) -> str | None:
+    """Why a precision plugin cannot run here (a missing package), or None."""
     missing = [r for r in cls.requires if not r.available]
     return missing[0].message(cls.__name__) if missing else None
 
@@ -140,6 +141,7 @@ def available_or_skip(accelerator: type[Accelerator]) -> None:
 
 
 def expectation_for(expected: dict[str, Expectation], accelerator: str) -> Expectation:
+    """What a table row expects of a strategy on ``accelerator``."""
     assert (
         accelerator in expected
     ), f"the spec says nothing of {accelerator!r}; it declares {', '.join(expected)}"
@@ -164,6 +166,7 @@ _TRUE_DTYPES = {
 
 
 def precision_tolerance(precision: str) -> float:
+    """How far training in ``precision`` may end from training in float32."""
     return PRECISION_TOLERANCE[precision]
 
 

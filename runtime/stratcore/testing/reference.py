@@ -15,11 +15,13 @@ LARGE_INT = 2**40 + 1
 
 
 def reference_model(seed: int = 0) -> nn.Module:
+    """The small model the scenarios train, initialised from ``seed``."""
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 1))
 
 
 def reference_batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole batch the scenarios train on, drawn from ``seed``."""
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(BATCH, FEATURES, generator=generator)
     y = torch.randn(BATCH, 1, generator=generator)

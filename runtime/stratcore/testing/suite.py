@@ -48,6 +48,7 @@ class TableTests:
     rows: ClassVar[Sequence[Any]] = ()
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Parametrize each test over the rows of the table it is marked with, a case per row."""
         marked: tuple[tuple[str, ...], Callable[[Sequence[Any]], list[Any]], str] | None
         marked = getattr(metafunc.function, "table", None)
         if marked is not None:
@@ -69,6 +70,8 @@ class StrategyTests(TableTests):
 
     @over(("row", "case"), tables.strategy_params)
     def test_strategy(self, row: StrategyRow, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """One check of a strategy row that needs no processes (construction, options,
+        precisions)."""
         checks.check_strategy(row, case, monkeypatch)
 
     @pytest.mark.slow
@@ -76,6 +79,8 @@ class StrategyTests(TableTests):
     def test_real_run(
         self, row: StrategyRow, case: str, scenario_jobs: ScenarioJobs, tmp_path: Path
     ) -> None:
+        """One case of the strategy's job of real processes (training, collectives, checkpoints,
+        failures)."""
         checks.check_real_run(row, case, scenario_jobs, tmp_path)
 
 
@@ -89,6 +94,7 @@ class AcceleratorTests(TableTests):
     def test_accelerator(
         self, row: AcceleratorRow, case: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
+        """One check of an accelerator row (probes, device parsing, devices of its type)."""
         checks.check_accelerator(row, case, monkeypatch)
 
 
@@ -107,6 +113,8 @@ class EnvironmentTests(TableTests):
         monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path,
     ) -> None:
+        """One check of a cluster environment row: detected from its variables, reading their
+        values."""
         checks.check_environment(row, variable, value, monkeypatch, tmp_path)
 
 
@@ -117,6 +125,7 @@ class PrecisionPluginTests(TableTests):
 
     @over(("row", "precision"), tables.plugin_params)
     def test_precision_plugin(self, row: PrecisionPluginRow, precision: str | None) -> None:
+        """One check of a precision plugin row: the precisions it serves, and refuses."""
         checks.check_precision_plugin(row, precision)
 
 
@@ -128,4 +137,5 @@ class AbstractBaseTests(TableTests):
 
     @over(("cls",), tables.class_params)
     def test_abstract_base(self, cls: type[Any]) -> None:
+        """An abstract base is never selected, nor registered."""
         checks.assert_abstract_base(cls)

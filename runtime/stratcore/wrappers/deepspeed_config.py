@@ -124,6 +124,7 @@ def offload_section(device: str, nvme_path: str | os.PathLike[str] | None) -> di
 
 
 def checked_nvme_path(path: str | os.PathLike[str] | None) -> str | os.PathLike[str]:
+    """The folder the 'nvme' offload devices use; a one-line error without one."""
     if path is None:
         raise MisconfigurationError(
             "offloading to NVMe needs nvme_path, a folder on a local NVMe drive "
@@ -186,16 +187,19 @@ def check_offloads(zero: Mapping[str, Any], stage: int) -> None:
 
 
 def offloads(zero: Mapping[str, Any], key: str) -> bool:
+    """Whether a ZeRO config offloads the section ``key`` (to the CPU or NVMe)."""
     section = zero.get(key)
     return isinstance(section, Mapping) and section.get("device", "none") not in (None, "none")
 
 
 def offloads_to_nvme(zero: Mapping[str, Any], key: str) -> bool:
+    """Whether a ZeRO config offloads the section ``key`` to NVMe."""
     section = zero.get(key)
     return isinstance(section, Mapping) and section.get("device") == "nvme"
 
 
 def section_enabled(section: Any) -> bool:
+    """Whether a config section is a mapping with ``enabled`` true."""
     return isinstance(section, Mapping) and bool(section.get("enabled", False))
 
 

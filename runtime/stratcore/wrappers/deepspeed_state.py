@@ -170,6 +170,7 @@ def set_full_master(param: nn.Parameter, value: torch.Tensor, key: str | None = 
 
 
 def detached_copy(value: Any) -> Any:
+    """A copy of a state value that shares no memory or autograd history with it."""
     return value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
 
 

@@ -105,6 +105,8 @@ class FairscaleFSDPStrategyBase(ParallelStrategyBase):
         return kwargs
 
     def configure_fairscale_fsdp(self, module: nn.Module) -> nn.Module:
+        """``module`` wrapped in fairscale's FullyShardedDataParallel with the strategy's
+        options."""
         fairscale = import_optional("fairscale.nn", type(self).__name__, FAIRSCALE_INSTALL)
         fsdp_class = fairscale.FullyShardedDataParallel
         kwargs = self.fairscale_fsdp_kwargs()

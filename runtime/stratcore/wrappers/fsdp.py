@@ -188,12 +188,15 @@ class FSDPStrategyBase(ShardedStateDicts, ParallelStrategyBase):
         return kwargs
 
     def mixed_precision_policy(self, root: bool = True) -> MixedPrecisionPolicy | None:
+        """FSDP2's mixed-precision policy for the precision plugin's dtypes, or None in full
+        precision."""
         plugin = self.precision_plugin
         return (
             plugin.mixed_precision_policy(root) if isinstance(plugin, FSDPPrecisionBase) else None
         )
 
     def offload_policy(self) -> OffloadPolicy | None:
+        """FSDP2's CPU offload policy where ``cpu_offload`` is set, else None."""
         if not self.cpu_offload:
             return None
         # Pinned host memory speeds up copies to an accelerator; there is none to copy to

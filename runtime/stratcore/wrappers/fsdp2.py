@@ -177,6 +177,8 @@ class ShardedStateDicts(_StrategyMixin):
     def load_module_state_dict(
         self, module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True
     ) -> None:
+        """Load a full state dict into ``module``; a sharded module keeps its shards of it on
+        each process."""
         if not holds_dtensors(module):
             super().load_module_state_dict(module, state_dict, strict=strict)
             return
@@ -202,6 +204,7 @@ class ShardedStateDicts(_StrategyMixin):
     def load_optimizer_state_dict(
         self, optimizer: Optimizer, state_dict: Mapping[str, Any]
     ) -> None:
+        """Load a full optimizer state dict into the optimizer of a sharded module."""
         model = self._sharded_model()
         if model is None:
             super().load_optimizer_state_dict(optimizer, state_dict)

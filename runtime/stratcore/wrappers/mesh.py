@@ -46,6 +46,7 @@ class ShardingLayout:
 
     @property
     def hybrid(self) -> bool:
+        """Whether the layout replicates over one dimension and shards over the other."""
         return len(self.mesh_shape) == 2
 
 

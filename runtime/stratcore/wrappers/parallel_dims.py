@@ -66,6 +66,7 @@ class ParallelDims:
 
     @property
     def world_size(self) -> int:
+        """Number of processes the dimensions need: the product of their sizes."""
         return math.prod(self.sizes)
 
     def size(self, name: str) -> int:
@@ -104,6 +105,7 @@ class ParallelDims:
         return (rank // inner) % self.sizes[position]
 
     def describe(self) -> str:
+        """The dimensions as a reader writes them: 'pp=2 x dp_shard=2'."""
         return " x ".join(f"{n}={s}" for n, s in zip(self.names, self.sizes, strict=True))
 
 
@@ -125,6 +127,7 @@ def lightning_sizes(
 
 
 def lightning_dims(data: Any, tensor: Any) -> ParallelDims:
+    """The two dimensions of Lightning's ModelParallelStrategy: data and tensor parallel sizes."""
     return ParallelDims(LIGHTNING_DIMS, (int(data), int(tensor)))
 
 

@@ -282,6 +282,8 @@ class Pipeline:
 def build_stage(
     submodule: nn.Module, index: int, num_stages: int, device: torch.device, group: Any
 ) -> Any:
+    """torch's PipelineStage of stage ``index`` of ``num_stages``, on ``device``, over the
+    pipeline group."""
     from torch.distributed.pipelining import PipelineStage
 
     return PipelineStage(submodule, index, num_stages, device, group=group)

@@ -32,9 +32,11 @@ class PipelineStateDicts(ShardedStateDicts):
     _pipeline: Pipeline | None = None
 
     def parallel_dims(self) -> ParallelDims:
+        """The strategy's parallel dimensions."""
         raise NotImplementedError
 
     def mesh(self, name: str) -> Any:
+        """The device mesh of the dimension called ``name``."""
         raise NotImplementedError
 
     def _gathered(self, state: dict[str, Any]) -> list[Any]:
@@ -80,6 +82,7 @@ class PipelineStateDicts(ShardedStateDicts):
         return {**local, "state": merge_states(states, model._pipeline.key_order)}
 
     def sharded_optimizer_state(self, optimizer: Any, modules: list[nn.Module]) -> dict[str, Any]:
+        """The optimizer's sharded state, of every pipeline stage where the model is pipelined."""
         state = super().sharded_optimizer_state(optimizer, modules)
         return self._every_stage(state) if self._pipeline is not None else state
 

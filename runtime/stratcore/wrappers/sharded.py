@@ -94,6 +94,8 @@ class ShardedStrategyBase(ParallelStrategyBase):
         }
 
     def configure_sharded_ddp(self, module: nn.Module, optimizers: list[Optimizer]) -> nn.Module:
+        """``module`` wrapped in fairscale's ShardedDataParallel over the optimizers' sharded
+        states."""
         if not optimizers:
             # ShardedDataParallel reduces each gradient to the rank whose OSS owns it.
             raise MisconfigurationError(

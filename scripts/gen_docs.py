@@ -1,16 +1,21 @@
-"""Render the parts of README.md that are derived from the code, so that they never drift.
+"""Render the parts of the documentation that are derived from the code, so that they never drift.
 
-Each generated part sits between ``<!-- BEGIN GENERATED: NAME -->`` and
-``<!-- END GENERATED: NAME -->``:
+Each generated part sits in a page of ``docs/`` between ``<!-- BEGIN GENERATED: NAME -->`` and
+``<!-- END GENERATED: NAME -->``; each part appears on exactly one page:
 
-- ``strategies``: the built-in strategies and their registry aliases, from the specs;
-- ``devices``: the built-in devices x frameworks table (what ``stratgen list`` also shows);
+- ``strategies``: the built-in strategies and their registry aliases, from the specs, each
+  linked to its section on the page of every device it runs on;
 - ``commands``: every command with its options, from the argument parser;
+- ``project-options``: the options every command that works on a project takes;
 - ``config``: the keys of ``[tool.stratgen]``, from the configuration class;
-- ``spec-reference``: every key of the spec format, from the JSON Schema.
+- ``spec-reference``: every key of the spec format, from the JSON Schema;
+- ``hpu-spec``: the built-in HPU spec, as an example of a whole spec.
 
-    python scripts/gen_readme.py            # rewrite README.md
-    python scripts/gen_readme.py --check    # exit 1, with a diff, if README.md is stale
+The device pages themselves (``docs/devices``) are generated files of ``stratgen generate``
+(the ``docs`` target), checked by ``stratgen check``.
+
+    python scripts/gen_docs.py            # rewrite the generated parts
+    python scripts/gen_docs.py --check    # exit 1, with a diff, if any page is stale
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import os
 import re
 import sys
 import typing
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 if str(ROOT / "generator") not in sys.path:
     sys.path.insert(0, str(ROOT / "generator"))
@@ -34,7 +40,6 @@ if str(ROOT / "generator") not in sys.path:
 from stratgen import model  # noqa: E402
 from stratgen.catalog import Catalog  # noqa: E402
 from stratgen.cli import build_parser  # noqa: E402
-from stratgen.devicetable import HEADER, device_rows  # noqa: E402
 from stratgen.jsonschema import spec_schema  # noqa: E402
 from stratgen.listing import strategy_rows  # noqa: E402
 from stratgen.project import CONFIG_KEYS, Config, Project, load_config  # noqa: E402
@@ -54,8 +59,10 @@ CONFIG_DOCS = {
     "tests": "Folder of the generated tests (every file in it is generated).",
     "templates": "Folder of templates that override the built-in ones, file by file.",
     "builtin-specs": "Whether the project's specs see stratgen's built-in specs (to `extends` them).",
-    "targets": "What to generate: `stratlib` (the package, always) and `lightning` (plugins for "
-    "Lightning's Trainer and Fabric, `<package>.lightning`); `--target` adds one.",
+    "targets": "What to generate: `stratlib` (the package, always), `lightning` (plugins for "
+    "Lightning's Trainer and Fabric, `<package>.lightning`) and `docs` (a Markdown page for "
+    "each device, in the `docs` folder); `--target` adds one.",
+    "docs": "Folder of the device pages the `docs` target writes (every file in it is generated).",
 }
 
 
@@ -92,8 +99,20 @@ def cpu_status(catalog: Catalog, name: str) -> str:
     return "yes"
 
 
+def _device_links(catalog: Catalog, strategy: str, accelerators: str, devices: str) -> str:
+    """Each accelerator of a strategy, linked to the strategy's section on its page."""
+    names = [a.strip() for a in accelerators.split(",") if a.strip()]
+    return ", ".join(
+        f"[{name}]({devices}/{name}.md#{strategy})" if name in catalog.accelerators else name
+        for name in names
+    )
+
+
 def strategies_section() -> str:
     catalog = builtin_catalog()
+    config = load_config(ROOT)
+    # From docs/reference/, where the table is, to the device pages.
+    devices = Path(os.path.relpath(ROOT / config.docs, DOCS / "reference")).as_posix()
     rows = []
     current = ""
     for name, _cls, accelerators, backend, launcher, _status in strategy_rows(
@@ -102,24 +121,16 @@ def strategies_section() -> str:
         alias = name.strip()
         if name == alias:
             current = alias
-            rows.append([f"`{alias}`", accelerators, backend, launcher, cpu_status(catalog, alias)])
+            links = _device_links(catalog, alias, accelerators, devices)
+            rows.append([f"`{alias}`", links, backend, launcher, cpu_status(catalog, alias)])
         else:
             preset = catalog.registry()[alias][1]
             shown = ", ".join(f"{k}={v!r}" for k, v in preset.items())
             label = f"`{alias}` ({shown})" if shown else f"`{alias}` (another name)"
-            rows.append([label, accelerators, backend, launcher, f"as `{current}`"])
-    return table(
-        ["strategy / alias", "accelerators", "backend", "launcher", "CPU-only machine"], rows
-    )
-
-
-def devices_section() -> str:
-    """Every built-in device: its strategies with stratlib, with Lightning's Trainer and Fabric,
-    its precisions and what to install (the rows ``stratgen list`` prints)."""
-    catalog = builtin_catalog()
-    selection = select(catalog)
-    rows = device_rows(catalog, selection.strategies, selection.accelerators)
-    return table(HEADER, [[f"`{r.device}`", *r.cells()[1:]] for r in rows]) + "\n"
+            links = _device_links(catalog, current, accelerators, devices)
+            rows.append([label, links, backend, launcher, f"as `{current}`"])
+    header = ["strategy / alias", "accelerators", "backend", "launcher", "CPU-only machine"]
+    return table(header, rows) + "\n"
 
 
 # --- commands -------------------------------------------------------------------------------
@@ -323,19 +334,18 @@ def spec_reference_section() -> str:
     return "\n".join(out)
 
 
-# --- README -----------------------------------------------------------------------------------
+# --- pages ------------------------------------------------------------------------------------
 
 
 def hpu_spec_section() -> str:
-    """The built-in HPU spec itself, for the walkthrough (the editor hint line left out)."""
+    """The built-in HPU spec itself, as an example of a whole spec (the editor hint left out)."""
     lines = (ROOT / "specs" / "hpu.yaml").read_text(encoding="utf-8").splitlines()
     body = [line for line in lines if not line.startswith("# yaml-language-server:")]
     return "```yaml\n" + "\n".join(body).strip("\n") + "\n```\n"
 
 
 SECTIONS: dict[str, Callable[[], str]] = {
-    "strategies": lambda: strategies_section() + "\n",
-    "devices": devices_section,
+    "strategies": strategies_section,
     "hpu-spec": hpu_spec_section,
     "commands": commands_section,
     "project-options": project_options_section,
@@ -344,49 +354,73 @@ SECTIONS: dict[str, Callable[[], str]] = {
 }
 
 
-def render(text: str) -> str:
-    seen = set()
+def render(text: str, where: str = "page") -> tuple[str, list[str]]:
+    """The page with its generated parts rendered anew, and the names of those parts."""
+    seen: list[str] = []
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
         if name not in SECTIONS:
-            raise SystemExit(f"README.md: unknown generated section {name!r}")
-        seen.add(name)
+            raise SystemExit(f"{where}: unknown generated section {name!r}")
+        seen.append(name)
         return match.group(1) + SECTIONS[name]() + match.group(4)
 
-    result = MARKER.sub(replace, text)
-    missing = set(SECTIONS) - seen
-    if missing:
-        raise SystemExit(f"README.md lacks the generated section(s) {', '.join(sorted(missing))}")
-    return result
+    return MARKER.sub(replace, text), seen
+
+
+def pages(docs: Path) -> list[Path]:
+    """The pages under ``docs`` with generated parts (the device pages are stratgen's own
+    generated files, not this script's)."""
+    return sorted(
+        path
+        for path in docs.rglob("*.md")
+        if "<!-- BEGIN GENERATED:" in path.read_text(encoding="utf-8")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--check", action="store_true", help="only report whether README.md is current"
+        "--check", action="store_true", help="only report whether the pages are current"
     )
-    parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--docs", type=Path, default=DOCS, help="the documentation folder")
     args = parser.parse_args(argv)
-    current = args.readme.read_text(encoding="utf-8")
-    wanted = render(current)
-    if current == wanted:
-        print(f"{args.readme.name}: generated sections are current")
+    stale: list[str] = []
+    found: dict[str, str] = {}
+    for path in pages(args.docs):
+        shown = path.relative_to(args.docs).as_posix()
+        current = path.read_text(encoding="utf-8")
+        wanted, names = render(current, shown)
+        for name in names:
+            if name in found:
+                raise SystemExit(f"{shown}: section {name!r} is also generated in {found[name]}")
+            found[name] = shown
+        if current == wanted:
+            continue
+        stale.append(shown)
+        if args.check:
+            diff = difflib.unified_diff(
+                current.splitlines(keepends=True),
+                wanted.splitlines(keepends=True),
+                shown,
+                f"{shown} (generated)",
+            )
+            sys.stdout.writelines(diff)
+        else:
+            path.write_text(wanted, encoding="utf-8")
+    missing = set(SECTIONS) - set(found)
+    if missing:
+        raise SystemExit(f"no page holds the generated section(s) {', '.join(sorted(missing))}")
+    if not stale:
+        print("docs: generated sections are current")
         return 0
     if args.check:
-        diff = difflib.unified_diff(
-            current.splitlines(keepends=True),
-            wanted.splitlines(keepends=True),
-            "README.md",
-            "README.md (generated)",
-        )
-        sys.stdout.writelines(diff)
         print(
-            f"{args.readme.name}: generated sections are stale; run `python scripts/gen_readme.py`"
+            f"docs: generated sections are stale in {', '.join(stale)}; "
+            "run `python scripts/gen_docs.py`"
         )
         return 1
-    args.readme.write_text(wanted, encoding="utf-8")
-    print(f"{args.readme.name}: generated sections rewritten")
+    print(f"docs: generated sections rewritten in {', '.join(stale)}")
     return 0
 
 

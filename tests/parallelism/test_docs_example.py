@@ -1,5 +1,5 @@
-"""README's example of choosing dimensions, run as it stands: the script under "Choosing
-dimensions" trains with pp=2 x dp_shard=2 on 4 CPU processes. Its loss is the one of one
+"""The parallelism guide's example, run as it stands: the script marked 'pipeline-example' in
+docs/guides/parallelism.md trains with pp=2 x dp_shard=2 on 4 CPU processes. Its loss is the one of one
 process training on the whole batch, and its distributed checkpoint, made one file, holds
 that process's weights."""
 
@@ -19,21 +19,20 @@ import torch.nn.functional as F
 
 from .support import GENERATED, run_nodes
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "parallelism.md"
 STEPS = 3
 
 
 def example() -> str:
-    """The first Python block of README's section on choosing dimensions."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### Choosing dimensions", 1)[1].split("\n### ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "README's section on choosing dimensions has no Python block"
+    """The guide's Python block marked 'pipeline-example'."""
+    text = GUIDE.read_text(encoding="utf-8")
+    match = re.search(r"<!-- test: pipeline-example -->\n```python\n(.*?)```", text, re.DOTALL)
+    assert match is not None, "the parallelism guide has no Python block marked pipeline-example"
     return match.group(1)
 
 
 def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("readme_example", path)
+    spec = importlib.util.spec_from_file_location("guide_example", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # defines the model; main runs only as a script
@@ -41,7 +40,7 @@ def load(path: Path) -> ModuleType:
 
 
 @pytest.mark.slow
-def test_the_readme_example_trains_like_one_process(tmp_path: Path) -> None:
+def test_the_guides_example_trains_like_one_process(tmp_path: Path) -> None:
     script = tmp_path / "example.py"
     script.write_text(example(), encoding="utf-8")
     ((code, stderr),) = run_nodes(str(script), out=tmp_path, cwd=tmp_path)
