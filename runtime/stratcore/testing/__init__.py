@@ -89,9 +89,11 @@ from .expectations import (
 )
 from .jobs import JobReport, ScenarioJobs
 from .processes import (
+    FAILURE_STALL,
     FailureRun,
     assert_job_stopped,
     leftover_processes,
+    run_failing_job,
     run_failure_scenario,
     run_scenario,
 )
@@ -131,6 +133,8 @@ __all__ = [
     "assert_devices_addressed",
     "assert_hooks_called",
     "assert_job_stopped",
+    "FAILURE_STALL",
+    "run_failing_job",
     "assert_options",
     "assert_parameters_close",
     "assert_precision_plugin_trains",

@@ -139,8 +139,16 @@ class FailureRun:
     seconds_to_stop: float | None
     #: Processes of the run still alive a few seconds after the launcher ended: (pid, command).
     leftovers: list[tuple[int, str]]
-    #: Seconds from the start of the run to the failure: how slow the machine is just now.
+    #: Seconds from the start of the run to the failure.
     seconds_to_fail: float | None = None
+
+
+#: How long every process of a failing job may go without using the CPU or writing output
+#: before the run fails (``stratcore.watch``). A launcher that stops the job after a failure
+#: keeps its processes busy ending, however loaded the machine; one that waits instead (for a
+#: collective's timeout, or a grace that never ends) leaves them idle, and is caught within
+#: this many seconds.
+FAILURE_STALL = 30.0
 
 
 def run_failure_scenario(
@@ -150,7 +158,7 @@ def run_failure_scenario(
     rank: int = 1,
     how: str = "raise",
     devices: int = 2,
-    stall: float = watch.STALL,
+    stall: float = FAILURE_STALL,
     env: dict[str, str] | None = None,
     kill_launcher: bool = False,
     **options: Any,
@@ -159,8 +167,8 @@ def run_failure_scenario(
 
     With ``kill_launcher``, the launching process is SIGKILLed once the failing rank is in
     place (use it with ``how="hang"``): its ranks must notice and end. A job that does not
-    end fails the test (``stratcore.watch.Stalled``) once none of its processes has used the
-    CPU or written output for ``stall`` seconds, with what each of them was doing.
+    end promptly fails the test (``stratcore.watch.Stalled``) once none of its processes has
+    used the CPU or written output for ``stall`` seconds, with what each of them was doing.
     """
     folder = Path(folder)
     command = scenario_command(
@@ -182,7 +190,7 @@ def run_failing_job(
     *,
     what: str,
     env: dict[str, str] | None = None,
-    stall: float = watch.STALL,
+    stall: float = FAILURE_STALL,
     kill_launcher: bool = False,
     case: str | None = None,
 ) -> FailureRun:
@@ -259,26 +267,12 @@ def _kill_marked(marker: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-#: Seconds a job may take to stop after a failure on an idle machine, with room to spare:
-#: the launchers need about TERMINATE_GRACE + PEER_GRACE.
-STOP_ALLOWANCE = 20.0
+def assert_job_stopped(run: FailureRun, *, rank: int | None, message: str | None = None) -> None:
+    """A failing job ended non-zero, named ``rank`` (and ``message``), with nothing left.
 
-
-def assert_job_stopped(
-    run: FailureRun,
-    *,
-    rank: int | None,
-    message: str | None = None,
-    within: float | None = None,
-    waits: float = 0.0,
-) -> None:
-    """A failing job ended non-zero, named ``rank`` (and ``message``), quickly, with nothing left.
-
-    Quickly: within ``within`` seconds of the failure if given; else within
-    ``STOP_ALLOWANCE`` plus the time the job took from its start to the failure (which grows
-    with the machine's load as stopping does), plus ``waits``, the seconds the job is meant to
-    wait (a hanging rank's collective timeout). A launcher that waits for the collective
-    timeout instead of stopping the job takes far longer.
+    That it ended promptly is the run's own check: a job whose processes all sit idle for
+    ``FAILURE_STALL`` seconds fails ``run_failing_job`` (a wall-clock limit would fail on a
+    busy machine, where a healthy job is slow, and pass a slow launcher on an idle one).
     """
     assert (
         run.returncode != 0
@@ -291,16 +285,3 @@ def assert_job_stopped(
         assert message in run.stderr, f"the error does not say {message!r}:\n{run.stderr[-3000:]}"
     assert not run.leftovers, f"processes outlived the job: {run.leftovers}"
     assert run.seconds_to_stop is not None, "the failing rank did not record when it failed"
-    if within is None:
-        startup = run.seconds_to_fail or 0.0
-        limit = STOP_ALLOWANCE + startup + waits
-        allowed = (
-            f"{STOP_ALLOWANCE:g} s, plus the {startup:.0f} s the job took to start and fail "
-            f"on this machine now" + (f", plus the {waits:g} s it waits" if waits else "")
-        )
-    else:
-        limit, allowed = within, f"{within:g} s"
-    assert run.seconds_to_stop < limit, (
-        f"the job took {run.seconds_to_stop:.1f} s to stop after the failure (allowed: "
-        f"{allowed}); its launcher should stop every rank within seconds"
-    )
