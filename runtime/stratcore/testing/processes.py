@@ -22,7 +22,7 @@ from .environ import (
     package_name,
     package_registry_in_use,
 )
-from .scenarios import FAILED_AT, case_started
+from .scenarios import FAILED_AT, case_started, rank_zero_lines
 
 #: What a scenario's process imports (``preload.TORCH``: torch, and what its first optimizer
 #: imports): with a preloader in use (``stratcore.preload``), it may start from an interpreter
@@ -40,7 +40,8 @@ def scenario_command(
     for key, value in options.items():
         if value is not None:
             extra += [f"--{key.replace('_', '-')}", str(value)]
-    return [
+    launcher = package_registry_in_use().strategy_entry(strategy).cls.launcher_class
+    command = [
         sys.executable,
         "-m",
         "stratcore.testing",
@@ -54,6 +55,7 @@ def scenario_command(
         json.dumps(strategy_options),
         *extra,
     ]
+    return launcher.job_command(command, devices)
 
 
 def _scenario_environ(env: dict[str, str] | None, marker: str) -> dict[str, str]:
@@ -64,7 +66,7 @@ def _scenario_environ(env: dict[str, str] | None, marker: str) -> dict[str, str]
 
 def _result_of(stdout: str) -> Any:
     result = None
-    for line in stdout.splitlines():
+    for line in rank_zero_lines(stdout):
         if line.startswith("RESULT "):
             result = json.loads(line[len("RESULT ") :])
     return result
