@@ -31,7 +31,6 @@ from stratcore.wrappers.horovod import horovodrun_executable
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
-GENERATED = HERE.parents[1] / "generated"
 JOB = HERE / "horovod_job.py"
 #: What rank 1 raises at the end of the job.
 FAILURE = "deliberate failure on rank 1 of the horovodrun job"
@@ -76,7 +75,6 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
         command,
         folder / "failed_at",
         what="the horovodrun job of the Horovod scenarios",
-        env={"PYTHONPATH": str(GENERATED)},
         case="rank_raises",
     )
     return Job(run, folder)
