@@ -25,7 +25,9 @@ from stratlib import registry
 from .support import GENERATED, REPO
 
 HARDWARE_SPECS = ("horovod", "bagua", "xla", "ipu", "hpu")
-HEAVY = ("horovod", "bagua", "torch_xla", "poptorch", "habana_frameworks")
+#: The backends' modules. Finding ``horovod.torch`` imports the ``horovod`` package, as finding
+#: any submodule imports its parent; that package imports neither torch nor Horovod's library.
+HEAVY = ("horovod.torch", "bagua", "torch_xla", "poptorch", "habana_frameworks")
 
 
 @pytest.fixture
