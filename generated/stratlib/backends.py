@@ -49,7 +49,10 @@ HOROVOD = CollectiveBackend(
     name="horovod",
     reduce_ops=frozenset(("sum", "product", "min", "max", "mean")),
     requires=(
-        Requirement("horovod.torch", "HOROVOD_WITH_PYTORCH=1 pip install 'horovod[pytorch]'"),
+        Requirement(
+            "horovod.torch",
+            "HOROVOD_WITH_PYTORCH=1 pip install --no-build-isolation 'horovod[pytorch]', its C++ standard raised to 17 for torch >= 2.1",
+        ),
     ),
 )
 

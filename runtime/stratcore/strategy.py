@@ -355,11 +355,15 @@ class StrategyBase(CheckpointingBase):
         )
         self.accelerator.after_optimizer_step()
         if zero_grad:
-            optimizer.zero_grad(set_to_none=True)
+            self._zero_grad(optimizer)
         return result
 
     def _optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
         return self.precision_plugin.optimizer_step(optimizer, **kwargs)
+
+    def _zero_grad(self, optimizer: Optimizer) -> None:
+        """Clear ``optimizer``'s gradients after its step (to None: nothing is kept)."""
+        optimizer.zero_grad(set_to_none=True)
 
     def clip_gradients(
         self, module: nn.Module, optimizer: Optimizer, max_norm: float

@@ -39,7 +39,10 @@ class HorovodStrategy(HorovodStrategyBase, ParallelStrategy):
     backend: ClassVar[CollectiveBackend | None] = HOROVOD
     cluster: ClassVar[tuple[str, ...]] = ("horovod", "mpi")
     requires: ClassVar[tuple[Requirement, ...]] = (
-        Requirement("horovod.torch", "HOROVOD_WITH_PYTORCH=1 pip install 'horovod[pytorch]'"),
+        Requirement(
+            "horovod.torch",
+            "HOROVOD_WITH_PYTORCH=1 pip install --no-build-isolation 'horovod[pytorch]', its C++ standard raised to 17 for torch >= 2.1",
+        ),
     )
 
     def __init__(

@@ -62,6 +62,13 @@ class Launcher(ABC):
         """Whether it works from a notebook or ``python -c``."""
         return True
 
+    @classmethod
+    def job_command(cls, command: list[str], processes: int) -> list[str]:
+        """The command line that runs ``command`` (a Python script) as a job of ``processes``
+        ranks on this machine: the command itself where the script starts its ranks, or, where
+        another program must start every rank (horovodrun), that program's command around it."""
+        return list(command)
+
     @abstractmethod
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``function(strategy, *args, **kwargs)`` in every process; return rank 0's result."""

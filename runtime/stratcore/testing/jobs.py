@@ -45,7 +45,7 @@ from .processes import (
     skip_unless_optimizers_in_setup,
 )
 from .rows import RUN_CASES, StrategyRow
-from .scenarios import CASE_MARKER, FAILED_AT
+from .scenarios import CASE_MARKER, FAILED_AT, rank_zero_lines
 
 #: Steps of the training cases (one process trains as many on the whole batch to compare).
 STEPS = 3
@@ -110,7 +110,7 @@ def job_cases(folder: Path, variant: str | None, devices: int = 1) -> list[dict[
 def reported_cases(stdout: str) -> dict[str, Any]:
     """The cases a job reported (``scenarios.run_case``), by name."""
     results = {}
-    for line in stdout.splitlines():
+    for line in rank_zero_lines(stdout):
         if line.startswith(CASE_MARKER):
             report = json.loads(line[len(CASE_MARKER) :])
             results[report["case"]] = report["result"]

@@ -22,7 +22,7 @@ from .environ import (
     package_name,
     package_registry_in_use,
 )
-from .scenarios import FAILED_AT, case_started
+from .scenarios import FAILED_AT, case_started, rank_zero_lines
 
 
 def scenario_command(
@@ -35,7 +35,8 @@ def scenario_command(
     for key, value in options.items():
         if value is not None:
             extra += [f"--{key.replace('_', '-')}", str(value)]
-    return [
+    launcher = package_registry_in_use().strategy_entry(strategy).cls.launcher_class
+    command = [
         sys.executable,
         "-m",
         "stratcore.testing",
@@ -49,6 +50,7 @@ def scenario_command(
         json.dumps(strategy_options),
         *extra,
     ]
+    return launcher.job_command(command, devices)
 
 
 def _scenario_environ(env: dict[str, str] | None, marker: str) -> dict[str, str]:
@@ -59,7 +61,7 @@ def _scenario_environ(env: dict[str, str] | None, marker: str) -> dict[str, str]
 
 def _result_of(stdout: str) -> Any:
     result = None
-    for line in stdout.splitlines():
+    for line in rank_zero_lines(stdout):
         if line.startswith("RESULT "):
             result = json.loads(line[len("RESULT ") :])
     return result

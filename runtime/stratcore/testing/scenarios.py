@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -185,9 +186,10 @@ def _flat_grads(module: nn.Module) -> torch.Tensor | None:
 #: Wrappers that reduce each gradient to the one rank that owns its optimizer shard: the
 #: other ranks' copies are not meant to agree.
 OWNER_REDUCED_GRADIENTS = ("fairscale_sharded",)
-#: Wrappers that average gradients inside ``optimizer_step`` (torch_xla's reduce_gradients),
-#: not during backward: until the step each rank holds its own.
-STEP_REDUCED_GRADIENTS = ("xla",)
+#: Wrappers whose gradients are averaged only by ``optimizer_step``: torch_xla's
+#: reduce_gradients runs there; Horovod averages in the background from backward on, in place,
+#: and the step waits for it. Until the step a rank's gradients are its own, or in between.
+STEP_REDUCED_GRADIENTS = ("xla", "horovod")
 
 
 def _grads_agree(strategy: Any, module: nn.Module) -> bool | None:
@@ -260,7 +262,9 @@ def api(strategy: Any, folder: str) -> dict[str, Any]:
     report["grads_agree_inside_block"] = _grads_agree(strategy, inner)
     strategy.backward(reference_loss(wrapped(xs), ys))
     report["grads_agree_after_block"] = _grads_agree(strategy, inner)
-    optimizer.zero_grad(set_to_none=True)
+    # The accumulated gradients end in a step, as in training (Horovod refuses zero_grad()
+    # while it still averages them).
+    strategy.optimizer_step(optimizer)
 
     report["collectives"] = collectives(strategy)
 
@@ -371,9 +375,28 @@ CASE_MARKER = "CASE "
 CASE_STARTED_MARKER = "STARTED "
 
 
+#: The tag a program that starts every rank itself puts before each line a rank writes:
+#: horovodrun's ``[1]<stdout>:``, ``mpirun --tag-output``'s ``[1,0]<stdout>:``.
+_RANK_TAG = re.compile(r"^\[(\d+)(?:,(\d+))?\]<stdout>:")
+
+
+def rank_zero_lines(stdout: str) -> list[str]:
+    """The lines of a job's output that rank 0 (or the process the job started with) wrote;
+    lines another program tagged with their rank lose the tag, those of other ranks are left
+    out."""
+    lines = []
+    for line in stdout.splitlines():
+        tag = _RANK_TAG.match(line)
+        if tag is None:
+            lines.append(line)
+        elif int(tag.group(2) if tag.group(2) is not None else tag.group(1)) == 0:
+            lines.append(line[tag.end() :])
+    return lines
+
+
 def case_started(stdout: str, case: str) -> float | None:
     """When the job whose output is ``stdout`` launched ``case`` (None if it did not)."""
-    for line in stdout.splitlines():
+    for line in rank_zero_lines(stdout):
         if line.startswith(CASE_STARTED_MARKER):
             started = json.loads(line[len(CASE_STARTED_MARKER) :])
             if started["case"] == case:

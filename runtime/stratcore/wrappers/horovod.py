@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import shlex
+import sys
 from collections.abc import Callable, Generator
+from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -51,6 +53,8 @@ class HorovodStrategyBase(ParallelStrategyBase):
         self._horovod: ModuleType | None = None
         # Optimizers whose gradients were already averaged for the coming step (by clipping).
         self._synchronized: set[int] = set()
+        # How many block_backward_sync() blocks are open.
+        self._blocked = 0
 
     @property
     def hvd(self) -> ModuleType:
@@ -88,7 +92,7 @@ class HorovodStrategyBase(ParallelStrategyBase):
         )
         wrapped = []
         for optimizer in optimizers:
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+            self._broadcast_optimizer_state(optimizer)
             # Horovod names every parameter of the optimizer, and only those.
             own = {id(p) for group in optimizer.param_groups for p in group["params"]}
             named = [(name, p) for name, p in module.named_parameters() if id(p) in own]
@@ -102,6 +106,22 @@ class HorovodStrategyBase(ParallelStrategyBase):
                 )
             )
         return module, wrapped
+
+    def _broadcast_optimizer_state(self, optimizer: Optimizer) -> None:
+        """Give every rank rank 0's optimizer: its state, or for a fresh optimizer (no state
+        yet) its hyperparameters alone.
+
+        ``hvd.broadcast_optimizer_state`` first steps a fresh optimizer with zero gradients to
+        create its state (horovod/torch/functions.py): Adam would then count one step more than
+        it took and AdamW decay the weights once, so training would no longer match one process.
+        """
+        if optimizer.state:
+            self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+            return
+        options = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        received = self.hvd.broadcast_object(options, root_rank=0)
+        for group, values in zip(optimizer.param_groups, received, strict=True):
+            group.update(values)
 
     def _synchronize(self, optimizer: Optimizer) -> None:
         """Finish averaging ``optimizer``'s gradients (once per step)."""
@@ -119,6 +139,12 @@ class HorovodStrategyBase(ParallelStrategyBase):
         with optimizer.skip_synchronize():
             return super()._optimizer_step(optimizer, **kwargs)
 
+    def _zero_grad(self, optimizer: Optimizer) -> None:
+        if not hasattr(optimizer, "skip_synchronize"):
+            return super()._zero_grad(optimizer)
+        # Horovod's zero_grad() takes no argument; torch's, which it calls, clears to None.
+        optimizer.zero_grad()
+
     def clip_gradients(
         self, module: nn.Module, optimizer: Optimizer, max_norm: float
     ) -> torch.Tensor:
@@ -127,9 +153,23 @@ class HorovodStrategyBase(ParallelStrategyBase):
 
     @contextlib.contextmanager
     def block_backward_sync(self) -> Generator[None, None, None]:
-        """Horovod averages when ``backward_passes_per_step`` backward passes have run; set that
-        option to accumulate gradients."""
-        yield
+        """Backward passes inside the block accumulate gradients locally; the first one after
+        it averages them (with ``backward_passes_per_step`` above 1: the last of that many).
+
+        Horovod starts averaging a parameter's gradient when the backward passes since the
+        last step reach ``backward_passes_per_step``; a pass inside the block is not counted.
+        """
+        self._blocked += 1
+        try:
+            yield
+        finally:
+            self._blocked -= 1
+
+    def backward(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        if self._blocked:
+            for optimizer in self._optimizers:
+                _uncount_next_backward(optimizer)
+        super().backward(tensor, *args, **kwargs)
 
     # -- collectives ---------------------------------------------------------------------
 
@@ -165,7 +205,13 @@ class HorovodStrategyBase(ParallelStrategyBase):
         if not self._horovod_ready():
             return source.unsqueeze(0)
         # hvd.allgather concatenates along the first dimension and is differentiable.
-        return self.hvd.allgather(source.unsqueeze(0))
+        gathered = self.hvd.allgather(source.unsqueeze(0))
+        if gathered.requires_grad:
+            # Its backward averages the gradient over the ranks; torch.distributed's sums, so
+            # that each rank's tensor gets the gradient of every rank's loss: scale it alike.
+            world_size = self.world_size
+            gathered.register_hook(lambda grad: grad * world_size)
+        return gathered
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not self._horovod_ready():
@@ -175,6 +221,28 @@ class HorovodStrategyBase(ParallelStrategyBase):
     def barrier(self, name: str | None = None) -> None:
         if self._horovod_ready():
             self.hvd.barrier()
+
+
+def _uncount_next_backward(optimizer: Optimizer) -> None:
+    """Make Horovod's ``optimizer`` not count the coming backward pass towards averaging.
+
+    Horovod's DistributedOptimizer counts down, per parameter, the backward passes left
+    before it averages that parameter's gradient (``_allreduce_delay``, which its gradient
+    hook decrements and ``synchronize()`` resets: horovod/torch/optimizer.py). A parameter
+    already averaged for this step (0 passes left) is left alone: Horovod's own error for a
+    backward pass too many then says what went wrong.
+    """
+    if not hasattr(optimizer, "skip_synchronize"):  # not set up by this strategy
+        return
+    passes_left = getattr(optimizer, "_allreduce_delay", None)
+    if not isinstance(passes_left, dict):
+        raise MisconfigurationError(
+            "block_backward_sync() needs Horovod's DistributedOptimizer to count backward passes "
+            "(horovod 0.28); set backward_passes_per_step to accumulate gradients instead"
+        )
+    for parameter, left in passes_left.items():
+        if left > 0:
+            passes_left[parameter] = left + 1
 
 
 # --- horovodrun ------------------------------------------------------------------------------
@@ -194,6 +262,12 @@ def horovodrun_command(num_processes: int, num_nodes: int, processes_per_node: i
     return f"horovodrun -np {num_processes}{hosts} {script}"
 
 
+def horovodrun_executable() -> str:
+    """The ``horovodrun`` installed with this Python (its environment need not be on PATH)."""
+    beside = Path(sys.executable).with_name("horovodrun")
+    return str(beside) if beside.is_file() else "horovodrun"
+
+
 class HorovodRunLauncher(Launcher):
     """Runs in the processes horovodrun (or mpirun) started; alone it only runs one process."""
 
@@ -202,6 +276,12 @@ class HorovodRunLauncher(Launcher):
     @property
     def is_interactive_compatible(self) -> bool:
         return False
+
+    @classmethod
+    def job_command(cls, command: list[str], processes: int) -> list[str]:
+        """``command`` started by horovodrun on this machine, with Gloo (no MPI needed)."""
+        hosts = f"localhost:{processes}"
+        return [horovodrun_executable(), "-np", str(processes), "-H", hosts, "--gloo", *command]
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         strategy: Any = self.strategy

@@ -1,5 +1,5 @@
-"""Stand-in for the ``horovod`` package, used only by stratgen's tests.
+"""Stand-in for the ``horovod`` package of a GPU build, used only by stratgen's tests.
 
-It is not Horovod: it runs one process (or claims the rank and size horovodrun would set),
-records every call stratlib makes (see ``standin_events``) and communicates with nobody.
+Written from horovod 0.28.1 (``horovod/__init__.py``, ``horovod/torch/__init__.py``): the two
+modules a strategy's requirement finds. See ``horovod/torch/__init__.py`` for what it is for.
 """

@@ -1,122 +1,23 @@
-"""Stand-in for ``horovod.torch``: the calls of Horovod's API that stratlib makes, recorded.
+"""Stand-in for ``horovod.torch`` of a GPU build (CUDA devices, NCCL), used only by stratgen's
+tests.
 
-Rank and size come from HOROVOD_RANK / HOROVOD_SIZE as horovodrun sets them (0 and 1 when
-unset). Collectives return what a job of one process would: allreduce and allgather keep
-the values of this process.
+The real Horovod (0.28.1 with Gloo, built by .ci/horovod) runs the Horovod tests here on the
+CPU: training, collectives, compression, checkpoints, failing ranks (tests/horovod, and the
+generated tests of specs/horovod.yaml). What it cannot show here is the spec on CUDA devices:
+tests/hardware/test_generated_on_standins.py runs those generated tests with stand-in CUDA
+devices, and they need ``horovod.torch`` only to be found (building the strategy for CUDA
+imports nothing of Horovod). Written from horovod 0.28.1's ``horovod/torch/__init__.py``, the
+module a strategy's requirement names; it has none of its functions, so that nothing can pass
+against it by calling Horovod: that is tested on the real package.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Generator
-from types import SimpleNamespace
 from typing import Any
 
-import standin_events
-import torch
 
-Sum, Average, Min, Max, Product = "Sum", "Average", "Min", "Max", "Product"
-Compression = SimpleNamespace(none="none", fp16="fp16")
-
-_initialized = False
-
-
-def init() -> None:
-    global _initialized
-    _initialized = True
-    standin_events.record("init")
-
-
-def is_initialized() -> bool:
-    return _initialized
-
-
-def rank() -> int:
-    return int(os.environ.get("HOROVOD_RANK", "0"))
-
-
-def size() -> int:
-    return int(os.environ.get("HOROVOD_SIZE", "1"))
-
-
-def local_rank() -> int:
-    return int(os.environ.get("HOROVOD_LOCAL_RANK", "0"))
-
-
-def allreduce(tensor: torch.Tensor, op: str = Average) -> torch.Tensor:
-    standin_events.record("allreduce", op=op, dtype=str(tensor.dtype))
-    return tensor.clone()
-
-
-def allgather(tensor: torch.Tensor) -> torch.Tensor:
-    standin_events.record("allgather", shape=list(tensor.shape))
-    return tensor.clone()
-
-
-def broadcast_object(obj: Any, root_rank: int = 0) -> Any:
-    standin_events.record("broadcast_object", root_rank=root_rank)
-    return obj
-
-
-def barrier() -> None:
-    standin_events.record("barrier")
-
-
-def broadcast_parameters(params: Any, root_rank: int) -> None:
-    standin_events.record("broadcast_parameters", names=list(dict(params)), root_rank=root_rank)
-
-
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
-    standin_events.record(
-        "broadcast_optimizer_state", optimizer=type(optimizer).__name__, root_rank=root_rank
+def __getattr__(name: str) -> Any:
+    raise AttributeError(
+        f"the horovod.torch stand-in has no {name!r}: Horovod itself is tested on the real "
+        "package (tests/horovod)"
     )
-
-
-class _DistributedOptimizer:
-    """Methods Horovod adds to the optimizer's class; averaging over one process is a no-op."""
-
-    _synchronized = False
-    _skip = False
-
-    def synchronize(self) -> None:
-        standin_events.record("synchronize")
-        self._synchronized = True
-
-    @contextlib.contextmanager
-    def skip_synchronize(self) -> Generator[None, None, None]:
-        self._skip = True
-        try:
-            yield
-        finally:
-            self._skip = False
-
-    def step(self, closure: Any = None) -> Any:
-        if not self._skip:
-            # Horovod averages here unless told that it happened already.
-            self.synchronize()
-        standin_events.record("step", synchronized=self._synchronized)
-        self._synchronized = False
-        return super().step(closure)  # type: ignore[misc]
-
-
-def DistributedOptimizer(
-    optimizer: torch.optim.Optimizer,
-    named_parameters: Any = None,
-    compression: str = Compression.none,
-    backward_passes_per_step: int = 1,
-    op: str = Average,
-) -> torch.optim.Optimizer:
-    names = [name for name, _ in named_parameters or []]
-    standin_events.record(
-        "DistributedOptimizer",
-        names=names,
-        compression=compression,
-        backward_passes_per_step=backward_passes_per_step,
-        op=op,
-    )
-    # Like Horovod, an object of a subclass of the optimizer's class, sharing its state.
-    cls = type(type(optimizer).__name__, (_DistributedOptimizer, type(optimizer)), {})
-    wrapped = cls.__new__(cls)
-    wrapped.__dict__.update(optimizer.__dict__)
-    return wrapped
