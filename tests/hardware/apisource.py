@@ -359,7 +359,7 @@ class Module:
         """The names a star import takes: ``__all__`` (a literal, extended with ``+=``), or
         every public name."""
         public = {name for name in self._bindings[0] if not name.startswith("_")}
-        written = [self._bindings[0].get("__all__")] + [
+        written: list[Any] = [self._bindings[0].get("__all__")] + [
             s.value
             for s in self.syntax.body
             if isinstance(s, ast.AugAssign) and ast.unparse(s.target) == "__all__"

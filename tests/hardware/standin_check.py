@@ -243,8 +243,8 @@ def real_ref(path: str, tree: SourceTree | None) -> Ref | None:
     return base.member(attribute) if base is not None else None
 
 
-def hook_standins() -> list[tuple[str, Ref]]:
-    """(spec field, function) for each probe ``sitecustomize`` answers in place of the
+def hook_standins() -> list[tuple[str, str, Ref]]:
+    """(spec field, name, function) for each probe ``sitecustomize`` answers in place of the
     accelerator's own (``cls.is_available_hook = "sitecustomize:standin_present"``)."""
     module = STANDIN_TREE.module("sitecustomize")
     assert module is not None
@@ -253,9 +253,10 @@ def hook_standins() -> list[tuple[str, Ref]]:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
             target, value = node.targets[0], str(node.value.value)
             if isinstance(target, ast.Attribute) and value.startswith("sitecustomize:"):
-                function = module.get(value.partition(":")[2])
+                name = value.partition(":")[2]
+                function = module.get(name)
                 assert function is not None, value
-                found.append((target.attr.removesuffix("_hook"), function))
+                found.append((target.attr.removesuffix("_hook"), name, function))
     return found
 
 
@@ -308,11 +309,11 @@ def check_package(
                 theirs = real.member(attribute) if real is not None else None
                 check.compare(f"{torch_module}.{attribute}", ref, theirs, torch_module)
     catalog = _catalog()
-    for field, function in hook_standins():
+    for field, function_name, function in hook_standins():
         for accelerator in catalog.accelerators.values():
             path = getattr(accelerator.spec, field, None)
             if path and _top(path) == top:
-                name = f"sitecustomize:{function.node.name} for {accelerator.name}'s {field} {path}"
+                name = f"sitecustomize:{function_name} for {accelerator.name}'s {field} {path}"
                 check.compare(name, function, real_ref(path, tree), path)
     for path, fields in sorted(spec_import_paths().items()):
         if tree is not None and _top(path) == top and real_ref(path, tree) is None:
