@@ -355,6 +355,19 @@ class Module:
         """What this module itself binds at its top level, imports left out."""
         return {n: b for n, b in self._bindings[0].items() if not isinstance(b, _Imported)}
 
+    def get_nearby(self, name: str) -> Ref | None:
+        """``name`` in this module, or else in a module of the tree this one imports from
+        (where a package keeps what its public names are made of: Horovod's
+        ``_DistributedOptimizer`` beside the ``DistributedOptimizer`` horovod.torch imports)."""
+        found = self.get(name)
+        sources = {b.module for b in self._bindings[0].values() if isinstance(b, _Imported)}
+        for source in sorted(sources | set(self._bindings[1])):
+            if found is not None:
+                break
+            module = self.tree.module(source) if self.tree.holds(source) else None
+            found = module.get(name) if module is not None else None
+        return found
+
     def exported(self) -> set[str]:
         """The names a star import takes: ``__all__`` (a literal, extended with ``+=``), or
         every public name."""

