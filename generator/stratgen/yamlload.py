@@ -108,7 +108,7 @@ class _Loader(_Composer, yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.P
 
 _FastLoader: Callable[[str], _Composer] | None = None
 if yaml.__with_libyaml__:
-    import _yaml  # PyYAML's libyaml binding
+    from yaml import _yaml  # PyYAML's libyaml binding
 
     class _LibyamlLoader(_Composer, _yaml.CParser):
         """Events from libyaml."""

@@ -6,7 +6,8 @@ torch_musa); ``standin_torch`` stands in for the parts of torch's device builds.
 every call in a JSON-lines file, so that a test can check what stratlib called and in which
 order.
 They are copied into a temporary folder and put on the PYTHONPATH of a fresh process only:
-the test process itself never sees them.
+the test process itself never sees them. Each says at its top what it was written from, and
+``test_standin_apis`` holds them to the real packages' APIs (docs/guides/stand-ins.md).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ are imported:
   and CUDA builds), with gloo underneath and for CPU tensors.
 
 This is not the hardware: these builds' kernels and collectives run only on it.
+
+Written from torch 2.13.0's own modules (torch/xpu, torch/accelerator, torch/version.py,
+torch/distributed/distributed_c10d.py); tests/hardware/test_standin_apis.py checks the functions
+it sets against the torch installed here.
 """
 
 from __future__ import annotations

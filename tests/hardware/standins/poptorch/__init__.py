@@ -3,6 +3,11 @@
 It is not PopTorch and compiles nothing: ``trainingModel`` returns an executor that runs the
 training step PopTorch would compile (forward returning the loss, backward, optimizer step) on
 the CPU, and every call stratlib makes is recorded (see ``standin_events``).
+
+Written from PopTorch's source, poptorch 3.4.0 of Graphcore's Poplar SDK 3.4 (graphcore/poptorch
+on GitHub, tag sdk/poptorch/3.4.0), which ships as a wheel inside the SDK only: __init__.py
+(trainingModel, ipuHardwareIsAvailable), options.py (Options, _TrainingOptions),
+_poplar_executor.py (PoplarExecutor).
 """
 
 from __future__ import annotations
@@ -19,36 +24,45 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
     return num_ipus <= int(os.environ.get("STANDIN_IPUS", "4"))
 
 
-class _Training:
+class _TrainingOptions:
     def __init__(self) -> None:
         self.gradient_accumulation = 1
 
-    def gradientAccumulation(self, count: int) -> None:
-        self.gradient_accumulation = count
+    def gradientAccumulation(self, gradient_accumulation: int) -> _TrainingOptions:
+        self.gradient_accumulation = gradient_accumulation
+        return self
 
 
 class Options:
     def __init__(self) -> None:
         self.replication_factor = 1
         self.device_iterations = 1
-        self.Training = _Training()
+        self.Training = _TrainingOptions()
 
-    def replicationFactor(self, count: int) -> None:
-        self.replication_factor = count
+    def replicationFactor(self, replication_factor: int) -> Options:
+        self.replication_factor = replication_factor
+        return self
 
-    def deviceIterations(self, count: int) -> None:
-        self.device_iterations = count
+    def deviceIterations(self, device_iterations: int) -> Options:
+        self.device_iterations = device_iterations
+        return self
 
 
 class PoplarExecutor:
     """Runs the step the compiled graph would run, on the host."""
 
     def __init__(
-        self, model: torch.nn.Module, options: Options, optimizer: torch.optim.Optimizer
+        self,
+        model: torch.nn.Module,
+        options: Options,
+        training: bool,
+        poptorch_version: str,
+        optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
+        assert training and optimizer is not None
         self.model = model
         self.options = options
-        self.optimizer = optimizer
+        self._optimizer = optimizer
         self.learning_rates = [group["lr"] for group in optimizer.param_groups]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -57,12 +71,12 @@ class PoplarExecutor:
         loss = output[-1] if isinstance(output, tuple) else output
         loss.backward()
         # The graph steps with the settings it was last given, not the host optimizer's.
-        current = [group["lr"] for group in self.optimizer.param_groups]
-        for group, lr in zip(self.optimizer.param_groups, self.learning_rates, strict=True):
+        current = [group["lr"] for group in self._optimizer.param_groups]
+        for group, lr in zip(self._optimizer.param_groups, self.learning_rates, strict=True):
             group["lr"] = lr
-        self.optimizer.step()
-        self.optimizer.zero_grad()
-        for group, lr in zip(self.optimizer.param_groups, current, strict=True):
+        self._optimizer.step()
+        self._optimizer.zero_grad()
+        for group, lr in zip(self._optimizer.param_groups, current, strict=True):
             group["lr"] = lr
         return output.detach() if isinstance(output, torch.Tensor) else output
 
@@ -92,4 +106,4 @@ def trainingModel(
         optimizer=type(optimizer).__name__,
     )
     assert optimizer is not None
-    return PoplarExecutor(model, options, optimizer)
+    return PoplarExecutor(model, options, True, "standin", optimizer)

@@ -4,6 +4,11 @@ Importing it registers the 'mccl' backend, as importing the real package does (h
 underneath); its processes use the CPU, and torch's PrivateUse1 device stays unnamed.
 STANDIN_MUSA_COUNT devices (2 by default), trimmed by MUSA_VISIBLE_DEVICES; bfloat16 as
 STANDIN_MUSA_BF16 says.
+
+Written from Moore Threads' source, torch_musa 2.7.1 (MooreThreads/torch_musa on GitHub, tag
+v2.7.1), which is not on PyPI: torch_musa/core/device.py (is_available, device_count,
+set_device, is_bf16_supported, exported by torch_musa), core/memory.py (empty_cache),
+csrc/distributed/Register.cpp (the backend). specs/musa.yaml names the file of each fact.
 """
 
 from __future__ import annotations

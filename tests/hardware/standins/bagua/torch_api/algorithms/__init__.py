@@ -1,24 +1,18 @@
-"""Stand-in for ``bagua.torch_api.algorithms``: ``Algorithm.init`` records name and arguments."""
+"""Stand-in for ``bagua.torch_api.algorithms``: Bagua's algorithms, registered by name as
+Bagua registers them (``Algorithm.init(name, **kwargs)`` builds one)."""
 
-from __future__ import annotations
+from . import async_model_average, bytegrad, decentralized, gradient_allreduce, q_adam
+from .base import Algorithm, AlgorithmImpl, GlobalAlgorithmRegistry
 
-from typing import Any
+GlobalAlgorithmRegistry.register(
+    "gradient_allreduce", gradient_allreduce.GradientAllReduceAlgorithm
+)
+GlobalAlgorithmRegistry.register("bytegrad", bytegrad.ByteGradAlgorithm)
+GlobalAlgorithmRegistry.register("decentralized", decentralized.DecentralizedAlgorithm)
+GlobalAlgorithmRegistry.register(
+    "low_precision_decentralized", decentralized.LowPrecisionDecentralizedAlgorithm
+)
+GlobalAlgorithmRegistry.register("qadam", q_adam.QAdamAlgorithm)
+GlobalAlgorithmRegistry.register("async", async_model_average.AsyncModelAverageAlgorithm)
 
-import standin_events
-
-
-class Algorithm:
-    def __init__(self, name: str, kwargs: dict[str, Any]) -> None:
-        self.name = name
-        self.kwargs = kwargs
-
-    @classmethod
-    def init(cls, name: str, **kwargs: Any) -> Algorithm:
-        standin_events.record("Algorithm.init", name=name, kwargs=sorted(kwargs))
-        return cls(name, kwargs)
-
-    def resume(self, model: Any) -> None:
-        standin_events.record("resume", algorithm=self.name)
-
-    def abort(self, model: Any) -> None:
-        standin_events.record("abort", algorithm=self.name)
+__all__ = ["Algorithm", "AlgorithmImpl", "GlobalAlgorithmRegistry"]
