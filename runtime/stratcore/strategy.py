@@ -33,6 +33,7 @@ from .exceptions import MisconfigurationError
 from .imports import Requirement, require
 from .launchers import InlineLauncher, Launcher
 from .layer_sync import LayerSync
+from .parameter_moves import follow_move, parameters_by_name
 from .precision import PrecisionBase
 from .registry import registry_of
 
@@ -253,6 +254,11 @@ class StrategyBase(CheckpointingBase):
     def setup(self, module: nn.Module, *optimizers: Optimizer) -> Any:
         """Convert, move and wrap ``module`` and set up ``optimizers``; the strategy owns them.
 
+        ``optimizers`` made from the module before train the parameters the moved module holds
+        (pointed at new Parameter objects where the move made some, as moves onto XLA devices
+        do), and the state they hold follows the parameters' device and dtype (see
+        ``parameter_moves``).
+
         Returns the wrapped module, or the module and the optimizers as a tuple when
         optimizers are given. A module compiled with ``torch.compile`` is set up without its
         compiled wrapper and compiled again once wrapped (in place, ``nn.Module.compile`` with
@@ -260,6 +266,7 @@ class StrategyBase(CheckpointingBase):
         """
         self.setup_environment()
         module, compiled = _uncompiled(module)
+        before = parameters_by_name(module)
         module = self.precision_plugin.convert_module(module)
         if self._layer_sync is not None:
             self._layer_sync.check_supported(
@@ -267,6 +274,8 @@ class StrategyBase(CheckpointingBase):
             )
             module = self._layer_sync.apply(module)
         module = self.model_to_device(module)
+        # A move onto some devices (XLA's) gives the module new Parameter objects.
+        follow_move(module, before, optimizers)
         hook = self.hook("setup")
         if hook is not None:
             module, optimizer_list = hook(self, module, list(optimizers))

@@ -7,6 +7,9 @@ included, works as it does for users. Each scenario prints one JSON line that th
 Scenarios:
     train        train the reference model for a few SGD steps; print rank 0's final parameters
                  and the losses, reduced over ranks
+    train_after_replacing_moves
+                 train, where the strategy's move of the model gives it new Parameter
+                 objects (as a move onto an XLA device does)
     collectives  every collective of the strategy; print each rank's view
     api          every method and property of the strategy API, the collectives included
     checkpoint   save, change, load, and print whether the state came back

@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         strategy = _build(args, args.precision)
         arguments = {
             "train": (args.steps, args.lr),
+            "train_after_replacing_moves": (args.steps, args.lr),
             "collectives": (),
             "api": (args.folder,),
             "checkpoint": (args.folder,),

@@ -1,8 +1,8 @@
 """The real runs of the generated tests: one job per strategy, one pytest test per case.
 
-Each strategy's real-run cases (it trains like one process, it trains in another precision,
-the strategy API and collectives, a checkpoint round trip, and for several processes a rank
-that fails) are pytest tests of their own, but starting processes costs more than most of
+Each strategy's real-run cases (it trains like one process, also where moving the model gives
+it new Parameter objects, it trains in another precision, the strategy API and collectives, a
+checkpoint round trip, and for several processes a rank that fails) are pytest tests of their own, but starting processes costs more than most of
 them take. So the first case of a strategy to run starts one job (``python -m
 stratcore.testing cases``) that runs every case, each in a launch of a strategy of its own,
 and reports each as it ends; the strategy's other cases read that report. The failing rank
@@ -81,6 +81,11 @@ def job_cases(folder: Path, variant: str | None, devices: int = 1) -> list[dict[
             "args": {"folder": str(folder)},
         },
         {"case": "trains_like_one_process", "scenario": "train", "args": {"steps": STEPS}},
+        {
+            "case": "trains_after_moves_that_replace_parameters",
+            "scenario": "train_after_replacing_moves",
+            "args": {"steps": STEPS},
+        },
         {
             "case": "checkpoint_round_trip",
             "scenario": "checkpoint",
@@ -222,7 +227,7 @@ def _run_job(row: StrategyRow, accelerator: str, cases: list[dict[str, Any]]) ->
 
 def assert_case(case: str, result: Any, expected: Expectation, variant: str | None) -> None:
     """What each real-run case asserts of its scenario's report."""
-    if case == "trains_like_one_process":
+    if case in ("trains_like_one_process", "trains_after_moves_that_replace_parameters"):
         assert_trains_like_one_process(result, steps=STEPS, expected=expected)
     elif case == "trains_in_another_precision":
         assert variant is not None

@@ -155,6 +155,7 @@ def real_run_params(rows: Iterable[StrategyRow]) -> list[Any]:
 #: tests list them.
 RUN_CASES = (
     "trains_like_one_process",
+    "trains_after_moves_that_replace_parameters",
     "trains_in_another_precision",
     "strategy_api_and_collectives",
     "checkpoint_round_trip",

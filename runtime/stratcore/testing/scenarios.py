@@ -122,6 +122,27 @@ def train(strategy: Any, steps: int = 3, lr: float = 0.1) -> dict[str, Any]:
     }
 
 
+def train_after_replacing_moves(strategy: Any, steps: int = 3, lr: float = 0.1) -> dict[str, Any]:
+    """``train``, where the strategy's move of the model onto its device gives the model new
+    Parameter objects, as a move from the CPU onto an XLA device does (torch's
+    ``set_overwrite_module_params_on_conversion``, for that move only: on such a device, as
+    here, a library's later moves of a model already there keep them): the optimizer made
+    before ``setup`` must train the parameters the set-up model holds."""
+    move = strategy.model_to_device
+
+    def replacing_move(module: nn.Module) -> nn.Module:
+        future = torch.__future__
+        replacing = future.get_overwrite_module_params_on_conversion()
+        future.set_overwrite_module_params_on_conversion(True)
+        try:
+            return move(module)
+        finally:
+            future.set_overwrite_module_params_on_conversion(replacing)
+
+    strategy.model_to_device = replacing_move
+    return train(strategy, steps, lr)
+
+
 def collectives(strategy: Any) -> dict[str, Any]:
     """Every collective of the strategy; report this rank's view of each."""
     import torch.distributed as dist
@@ -362,6 +383,7 @@ def fail(strategy: Any, failing_rank: int, how: str, folder: str) -> None:
 #: Every scenario, by its name on the command line (``python -m stratcore.testing``).
 SCENARIOS: dict[str, Callable[..., Any]] = {
     "train": train,
+    "train_after_replacing_moves": train_after_replacing_moves,
     "collectives": collectives,
     "api": api,
     "checkpoint": checkpoint,

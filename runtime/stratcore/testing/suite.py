@@ -58,8 +58,9 @@ class TableTests:
 
 class StrategyTests(TableTests):
     """Each strategy: its registry names, its precisions, how it finds its cluster environment,
-    and real runs (training like one process and in another precision, the strategy API and
-    collectives, a checkpoint round trip, a rank that fails)."""
+    and real runs (training like one process, also after moves that replace the model's
+    Parameters, and in another precision, the strategy API and collectives, a checkpoint round
+    trip, a rank that fails)."""
 
     rows: ClassVar[Sequence[StrategyRow]] = ()
 
