@@ -115,7 +115,11 @@ def check(args: argparse.Namespace, result: Result) -> None:
     found = strategy.launch(train)
     result.details.update({k: v for k, v in found.items() if k not in ("params",)})
     result.details["expected_losses"] = expected_losses
-    result.expect("trains on the device", found["root_device"].startswith(device.type))
+    result.expect(
+        f"trains on {device.type}",
+        found["root_device"].startswith(device.type),
+        found["root_device"],
+    )
     result.expect(
         f"parameters in {param_dtype}",
         found["param_dtypes"] == [str(param_dtype)],

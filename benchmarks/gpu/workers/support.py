@@ -28,6 +28,8 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
+from benchmarks.gpu.workers.model import NONDETERMINISTIC  # noqa: E402
+
 #: Largest relative difference allowed between a strategy's run and the hand-written loop, per
 #: precision, on every step's loss and on every parameter after the run (relative to the
 #: largest entry of the reference tensor). Both sides run the same operations in the same
@@ -97,6 +99,7 @@ def main(
     result = Result()
     try:
         check(args, result)
+        result.details["nondeterministic"] = sorted(NONDETERMINISTIC)
         written = result.as_json()
     except Skipped as exc:
         written = {"status": "skip", "figure": str(exc), "conditions": [], "details": {}}
