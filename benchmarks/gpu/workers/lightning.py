@@ -137,6 +137,7 @@ def run_trainer(args: argparse.Namespace, device: torch.device, data: list[Any])
     return {
         **facts,
         "strategy": type(trainer.strategy).__module__ + "." + type(trainer.strategy).__name__,
+        "wrapper": type(trainer.strategy.model).__name__,
         "root_device": str(trainer.strategy.root_device),
         "losses": losses,
         "params": full_state(trainer.strategy.model),
@@ -166,6 +167,7 @@ def run_fabric(args: argparse.Namespace, device: torch.device, data: list[Any]) 
         "world_size": dist.get_world_size(),
         "param_devices": sorted({p.device.type for p in model.parameters()}),
         "strategy": type(fabric.strategy).__module__ + "." + type(fabric.strategy).__name__,
+        "wrapper": type(model.module).__name__,
         "root_device": str(fabric.device),
         "losses": losses,
         "params": full_state(model.module),

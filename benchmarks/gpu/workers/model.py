@@ -10,15 +10,21 @@ loop doing the same arithmetic give the same numbers, and any difference is the 
 
 from __future__ import annotations
 
-import contextlib
-import math
-import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+import os
 
-import torch
-from torch import nn
+# Deterministic cuBLAS needs its workspace configured before CUDA starts (torch's notes on
+# reproducibility). Every worker imports this module before anything starts CUDA.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import contextlib  # noqa: E402
+import math  # noqa: E402
+import warnings  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -10,25 +10,19 @@ always has a row to print.
 
 from __future__ import annotations
 
-import os
+import argparse
+import json
+import statistics
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-# Deterministic cuBLAS needs its workspace configured before CUDA starts (torch's
-# "Reproducibility" notes); set before torch is imported by any worker.
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+import torch
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-from collections.abc import Callable, Mapping, Sequence  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-import torch  # noqa: E402
-
-from benchmarks.gpu.workers.model import NONDETERMINISTIC  # noqa: E402
+from benchmarks.gpu.workers.model import NONDETERMINISTIC
 
 #: Largest relative difference allowed between a strategy's run and the hand-written loop, per
 #: precision, on every step's loss and on every parameter after the run (relative to the
