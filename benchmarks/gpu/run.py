@@ -80,7 +80,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def worker_env(site: Path | None = None) -> dict[str, str]:
     """The workers' environment: the checkout's packages first on the path, then ``site``
     (carried wheels, for the checks that need them), no rank variables of an outer job,
-    output unbuffered."""
+    output unbuffered, bytecode cached."""
     env = dict(os.environ)
     paths = [str(p) for p in SOURCE_PATHS]
     if env.get("PYTHONPATH"):
@@ -89,6 +89,9 @@ def worker_env(site: Path | None = None) -> dict[str, str]:
         paths.append(str(site))
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"
+    # Bytecode cached, as for installed packages: each worker would otherwise compile torch's
+    # dynamo and sympy from source again (seconds of CPU in every process).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["NO_COLOR"] = "1"
     for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"):
         env.pop(name, None)
@@ -155,7 +158,9 @@ def run_check(check: plan.Check, device: str, env: dict[str, str], limit: float 
             cwd=ROOT,
             limit=limit if limit is not None else watch.LIMIT,
             start_new_session=True,
-            preload=("torch",),
+            # On the CPU: a fork of an interpreter that imported these (the Lightning checks
+            # share one that imported Lightning too); on a GPU, a fresh interpreter.
+            preload=(*preload.TORCH, "lightning") if "lightning" in check.needs else preload.TORCH,
         )
         try:
             completed = job.finish()

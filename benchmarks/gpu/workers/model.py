@@ -221,19 +221,25 @@ def deterministic() -> Iterator[None]:
 
     An operation without a deterministic kernel, inside a library under check, warns rather
     than raising: the check then compares within its tolerance, and the warning is recorded
-    in ``NONDETERMINISTIC`` for the report.
+    in ``NONDETERMINISTIC`` for the report. Uninitialized memory is left as it is (torch
+    would fill every ``torch.empty`` with NaN: DeepSpeed's gradient buckets, hundreds of
+    megabytes, at every backward pass); the checked code never reads it.
     """
+    settings = torch.utils.deterministic
     previous = (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
+        settings.fill_uninitialized_memory,
     )
     torch.use_deterministic_algorithms(True, warn_only=True)
+    settings.fill_uninitialized_memory = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             yield
         finally:
             torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+            settings.fill_uninitialized_memory = previous[2]
     for warning in caught:
         message = str(warning.message)
         if "deterministic" in message:
