@@ -237,8 +237,11 @@ def test_mixed_precision_computes_in_half_and_keeps_float32_shards(
         assert_close(result["params"][name], tensor, atol=5e-2)
 
 
-def test_exception_in_a_sharded_forward_pass_surfaces_as_itself() -> None:
-    process, _ = run_scenario("interrupted", "fsdp", options={"auto_wrap_min_params": 100})
+@pytest.mark.parametrize("scenario", ["interrupted", "interrupted_without_reset"])
+def test_exception_in_a_sharded_forward_pass_surfaces_as_itself(scenario: str) -> None:
+    # interrupted_without_reset: FSDP2 without FSDPModule.reset_iter_state, as in torch 2.11,
+    # where teardown reshards the modules itself.
+    process, _ = run_scenario(scenario, "fsdp", options={"auto_wrap_min_params": 100})
     assert process.returncode != 0
     assert process.stderr.rstrip().endswith("RuntimeError: deliberate failure in forward")
     assert "_local_tensor" not in process.stderr  # teardown did not trip over gathered parameters

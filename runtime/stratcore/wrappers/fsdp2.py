@@ -73,6 +73,31 @@ def has_run(module: nn.Module) -> bool:
     return callable(get_state) and getattr(get_state(), "_is_root", None) is not None
 
 
+def reset_interrupted_step(root: nn.Module) -> None:
+    """Bring the FSDP root ``root`` back to its sharded parameters after an exception
+    interrupted a forward or backward pass (nothing to do before its first forward pass).
+
+    torch's ``FSDPModule.reset_iter_state`` waits for the step's collectives, reshards every
+    parameter group and clears the step's bookkeeping. torch 2.11 has no such method; there,
+    once the device has finished its queued work, every FSDP module of ``root`` is resharded
+    (``FSDPModule.reshard``): enough for teardown to move the module, which is not trained
+    further. ``reshard`` leaves a module whose forward pass was cut short as it is where the
+    module keeps its parameters after forward (the root does), so each is told not to keep
+    them first.
+    """
+    if not has_run(root):
+        return
+    reset = getattr(root, "reset_iter_state", None)
+    if callable(reset):
+        reset()
+        return
+    if torch.accelerator.is_available():
+        torch.accelerator.synchronize()
+    for module in fsdp_modules(root):
+        module.set_reshard_after_forward(True, recurse=False)
+        module.reshard()
+
+
 def state_dict_options(**options: Any) -> Any:
     """``torch.distributed.checkpoint.state_dict.StateDictOptions(**options)``."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
@@ -237,9 +262,7 @@ class ShardedStateDicts(_StrategyMixin):
         and the process aborts. Without its group the sharded module is unusable anyway.
         """
         for root in roots:
-            reset = getattr(root, "reset_iter_state", None)
-            if callable(reset) and has_run(root):
-                reset()
+            reset_interrupted_step(root)
         super().teardown()
         self._device_mesh = None
         self._model = None

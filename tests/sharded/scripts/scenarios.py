@@ -230,11 +230,22 @@ def interrupted(strategy: Any) -> None:
     _step(strategy, model, optimizer, x, y)
 
 
+def interrupted_without_reset(strategy: Any) -> None:
+    """'interrupted' on an FSDPModule without ``reset_iter_state``, as torch 2.11's is: this
+    torch's method is removed in this process, the rest of FSDP2 left as it is."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if hasattr(FSDPModule, "reset_iter_state"):
+        delattr(FSDPModule, "reset_iter_state")
+    interrupted(strategy)
+
+
 SCENARIOS = {
     "fsdp_nested": fsdp_nested,
     "resume": resume,
     "stale_optimizer": stale_optimizer,
     "interrupted": interrupted,
+    "interrupted_without_reset": interrupted_without_reset,
     "warm_optimizer": warm_optimizer,
     "async_burst": async_burst,
 }

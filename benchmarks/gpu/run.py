@@ -1,0 +1,322 @@
+"""Run the checks of ``benchmarks.gpu.plan`` and write the report.
+
+    python -m benchmarks.gpu [--device auto|cuda|cpu] [--out DIR] [--commit SHA]
+                             [--budget SECONDS] [--only TEXT ...] [--wheels DIR] [--list]
+
+Each check runs in a fresh process (``benchmarks/gpu/workers``), watched for progress
+(``stratcore.watch``): one that fails, hangs or crashes fails its own row and the next check
+runs. On a GPU the checks share a time budget (``plan.GPU_BUDGET``): a check starts only while
+the budget has its expected seconds left, and is stopped at three times them. Without a GPU
+the same checks run on the CPU, small, with no budget unless one is given. The exit code is 1
+if a check failed, 2 for a mistake on the command line, else 0.
+
+The harness imports no torch: it runs with the checkout's folders on ``PYTHONPATH`` and
+whatever Python and torch the machine has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The checkout's packages, as the workers import them (no installation needed).
+SOURCE_PATHS = (ROOT, ROOT / "runtime", ROOT / "generated", ROOT / "generator")
+# The harness needs the runtime's process watching, from the checkout where nothing is
+# installed (a bare GPU machine).
+sys.path[1:1] = [str(p) for p in SOURCE_PATHS if str(p) not in sys.path]
+
+from stratcore import preload, watch  # noqa: E402
+
+from benchmarks.gpu import plan, report  # noqa: E402
+from benchmarks.gpu.report import Outcome  # noqa: E402
+
+#: Wheels carried to a machine that lacks a package (``benchmarks/gpu_wheels.sh`` builds them).
+WHEELS = ROOT / ".whl"
+WHEEL_TARGET = Path(tempfile.gettempdir()) / "stratgen-gpu-site"
+#: A check's outcomes, as the verdict counts them.
+STATUSES = {"pass": "passed", "fail": "failed", "skip": "skipped", "left out": "left out"}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu",
+        description="Train with stratlib's strategies and plugins on a GPU (or, without one, "
+        "the CPU), compare each with a hand-written loop, and write a report.",
+    )
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument(
+        "--out", type=Path, default=Path("gpu-check"), help="report folder (default: gpu-check)"
+    )
+    parser.add_argument("--commit", help="the commit of the checked tree (default: from git)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        help=f"seconds for all checks (default: {plan.GPU_BUDGET:g} on a GPU, none on the CPU)",
+    )
+    parser.add_argument(
+        "--only", action="append", metavar="TEXT", help="run the checks whose name contains TEXT"
+    )
+    parser.add_argument(
+        "--wheels", type=Path, default=WHEELS, help="wheels to install first (default: .whl)"
+    )
+    parser.add_argument("--list", action="store_true", help="list the checks and exit")
+    args = parser.parse_args(argv)
+    if args.budget is not None and args.budget <= 0:
+        parser.error(f"--budget must be a positive number of seconds, not {args.budget:g}")
+    return args
+
+
+def worker_env(site: Path | None = None) -> dict[str, str]:
+    """The workers' environment: the checkout's packages first on the path, then ``site``
+    (carried wheels, for the checks that need them), no rank variables of an outer job,
+    output unbuffered, bytecode cached."""
+    env = dict(os.environ)
+    paths = [str(p) for p in SOURCE_PATHS]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    if site is not None:
+        paths.append(str(site))
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    # Bytecode cached, as for installed packages: each worker would otherwise compile torch's
+    # dynamo and sympy from source again (seconds of CPU in every process).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["NO_COLOR"] = "1"
+    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"):
+        env.pop(name, None)
+    return env
+
+
+def install_wheels(folder: Path) -> tuple[str, Path | None]:
+    """Install carried wheels into a folder of their own, where DeepSpeed is missing here;
+    returns what was done, and the folder for the path."""
+    wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    if not wheels:
+        return f"none carried ({folder} holds no wheels)", None
+    if importlib.util.find_spec("deepspeed") is not None:
+        return (
+            f"not installed: DeepSpeed is installed here ({len(wheels)} wheels in {folder})",
+            None,
+        )
+    command = [
+        sys.executable,
+        *("-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"),
+        *("--no-cache-dir", "--upgrade", "--target", str(WHEEL_TARGET), *map(str, wheels)),
+    ]
+    completed = watch.run(command, what="pip install the carried wheels", cwd=ROOT)
+    if completed.returncode != 0:
+        tail = (completed.stdout + completed.stderr).strip().splitlines()[-3:]
+        return f"installing {len(wheels)} wheels failed: {' '.join(tail)}", None
+    names = ", ".join(w.name.split("-")[0] + " " + w.name.split("-")[1] for w in wheels)
+    return f"installed into {WHEEL_TARGET}: {names}", WHEEL_TARGET
+
+
+def probe(env: dict[str, str]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="stratgen-gpu-") as folder:
+        out = Path(folder) / "facts.json"
+        command = [sys.executable, "-m", "benchmarks.gpu.workers.probe", "--out", str(out)]
+        completed = watch.run(command, what="probe", env=env, cwd=ROOT)
+        if completed.returncode != 0 or not out.is_file():
+            raise SystemExit(
+                f"the probe of torch and the device failed:\n{completed.stderr[-3000:]}"
+            )
+        facts: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+        return facts
+
+
+def skip_reason(check: plan.Check, device: str, facts: dict[str, Any]) -> str | None:
+    for need in check.needs:
+        if need == "accelerator" and device == "cpu":
+            return plan.NEEDS[need]
+        if need in ("lightning", "deepspeed") and facts["packages"].get(need) is None:
+            return plan.NEEDS[need]
+    return None
+
+
+def run_check(check: plan.Check, device: str, env: dict[str, str], limit: float | None) -> Outcome:
+    outcome = Outcome(check.name, "fail", "", check.covers, expected_seconds=check.gpu_seconds)
+    with tempfile.TemporaryDirectory(prefix="stratgen-gpu-") as folder:
+        out = Path(folder) / "result.json"
+        module = f"benchmarks.gpu.workers.{check.worker}"
+        command = [sys.executable, "-m", module, "--device", device, "--out", str(out), *check.args]
+        started = time.monotonic()
+        job = watch.Job(
+            command,
+            what=check.name,
+            env=env,
+            cwd=ROOT,
+            limit=limit if limit is not None else watch.LIMIT,
+            start_new_session=True,
+            # On the CPU: a fork of an interpreter that imported these (the Lightning checks
+            # share one that imported Lightning too); on a GPU, a fresh interpreter.
+            preload=(*preload.TORCH, "lightning") if "lightning" in check.needs else preload.TORCH,
+        )
+        try:
+            completed = job.finish()
+        except watch.Stalled as exc:
+            text = str(exc)
+            outcome.figure = text.splitlines()[0][:300]
+            outcome.error = text[-6000:]
+            return outcome
+        finally:
+            job.kill()
+            outcome.seconds = time.monotonic() - started
+        if not out.is_file():
+            outcome.figure = f"the worker exited with {completed.returncode} and wrote no result"
+            outcome.error = (completed.stdout[-2000:] + completed.stderr[-6000:]).strip()
+            return outcome
+        found = json.loads(out.read_text(encoding="utf-8"))
+    outcome.status = found["status"]
+    outcome.figure = found["figure"]
+    outcome.conditions = found["conditions"]
+    outcome.details = found["details"]
+    outcome.error = found.get("traceback", "")
+    return outcome
+
+
+def run_checks(
+    checks: Sequence[plan.Check],
+    device: str,
+    facts: dict[str, Any],
+    envs: tuple[dict[str, str], dict[str, str]],
+    budget: float | None,
+    done: Callable[[list[Outcome]], object] = lambda outcomes: None,
+) -> list[Outcome]:
+    """Run ``checks`` in turn; ``envs``: the environment of a check, and of a check that
+    needs carried packages. ``done`` is called with the outcomes so far after each check."""
+    outcomes: list[Outcome] = []
+    started = time.monotonic()
+    for check in checks:
+        reason = skip_reason(check, device, facts)
+        limit = None
+        if reason is None and budget is not None:
+            left = budget - (time.monotonic() - started)
+            if left < check.gpu_seconds:
+                outcome = Outcome(
+                    check.name,
+                    "left out",
+                    f"the budget of {budget:g} s had {max(left, 0):.0f} s left; this check "
+                    f"expects {check.gpu_seconds:g} s",
+                    check.covers,
+                    expected_seconds=check.gpu_seconds,
+                )
+                outcomes.append(outcome)
+                _print(outcome)
+                done(outcomes)
+                continue
+            limit = min(left, check.gpu_seconds * plan.LIMIT_FACTOR)
+        if reason is not None:
+            outcome = Outcome(check.name, "skip", reason, check.covers)
+        else:
+            env = envs[1] if "deepspeed" in check.needs else envs[0]
+            outcome = run_check(check, device, env, limit)
+        outcomes.append(outcome)
+        _print(outcome)
+        done(outcomes)
+    return outcomes
+
+
+def _print(outcome: Outcome) -> None:
+    seconds = "" if outcome.seconds is None else f" ({outcome.seconds:.1f} s)"
+    print(f"{outcome.name}: {outcome.status}{seconds}: {outcome.figure}", flush=True)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    checks = [c for c in plan.CHECKS if not args.only or any(t in c.name for t in args.only)]
+    if args.list:
+        for c in plan.CHECKS:
+            print(f"{c.name:28} {c.gpu_seconds:>4g} s  {c.covers}")
+        print(f"expected on one H100: {plan.gpu_seconds():g} s; budget {plan.GPU_BUDGET:g} s")
+        return 0
+    if not checks:
+        print(f"error: no check's name contains {' or '.join(args.only)}", file=sys.stderr)
+        return 2
+    # A SIGTERM stops the check running then, and its processes, with the harness.
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _check(args, checks)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _check(args: argparse.Namespace, checks: Sequence[plan.Check]) -> int:
+    started = time.monotonic()
+    wheels, site = install_wheels(args.wheels)
+    env = worker_env()
+    # The carried packages (pydantic, typing-extensions, ...) are on the path of the checks
+    # that need them only: the others run on the machine's packages as they are.
+    carried_env = worker_env(site)
+    facts = probe(carried_env)
+    device = args.device
+    if device == "auto":
+        device = "cuda" if facts["cuda_available"] else "cpu"
+    if device == "cuda" and not facts["cuda_available"]:
+        print("error: --device cuda, but torch sees no CUDA device here", file=sys.stderr)
+        return 2
+    budget = args.budget
+    if device == "cuda" and budget is None:
+        budget = plan.GPU_BUDGET
+    if device == "cpu":
+        # One thread a process, as the test suite runs them: small steps on a busy machine
+        # are many times slower with threads spinning against other processes.
+        for environ in (env, carried_env):
+            environ.setdefault("OMP_NUM_THREADS", "1")
+    print(f"checking on {facts['device']} with torch {facts['torch']}", flush=True)
+    machine = {
+        "device": facts["device"],
+        "device name": facts["device name"],
+        "checked on": device,
+        "torch": facts["torch"],
+        "CUDA": facts["cuda"],
+        "cuDNN": facts["cudnn"],
+        "NCCL": facts["nccl"],
+        "python": facts["python"],
+        **{name: version or "not installed" for name, version in facts["packages"].items()},
+        "carried wheels": wheels,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": report.commit(ROOT, args.commit),
+    }
+
+    def write(outcomes: list[Outcome], final: bool = False) -> dict[str, Any]:
+        """The report so far: written after every check, so that a run stopped from outside
+        leaves what it found."""
+        elapsed = time.monotonic() - started
+        counts = {s: sum(o.status == s for o in outcomes) for s in STATUSES}
+        verdict = ", ".join(f"{n} {STATUSES[s]}" for s, n in counts.items())
+        verdict += f", in {elapsed:.0f} s" + (f" (budget: {budget:g} s)" if budget else "")
+        if not final:
+            verdict = f"Stopped early: {len(outcomes)} of {len(checks)} checks done: {verdict}"
+        summary = {"verdict": verdict, "counts": counts, "seconds": elapsed, "budget": budget}
+        report.write(args.out, outcomes, machine, summary)
+        return summary
+
+    # On the CPU, the workers start as forks of an interpreter that imported torch once
+    # (``stratcore.preload``), as the test suite starts its commands. On a GPU each is a
+    # fresh interpreter: nothing forked may hold CUDA state.
+    preloader = preload.Preloader() if device == "cpu" else None
+    watch.use_preloader(preloader)
+    try:
+        outcomes = run_checks(checks, device, facts, (env, carried_env), budget, write)
+    finally:
+        watch.use_preloader(None)
+        if preloader is not None:
+            preloader.close()
+    summary = write(outcomes, final=True)
+    print(f"{summary['verdict']}\nreport: {args.out / report.MARKDOWN}, {report.JSON}", flush=True)
+    return 1 if summary["counts"]["fail"] else 0

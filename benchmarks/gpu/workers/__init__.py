@@ -1,0 +1,1 @@
+"""The checks of ``benchmarks.gpu``, each run in a fresh process."""
