@@ -36,7 +36,7 @@ SOURCE_PATHS = (ROOT, ROOT / "runtime", ROOT / "generated", ROOT / "generator")
 # installed (a bare GPU machine).
 sys.path[1:1] = [str(p) for p in SOURCE_PATHS if str(p) not in sys.path]
 
-from stratcore import preload, watch  # noqa: E402
+from stratcore import watch  # noqa: E402
 
 from benchmarks.gpu import plan, report  # noqa: E402
 from benchmarks.gpu.report import Outcome  # noqa: E402
@@ -158,9 +158,6 @@ def run_check(check: plan.Check, device: str, env: dict[str, str], limit: float 
             cwd=ROOT,
             limit=limit if limit is not None else watch.LIMIT,
             start_new_session=True,
-            # On the CPU: a fork of an interpreter that imported these (the Lightning checks
-            # share one that imported Lightning too); on a GPU, a fresh interpreter.
-            preload=(*preload.TORCH, "lightning") if "lightning" in check.needs else preload.TORCH,
         )
         try:
             completed = job.finish()
@@ -306,17 +303,7 @@ def _check(args: argparse.Namespace, checks: Sequence[plan.Check]) -> int:
         report.write(args.out, outcomes, machine, summary)
         return summary
 
-    # On the CPU, the workers start as forks of an interpreter that imported torch once
-    # (``stratcore.preload``), as the test suite starts its commands. On a GPU each is a
-    # fresh interpreter: nothing forked may hold CUDA state.
-    preloader = preload.Preloader() if device == "cpu" else None
-    watch.use_preloader(preloader)
-    try:
-        outcomes = run_checks(checks, device, facts, (env, carried_env), budget, write)
-    finally:
-        watch.use_preloader(None)
-        if preloader is not None:
-            preloader.close()
+    outcomes = run_checks(checks, device, facts, (env, carried_env), budget, write)
     summary = write(outcomes, final=True)
     print(f"{summary['verdict']}\nreport: {args.out / report.MARKDOWN}, {report.JSON}", flush=True)
     return 1 if summary["counts"]["fail"] else 0
