@@ -136,6 +136,11 @@ STRATEGY_ROOT: Ref = ("stratcore.strategy", "StrategyBase")
 PRECISION_ROOT: Ref = ("stratcore.precision", "PrecisionBase")
 ENVIRONMENT_ROOT: Ref = ("stratcore.environment", "ClusterEnvironmentBase")
 ACCELERATOR_ROOT: Ref = ("stratcore.accelerator", "Accelerator")
+#: The base of the DeepSpeed accelerators the deepspeed target generates.
+DEEPSPEED_ACCELERATOR_ROOT: Ref = (
+    "stratcore.wrappers.deepspeed_accelerator",
+    "DeepSpeedAcceleratorBase",
+)
 LAUNCHER_ROOT: Ref = ("stratcore.launchers", "Launcher")
 
 #: Runtime names a generated package exports next to its generated classes.
