@@ -54,8 +54,9 @@ CONFIG_DOCS = {
     "tests": "Folder of the generated tests (every file in it is generated).",
     "templates": "Folder of templates that override the built-in ones, file by file.",
     "builtin-specs": "Whether the project's specs see stratgen's built-in specs (to `extends` them).",
-    "targets": "What to generate: `stratlib` (the package, always) and `lightning` (plugins for "
-    "Lightning's Trainer and Fabric, `<package>.lightning`); `--target` adds one.",
+    "targets": "What to generate: `stratlib` (the package, always), `lightning` (plugins for "
+    "Lightning's Trainer and Fabric, `<package>.lightning`) and `deepspeed` (DeepSpeed "
+    "accelerators of the devices, `<package>.deepspeed`); `--target` adds one.",
 }
 
 

@@ -43,8 +43,9 @@ BUILTIN_PREFIX = "stratgen:"
 SPEC_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 CONFIG_KEYS = ("specs", "output", "package", "tests", "templates", "builtin-specs", "targets")
 #: What a project can generate: 'stratlib' (the package of strategies on stratcore, always
-#: generated) and 'lightning' (plugins for Lightning's Trainer and Fabric, built on it).
-TARGETS = ("stratlib", "lightning")
+#: generated), 'lightning' (plugins for Lightning's Trainer and Fabric, built on it) and
+#: 'deepspeed' (DeepSpeed accelerators of its devices).
+TARGETS = ("stratlib", "lightning", "deepspeed")
 
 
 @dataclass(frozen=True)
