@@ -24,7 +24,7 @@ from .pyapi import Imports, PyClass, PyModule, first_sentence, wrap_exactly
 
 #: DeepSpeed's own accelerator classes, by the DS_ACCELERATOR names that select them
 #: (deepspeed 0.19.8, deepspeed/accelerator/real_accelerator.py: SUPPORTED_ACCELERATOR_LIST;
-#: tests/deepspeed/test_deepspeed_accelerators.py compares it with the installed DeepSpeed).
+#: tests/test_deepspeed_target.py compares it with the installed DeepSpeed).
 DEEPSPEED_ACCELERATORS = ("cuda", "cpu", "xpu", "npu", "mps", "hpu", "mlu", "sdaa", "supa", "klxpu")
 #: The target's subpackage of a generated package.
 SUBPACKAGE = "deepspeed"
