@@ -2,9 +2,9 @@
 
 A project's device spec (written here, read back as plain YAML where a test needs its facts)
 gets a class in ``<package>.deepspeed`` naming its accelerator, ``stratgen check`` reports a
-changed one, importing the package imports nothing of DeepSpeed, a DeepSpeed strategy on a
-device DeepSpeed has no class for is refused without the target, and the generator's list of
-DeepSpeed's accelerators is the installed DeepSpeed's.
+changed one, importing the package imports nothing of DeepSpeed, a package without the target
+makes the same class at run time, and the generator's list of DeepSpeed's accelerators is the
+installed DeepSpeed's.
 """
 
 from __future__ import annotations
@@ -96,15 +96,24 @@ def test_check_reports_a_changed_deepspeed_module(project: Path) -> None:
     assert run_cli("check", "--project", project).code == 0
 
 
-def test_a_deepspeed_strategy_on_a_generated_accelerator_needs_the_target(
-    tmp_path: Path,
-) -> None:
+def test_without_the_target_the_strategy_makes_the_same_class(tmp_path: Path) -> None:
     root = _project(tmp_path / "project", '["stratlib"]')
     result = run_cli("generate", "--project", root)
-    assert result.code == 2, result.out
-    assert re.search(r"specs/zeta\.yaml:\d+:\d+: strategies\.zeta_deepspeed: ", result.err)
-    assert 'add "deepspeed" to targets in [tool.stratgen]' in result.err
-    assert not (root / "out").exists()
+    assert result.code == 0, result.err
+    assert not (root / "out" / "minilib" / "deepspeed").exists()
+    done = run_python_in(
+        root / "out",
+        "import sys\n"
+        "from stratcore.wrappers.deepspeed_accelerator import DeepSpeedAcceleratorBase\n"
+        "from stratcore.wrappers.deepspeed_select import generated_class\n"
+        "from minilib import ZetaAccelerator, ZetaDeepSpeedStrategy\n"
+        "made = generated_class(ZetaAccelerator)\n"
+        "assert issubclass(made, DeepSpeedAcceleratorBase), made.__mro__\n"
+        "assert made.spec is ZetaAccelerator and made.__name__ == 'ZetaDeepSpeedAccelerator'\n"
+        "assert generated_class(ZetaAccelerator) is made\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'deepspeed']\n",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_the_generators_deepspeed_accelerators_are_the_installed_deepspeeds() -> None:

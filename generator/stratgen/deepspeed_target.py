@@ -8,17 +8,18 @@ implements DeepSpeed's accelerator interface from them.
 
 Which DeepSpeed accelerator a device's DeepSpeed strategies train on is the accelerator spec's
 to say: DeepSpeed's own class (``deepspeed_accelerator``, by default the device type) where
-DeepSpeed has one, else the generated one (``deepspeed_generated``, resolved here).
+DeepSpeed has one, else the generated one (``deepspeed_generated``, resolved here). Without
+this target, the runtime makes the same class from the accelerator's facts when a strategy needs
+it; the target gives it a module and a name to import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from stratcore.contract import DEEPSPEED_ACCELERATOR_ROOT
+from stratcore.contract import DEEPSPEED_ACCELERATOR_ROOT, deepspeed_accelerator_name
 
-from .catalog import Accelerator, Catalog, Strategy
-from .errors import SpecError, SpecProblem
+from .catalog import Accelerator, Catalog
 from .model import AcceleratorSpec
 from .pyapi import Imports, PyClass, PyModule, first_sentence, wrap_exactly
 
@@ -47,39 +48,7 @@ def rendered(accelerator: Accelerator) -> bool:
 
 def class_name(accelerator: Accelerator) -> str:
     """``MUSAAccelerator`` -> ``MUSADeepSpeedAccelerator``."""
-    return accelerator.class_name.removesuffix("Accelerator") + "DeepSpeedAccelerator"
-
-
-def check_target(catalog: Catalog, strategy_names: Iterable[str], targets: Iterable[str]) -> None:
-    """A DeepSpeed strategy that trains on a generated DeepSpeed accelerator needs the target."""
-    if SUBPACKAGE in targets:
-        return
-    problems = []
-    for name in strategy_names:
-        strategy = catalog.strategies[name]
-        needing = _generated_accelerators(catalog, strategy)
-        if strategy.wrapper == "deepspeed" and needing and not strategy.abstract:
-            problems.append(
-                SpecProblem(
-                    strategy.spec.loc,
-                    f"strategies.{strategy.name}",
-                    f"strategy {strategy.name!r} trains DeepSpeed on the DeepSpeed accelerator "
-                    f"generated from accelerator {needing[0]!r}, which the deepspeed target "
-                    'renders: add "deepspeed" to targets in [tool.stratgen]',
-                )
-            )
-    if problems:
-        raise SpecError(problems)
-
-
-def _generated_accelerators(catalog: Catalog, strategy: Strategy) -> list[str]:
-    return [
-        name
-        for name in strategy.accelerators
-        if name in catalog.accelerators
-        and deepspeed_generated(catalog.accelerators[name].spec)
-        and rendered(catalog.accelerators[name])
-    ]
+    return deepspeed_accelerator_name(accelerator.class_name)
 
 
 def _doc(accelerator: Accelerator) -> str:

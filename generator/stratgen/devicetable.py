@@ -80,7 +80,7 @@ def deepspeed_text(accelerator: Accelerator, deepspeed_target: bool = True) -> s
     if not deepspeed_generated(spec) or not rendered(accelerator):
         return f"DeepSpeed's own ({spec.deepspeed_accelerator or spec.device_type})"
     if not deepspeed_target:
-        return "generated (needs the deepspeed target)"
+        return "generated (made at run time: not a target of this project)"
     return f"generated ({class_name(accelerator)})"
 
 

@@ -66,8 +66,6 @@ def render(
             )
         if "deepspeed" in targets:
             files += _render_deepspeed(catalog, selection, renderer, package_dir)
-        else:
-            deepspeed_target.check_target(catalog, selection.strategies, targets)
         return files
     except jinja2.TemplateError as exc:
         raise StratgenError(template_problem(exc)) from None

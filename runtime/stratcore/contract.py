@@ -143,6 +143,12 @@ DEEPSPEED_ACCELERATOR_ROOT: Ref = (
 )
 LAUNCHER_ROOT: Ref = ("stratcore.launchers", "Launcher")
 
+
+def deepspeed_accelerator_name(accelerator: str) -> str:
+    """An accelerator class's DeepSpeed accelerator: AcmeAccelerator -> AcmeDeepSpeedAccelerator."""
+    return accelerator.removesuffix("Accelerator") + "DeepSpeedAccelerator"
+
+
 #: Runtime names a generated package exports next to its generated classes.
 PACKAGE_EXPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stratcore.accelerator", ("Accelerator",)),

@@ -6,7 +6,7 @@ package is imported. DeepSpeed picks its accelerator class from ``DS_ACCELERATOR
 first imported; the strategy sets it to the device's DeepSpeed name (the accelerator spec's
 ``deepspeed_accelerator``, else the device type) before it launches processes, so every
 process it starts inherits it, or, for a device whose spec trains on the generated DeepSpeed
-accelerator, installs that one (``deepspeed_install.select_for``).
+accelerator, installs that one (``deepspeed_select.select_for``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from .deepspeed_config import (
     ops_to_build,
     read_config,
 )
-from .deepspeed_install import select_for
 from .deepspeed_precision import DeepSpeedPrecisionBase
+from .deepspeed_select import select_for
 from .deepspeed_state import (
     full_module_state,
     gather_optimizer_state,
@@ -167,7 +167,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
 
     def select_deepspeed_accelerator(self) -> str:
         """Make DeepSpeed train on the accelerator class for this strategy's device (see
-        ``deepspeed_install.select_for``); returns what selects it."""
+        ``deepspeed_select.select_for``); returns what selects it."""
         return select_for(type(self.accelerator))
 
     def setup_environment(self) -> None:

@@ -122,13 +122,9 @@ class DeepSpeedAcceleratorBase:
     def _function(self, name: str) -> Callable[..., Any] | None:
         return getattr(self.module, name, None)
 
-    @property
-    def _name(self) -> str:
-        return self.device_name()
-
-    @property
-    def _communication_backend_name(self) -> str:
-        return self.communication_backend_name()
+    # What DeepSpeed reads of its own classes' attributes.
+    _name = property(lambda self: self.device_name())
+    _communication_backend_name = property(lambda self: self.communication_backend_name())
 
     def is_synchronized_device(self) -> bool:
         return self.on_host
@@ -432,11 +428,9 @@ class DeepSpeedAcceleratorBase:
         env = self.spec.visible_devices_env
         return [env] if env else []
 
-    def set_visible_devices_envs(
-        self, current_env: dict[str, str], local_accelerator_ids: Any
-    ) -> None:
+    def set_visible_devices_envs(self, current_env: dict[str, str], ids: Any) -> None:
         for env in self.visible_devices_envs():
-            current_env[env] = ",".join(map(str, local_accelerator_ids))
+            current_env[env] = ",".join(map(str, ids))
 
     def get_compile_backend(self) -> str:
         return self._compile_backend

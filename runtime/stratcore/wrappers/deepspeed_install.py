@@ -6,9 +6,6 @@
 - ``install``: hands DeepSpeed an instance, before DeepSpeed is imported where it is not yet
   (``_InstallOnImport``), so that what DeepSpeed binds at import (its op builder classes) is
   the generated accelerator's;
-- ``select_for``: what a DeepSpeed strategy does for its device: the generated accelerator
-  where the spec says so (``generated_class`` finds it), else DeepSpeed's own class by
-  ``DS_ACCELERATOR``;
 - ``unavailable_op_builder``: the op builders a generated accelerator hands out.
 """
 
@@ -18,13 +15,11 @@ import functools
 import importlib
 import importlib.abc
 import importlib.machinery
-import os
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..exceptions import MisconfigurationError
-from .deepspeed_config import DS_ACCELERATOR_ENV
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
@@ -62,53 +57,6 @@ def install(cls: type[DeepSpeedAcceleratorBase]) -> None:
     current = getattr(real, "ds_accelerator", None)
     if not (isinstance(current, cls) and type(current).spec is cls.spec):
         real.set_accelerator(cls())
-
-
-def generated_class(accelerator: type[Accelerator]) -> type[DeepSpeedAcceleratorBase]:
-    """The DeepSpeed accelerator the deepspeed target generated for ``accelerator`` (in
-    ``<package>.deepspeed``, imported here); for a subclass of a generated accelerator, a
-    subclass of its DeepSpeed accelerator on the subclass's facts."""
-    from ..registry import registry_of
-
-    if accelerator not in GENERATED:
-        package = registry_of(accelerator).package
-        try:
-            importlib.import_module(f"{package}.deepspeed")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{package}.deepspeed":
-                raise
-            raise MisconfigurationError(
-                f"accelerator {accelerator.name!r} trains DeepSpeed on the DeepSpeed accelerator "
-                f"generated from its spec, and {package} has none: add 'deepspeed' to targets in "
-                "[tool.stratgen] and run `stratgen generate`"
-            ) from None
-    for klass in accelerator.__mro__:
-        if klass in GENERATED:
-            found = GENERATED[klass]
-            if klass is accelerator:
-                return found
-            made: type[DeepSpeedAcceleratorBase] = type(
-                found.__name__, (found,), {"spec": accelerator}
-            )
-            return made
-    raise MisconfigurationError(
-        f"no generated DeepSpeed accelerator states the facts of {accelerator.__name__}"
-    )
-
-
-def select_for(accelerator: type[Accelerator]) -> str:
-    """Make DeepSpeed train on the class for ``accelerator``'s devices: the generated DeepSpeed
-    accelerator where its spec says so (``deepspeed_generated``; installed, before DeepSpeed
-    is imported where it is not yet), else DeepSpeed's own class, selected by DS_ACCELERATOR
-    (read when DeepSpeed is first imported; processes started afterwards inherit it; a value
-    the user set is kept). Returns what selects it, for error messages."""
-    if accelerator.deepspeed_generated:
-        generated = generated_class(accelerator)
-        generated.install()
-        return f"{generated.__module__}.{generated.__name__}.install()"
-    name = accelerator.deepspeed_accelerator or accelerator.device_type
-    os.environ.setdefault(DS_ACCELERATOR_ENV, name)
-    return f"{DS_ACCELERATOR_ENV}={name}"
 
 
 @functools.cache
