@@ -106,11 +106,11 @@ class _InstallOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name != REAL_ACCELERATOR:
             return None
-        sys.meta_path.remove(self)
-        type(self)._pending = None
         spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is None or spec.loader is None:
-            return spec
+            return None  # the import system goes on to the next finder
+        sys.meta_path.remove(self)
+        type(self)._pending = None
         loader, accelerator = spec.loader, self.accelerator
         execute = loader.exec_module
 
