@@ -40,7 +40,6 @@ from .deepspeed_config import (
     read_config,
 )
 from .deepspeed_precision import DeepSpeedPrecisionBase
-from .deepspeed_select import select_for
 from .deepspeed_state import (
     full_module_state,
     gather_optimizer_state,
@@ -167,7 +166,10 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
 
     def select_deepspeed_accelerator(self) -> str:
         """Make DeepSpeed train on the accelerator class for this strategy's device (see
-        ``deepspeed_select.select_for``); returns what selects it."""
+        ``deepspeed_select.select_for``, imported when a strategy is used); returns what
+        selects it."""
+        from .deepspeed_select import select_for
+
         return select_for(type(self.accelerator))
 
     def setup_environment(self) -> None:
