@@ -60,8 +60,9 @@ CONFIG_DOCS = {
     "templates": "Folder of templates that override the built-in ones, file by file.",
     "builtin-specs": "Whether the project's specs see stratgen's built-in specs (to `extends` them).",
     "targets": "What to generate: `stratlib` (the package, always), `lightning` (plugins for "
-    "Lightning's Trainer and Fabric, `<package>.lightning`) and `docs` (a Markdown page for "
-    "each device, in the `docs` folder); `--target` adds one.",
+    "Lightning's Trainer and Fabric, `<package>.lightning`), `deepspeed` (DeepSpeed "
+    "accelerators of the devices, `<package>.deepspeed`) and `docs` (a Markdown page for each "
+    "device, in the `docs` folder); `--target` adds one.",
     "docs": "Folder of the device pages the `docs` target writes (every file in it is generated).",
 }
 

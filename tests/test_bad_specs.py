@@ -49,6 +49,7 @@ REQUIRED = {
     "backend from torch's device map with a fixed name": "62_device_map_backend_with_torch_name",
     "formats of the device keys": "63_device_key_formats",
     "precision probes on a strategy": "64_probes_on_a_strategy",
+    "DeepSpeed accelerator DeepSpeed lacks, or refused where it lacks one": "65_deepspeed_accelerator",
 }
 
 

@@ -4,11 +4,15 @@ list` say the same, and what they say follows from the specs.
 The specs are read here as plain YAML, so the expectations do not come from the function that
 builds the table: a device's stratlib cell names every strategy whose spec (or the spec it
 extends) lists the device, its precisions cell every precision its spec supports, each probed
-one after the probe that decides it, and its install cell the spec's install hints.
+one after the probe that decides it, its DeepSpeed cell the class DeepSpeed itself has for the
+device (by the names in the installed DeepSpeed's source) unless the spec asks for the generated
+one, and its install cell the spec's install hints.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,27 @@ import yaml
 from sgtest import REPO, run_cli
 
 SPECS = REPO / "specs"
-COLUMNS = ["stratlib", "Lightning Trainer", "Lightning Fabric", "precisions", "install"]
+COLUMNS = [
+    "stratlib",
+    "Lightning Trainer",
+    "Lightning Fabric",
+    "DeepSpeed",
+    "precisions",
+    "install",
+]
+
+
+def deepspeeds_own_accelerators() -> list[str]:
+    """The DS_ACCELERATOR names of DeepSpeed's own classes, read from the installed DeepSpeed's
+    source (deepspeed/accelerator/real_accelerator.py) without importing it."""
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or spec.origin is None:
+        pytest.skip("DeepSpeed is not installed")
+    source = Path(spec.origin).with_name("accelerator") / "real_accelerator.py"
+    match = re.search(r"^SUPPORTED_ACCELERATOR_LIST = (\[.*?\])", source.read_text(), re.M)
+    assert match, source
+    names: list[str] = ast.literal_eval(match.group(1))
+    return names
 
 
 def _specs() -> list[dict[str, Any]]:
@@ -107,6 +131,13 @@ def test_each_row_follows_from_the_specs(device: str) -> None:
     ]
     for hint in filter(None, hints):
         assert hint in row["install"], hint
+    own = accelerator.get("deepspeed_accelerator", accelerator.get("device_type"))
+    generated = accelerator.get("deepspeed_generated", own not in deepspeeds_own_accelerators())
+    if generated and accelerator.get("device_type") != "cpu":
+        name = accelerator["class_name"].removesuffix("Accelerator")
+        assert row["DeepSpeed"] == f"generated ({name}DeepSpeedAccelerator)", row
+    else:
+        assert row["DeepSpeed"] == f"DeepSpeed's own ({own})", row
 
 
 def test_the_new_devices_have_lightning_plugins_and_lightnings_own_keep_theirs() -> None:

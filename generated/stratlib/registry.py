@@ -66,9 +66,11 @@ from .strategies.deepspeed import DeepSpeedStrategy
 from .strategies.dp import DataParallelStrategy
 from .strategies.fsdp import FSDPStrategy
 from .strategies.generic_ddp import GenericDDPStrategy
+from .strategies.generic_deepspeed import GenericDeepSpeedStrategy
 from .strategies.generic_fsdp import GenericFSDPStrategy
 from .strategies.generic_single import SingleGenericStrategy
 from .strategies.horovod import HorovodStrategy
+from .strategies.hpu_deepspeed import HPUDeepSpeedStrategy
 from .strategies.hpu_parallel import HPUParallelStrategy
 from .strategies.hpu_single import SingleHPUStrategy
 from .strategies.ipu import IPUStrategy
@@ -78,6 +80,7 @@ from .strategies.mlu_fsdp import MLUFSDPStrategy
 from .strategies.mlu_single import SingleMLUStrategy
 from .strategies.model_parallel import ModelParallelStrategy
 from .strategies.musa_ddp import MUSADDPStrategy
+from .strategies.musa_deepspeed import MUSADeepSpeedStrategy
 from .strategies.musa_fsdp import MUSAFSDPStrategy
 from .strategies.musa_single import SingleMUSAStrategy
 from .strategies.npu_ddp import NPUDDPStrategy
@@ -168,9 +171,17 @@ REGISTRY = register(
             "generic_single": StrategyEntry(SingleGenericStrategy, {}),
             "generic_ddp": StrategyEntry(GenericDDPStrategy, {}),
             "generic_fsdp": StrategyEntry(GenericFSDPStrategy, {}),
+            "generic_deepspeed": StrategyEntry(GenericDeepSpeedStrategy, {}),
+            "generic_deepspeed_stage_1": StrategyEntry(GenericDeepSpeedStrategy, {"zero_stage": 1}),
+            "generic_deepspeed_stage_2": StrategyEntry(GenericDeepSpeedStrategy, {"zero_stage": 2}),
+            "generic_deepspeed_stage_3": StrategyEntry(GenericDeepSpeedStrategy, {"zero_stage": 3}),
             "horovod": StrategyEntry(HorovodStrategy, {}),
             "hpu_single": StrategyEntry(SingleHPUStrategy, {}),
             "hpu_parallel": StrategyEntry(HPUParallelStrategy, {}),
+            "hpu_deepspeed": StrategyEntry(HPUDeepSpeedStrategy, {}),
+            "hpu_deepspeed_stage_1": StrategyEntry(HPUDeepSpeedStrategy, {"zero_stage": 1}),
+            "hpu_deepspeed_stage_2": StrategyEntry(HPUDeepSpeedStrategy, {"zero_stage": 2}),
+            "hpu_deepspeed_stage_3": StrategyEntry(HPUDeepSpeedStrategy, {"zero_stage": 3}),
             "ipu": StrategyEntry(IPUStrategy, {}),
             "mlu_single": StrategyEntry(SingleMLUStrategy, {}),
             "mlu_ddp": StrategyEntry(MLUDDPStrategy, {}),
@@ -183,6 +194,10 @@ REGISTRY = register(
             "musa_single": StrategyEntry(SingleMUSAStrategy, {}),
             "musa_ddp": StrategyEntry(MUSADDPStrategy, {}),
             "musa_fsdp": StrategyEntry(MUSAFSDPStrategy, {}),
+            "musa_deepspeed": StrategyEntry(MUSADeepSpeedStrategy, {}),
+            "musa_deepspeed_stage_1": StrategyEntry(MUSADeepSpeedStrategy, {"zero_stage": 1}),
+            "musa_deepspeed_stage_2": StrategyEntry(MUSADeepSpeedStrategy, {"zero_stage": 2}),
+            "musa_deepspeed_stage_3": StrategyEntry(MUSADeepSpeedStrategy, {"zero_stage": 3}),
             "npu_single": StrategyEntry(SingleNPUStrategy, {}),
             "npu_ddp": StrategyEntry(NPUDDPStrategy, {}),
             "npu_fsdp": StrategyEntry(NPUFSDPStrategy, {}),

@@ -3,13 +3,14 @@
 """Tests of what specs/generic.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from spec_facts import DDP_OPTIONS, FSDP_OPTIONS, ON_GENERIC
+from spec_facts import DDP_OPTIONS, DEEPSPEED_OPTIONS, FSDP_OPTIONS, ON_GENERIC
 from stratcore.testing import AcceleratorRow, StrategyRow
 from stratcore.testing.suite import AcceleratorTests, StrategyTests
 
 from stratlib import (
     GenericAccelerator,
     GenericDDPStrategy,
+    GenericDeepSpeedStrategy,
     GenericFSDPStrategy,
     SingleGenericStrategy,
 )
@@ -40,6 +41,20 @@ class TestStrategies(StrategyTests):
             devices=2,
             options=FSDP_OPTIONS,
             presets={"generic_fsdp": {}},
+            parallel=True,
+        ),
+        StrategyRow(
+            "generic_deepspeed",
+            GenericDeepSpeedStrategy,
+            expected={"generic": ON_GENERIC},
+            devices=2,
+            options=DEEPSPEED_OPTIONS,
+            presets={
+                "generic_deepspeed": {},
+                "generic_deepspeed_stage_1": {"zero_stage": 1},
+                "generic_deepspeed_stage_2": {"zero_stage": 2},
+                "generic_deepspeed_stage_3": {"zero_stage": 3},
+            },
             parallel=True,
         ),
     ]

@@ -3,11 +3,23 @@
 """Tests of what specs/hpu.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from spec_facts import DDP_OPTIONS, ON_HPU
-from stratcore.testing import AcceleratorRow, StrategyRow
+from spec_facts import DDP_OPTIONS, DEEPSPEED_OPTIONS, ON_HPU
+from stratcore.testing import AcceleratorRow, Expectation, StrategyRow
 from stratcore.testing.suite import AcceleratorTests, StrategyTests
 
-from stratlib import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
+from stratlib import HPUAccelerator, HPUDeepSpeedStrategy, HPUParallelStrategy, SingleHPUStrategy
+
+HPU_DEEPSPEED_ON_HPU = Expectation(
+    default_precision="32-true",
+    precisions=("32-true", "bf16-mixed", "bf16-true"),
+    backend="hccl",
+    reduce_ops=("sum", "min", "max"),
+    casts={"int64": "float32"},
+    step_hooks={
+        "after_backward": "habana_frameworks.torch.core:mark_step",
+        "after_optimizer_step": "habana_frameworks.torch.core:mark_step",
+    },
+)
 
 
 class TestStrategies(StrategyTests):
@@ -26,6 +38,20 @@ class TestStrategies(StrategyTests):
             devices=2,
             options=DDP_OPTIONS,
             presets={"hpu_parallel": {}},
+            parallel=True,
+        ),
+        StrategyRow(
+            "hpu_deepspeed",
+            HPUDeepSpeedStrategy,
+            expected={"hpu": HPU_DEEPSPEED_ON_HPU},
+            devices=2,
+            options=DEEPSPEED_OPTIONS,
+            presets={
+                "hpu_deepspeed": {},
+                "hpu_deepspeed_stage_1": {"zero_stage": 1},
+                "hpu_deepspeed_stage_2": {"zero_stage": 2},
+                "hpu_deepspeed_stage_3": {"zero_stage": 3},
+            },
             parallel=True,
         ),
     ]

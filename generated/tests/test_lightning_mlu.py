@@ -21,7 +21,36 @@ class TestPlugins(PluginTests):
         PluginRow("pytorch", "mlu_single", pytorch.SingleMLUStrategy, devices=1),
         PluginRow("pytorch", "mlu_ddp", pytorch.MLUDDPStrategy, devices=2),
         PluginRow("pytorch", "mlu_fsdp", pytorch.MLUFSDPStrategy, devices=2),
+        PluginRow("pytorch", "mlu_deepspeed", pytorch.MLUDeepSpeedStrategy, devices=2),
+        PluginRow(
+            "pytorch",
+            "mlu_deepspeed_stage_1",
+            pytorch.MLUDeepSpeedStrategy,
+            preset={"zero_stage": 1},
+        ),
+        PluginRow(
+            "pytorch",
+            "mlu_deepspeed_stage_2",
+            pytorch.MLUDeepSpeedStrategy,
+            preset={"zero_stage": 2},
+        ),
+        PluginRow(
+            "pytorch",
+            "mlu_deepspeed_stage_3",
+            pytorch.MLUDeepSpeedStrategy,
+            preset={"zero_stage": 3},
+        ),
         PluginRow("fabric", "mlu_single", fabric.SingleMLUStrategy, devices=1),
         PluginRow("fabric", "mlu_ddp", fabric.MLUDDPStrategy, devices=2),
         PluginRow("fabric", "mlu_fsdp", fabric.MLUFSDPStrategy, devices=2),
+        PluginRow("fabric", "mlu_deepspeed", fabric.MLUDeepSpeedStrategy, devices=2),
+        PluginRow(
+            "fabric", "mlu_deepspeed_stage_1", fabric.MLUDeepSpeedStrategy, preset={"zero_stage": 1}
+        ),
+        PluginRow(
+            "fabric", "mlu_deepspeed_stage_2", fabric.MLUDeepSpeedStrategy, preset={"zero_stage": 2}
+        ),
+        PluginRow(
+            "fabric", "mlu_deepspeed_stage_3", fabric.MLUDeepSpeedStrategy, preset={"zero_stage": 3}
+        ),
     ]

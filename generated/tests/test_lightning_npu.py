@@ -21,7 +21,36 @@ class TestPlugins(PluginTests):
         PluginRow("pytorch", "npu_single", pytorch.SingleNPUStrategy, devices=1),
         PluginRow("pytorch", "npu_ddp", pytorch.NPUDDPStrategy, devices=2),
         PluginRow("pytorch", "npu_fsdp", pytorch.NPUFSDPStrategy, devices=2),
+        PluginRow("pytorch", "npu_deepspeed", pytorch.NPUDeepSpeedStrategy, devices=2),
+        PluginRow(
+            "pytorch",
+            "npu_deepspeed_stage_1",
+            pytorch.NPUDeepSpeedStrategy,
+            preset={"zero_stage": 1},
+        ),
+        PluginRow(
+            "pytorch",
+            "npu_deepspeed_stage_2",
+            pytorch.NPUDeepSpeedStrategy,
+            preset={"zero_stage": 2},
+        ),
+        PluginRow(
+            "pytorch",
+            "npu_deepspeed_stage_3",
+            pytorch.NPUDeepSpeedStrategy,
+            preset={"zero_stage": 3},
+        ),
         PluginRow("fabric", "npu_single", fabric.SingleNPUStrategy, devices=1),
         PluginRow("fabric", "npu_ddp", fabric.NPUDDPStrategy, devices=2),
         PluginRow("fabric", "npu_fsdp", fabric.NPUFSDPStrategy, devices=2),
+        PluginRow("fabric", "npu_deepspeed", fabric.NPUDeepSpeedStrategy, devices=2),
+        PluginRow(
+            "fabric", "npu_deepspeed_stage_1", fabric.NPUDeepSpeedStrategy, preset={"zero_stage": 1}
+        ),
+        PluginRow(
+            "fabric", "npu_deepspeed_stage_2", fabric.NPUDeepSpeedStrategy, preset={"zero_stage": 2}
+        ),
+        PluginRow(
+            "fabric", "npu_deepspeed_stage_3", fabric.NPUDeepSpeedStrategy, preset={"zero_stage": 3}
+        ),
     ]

@@ -21,7 +21,36 @@ class TestPlugins(PluginTests):
         PluginRow("pytorch", "xpu_single", pytorch.SingleXPUStrategy, devices=1),
         PluginRow("pytorch", "xpu_ddp", pytorch.XPUDDPStrategy, devices=2),
         PluginRow("pytorch", "xpu_fsdp", pytorch.XPUFSDPStrategy, devices=2),
+        PluginRow("pytorch", "xpu_deepspeed", pytorch.XPUDeepSpeedStrategy, devices=2),
+        PluginRow(
+            "pytorch",
+            "xpu_deepspeed_stage_1",
+            pytorch.XPUDeepSpeedStrategy,
+            preset={"zero_stage": 1},
+        ),
+        PluginRow(
+            "pytorch",
+            "xpu_deepspeed_stage_2",
+            pytorch.XPUDeepSpeedStrategy,
+            preset={"zero_stage": 2},
+        ),
+        PluginRow(
+            "pytorch",
+            "xpu_deepspeed_stage_3",
+            pytorch.XPUDeepSpeedStrategy,
+            preset={"zero_stage": 3},
+        ),
         PluginRow("fabric", "xpu_single", fabric.SingleXPUStrategy, devices=1),
         PluginRow("fabric", "xpu_ddp", fabric.XPUDDPStrategy, devices=2),
         PluginRow("fabric", "xpu_fsdp", fabric.XPUFSDPStrategy, devices=2),
+        PluginRow("fabric", "xpu_deepspeed", fabric.XPUDeepSpeedStrategy, devices=2),
+        PluginRow(
+            "fabric", "xpu_deepspeed_stage_1", fabric.XPUDeepSpeedStrategy, preset={"zero_stage": 1}
+        ),
+        PluginRow(
+            "fabric", "xpu_deepspeed_stage_2", fabric.XPUDeepSpeedStrategy, preset={"zero_stage": 2}
+        ),
+        PluginRow(
+            "fabric", "xpu_deepspeed_stage_3", fabric.XPUDeepSpeedStrategy, preset={"zero_stage": 3}
+        ),
     ]

@@ -3,11 +3,17 @@
 """Tests of what specs/musa.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from spec_facts import DDP_OPTIONS, FSDP_OPTIONS, ON_MUSA
+from spec_facts import DDP_OPTIONS, DEEPSPEED_OPTIONS, FSDP_OPTIONS, ON_MUSA
 from stratcore.testing import AcceleratorRow, StrategyRow
 from stratcore.testing.suite import AcceleratorTests, StrategyTests
 
-from stratlib import MUSAAccelerator, MUSADDPStrategy, MUSAFSDPStrategy, SingleMUSAStrategy
+from stratlib import (
+    MUSAAccelerator,
+    MUSADDPStrategy,
+    MUSADeepSpeedStrategy,
+    MUSAFSDPStrategy,
+    SingleMUSAStrategy,
+)
 
 
 class TestStrategies(StrategyTests):
@@ -35,6 +41,20 @@ class TestStrategies(StrategyTests):
             devices=2,
             options=FSDP_OPTIONS,
             presets={"musa_fsdp": {}},
+            parallel=True,
+        ),
+        StrategyRow(
+            "musa_deepspeed",
+            MUSADeepSpeedStrategy,
+            expected={"musa": ON_MUSA},
+            devices=2,
+            options=DEEPSPEED_OPTIONS,
+            presets={
+                "musa_deepspeed": {},
+                "musa_deepspeed_stage_1": {"zero_stage": 1},
+                "musa_deepspeed_stage_2": {"zero_stage": 2},
+                "musa_deepspeed_stage_3": {"zero_stage": 3},
+            },
             parallel=True,
         ),
     ]

@@ -53,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="TARGET",
         help="generate for this target too: 'lightning' adds plugins for Lightning's Trainer "
-        "and Fabric, 'docs' a page for each device (repeatable; default: [tool.stratgen] "
-        "targets, else 'stratlib' alone)",
+        "and Fabric, 'deepspeed' DeepSpeed accelerators of the devices, 'docs' a page for each "
+        "device (repeatable; default: [tool.stratgen] targets, else 'stratlib' alone)",
     )
     group.add_argument("--docs", help="folder for the device pages of the docs target")
     group.add_argument("--no-color", action="store_true", help="never colour the output")

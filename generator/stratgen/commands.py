@@ -181,10 +181,14 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
     from .selection import select
 
     catalog = resolve(project.sources())
-    lightning = "lightning" in project.config.targets
+    targets = project.config.targets
     console.say(
         strategy_table(
-            catalog, select(catalog), probe=not args.no_probe, lightning_target=lightning
+            catalog,
+            select(catalog),
+            probe=not args.no_probe,
+            lightning_target="lightning" in targets,
+            deepspeed_target="deepspeed" in targets,
         )
     )
     return EXIT_OK

@@ -20,6 +20,7 @@ from stratcore.contract import (
 
 from .catalog import Accelerator, Catalog, ClusterEnvironment, PrecisionPlugin, Source
 from .corefacts import class_defaults
+from .deepspeed_target import deepspeed_generated
 from .describe import backend_constant, backend_ref, requirements_source, runtime_facts
 from .pyapi import (
     Imports,
@@ -60,6 +61,7 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
         ("after_optimizer_step_hook", spec.step_hooks.after_optimizer_step),
         ("install", spec.install),
         ("deepspeed_accelerator", spec.deepspeed_accelerator),
+        ("deepspeed_generated", deepspeed_generated(spec)),
         ("sync_batchnorm", spec.sync_batchnorm),
     ]
     # What equals the runtime's default only adds noise (so does a device type of None: the

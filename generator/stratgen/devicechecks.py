@@ -6,8 +6,11 @@ Like ``stratgen.checks``, every check reports into a ``Problems`` list instead o
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .checks import Problems, field_loc
-from .errors import one_of
+from .deepspeed_target import DEEPSPEED_ACCELERATORS, deepspeed_generated
+from .errors import did_you_mean, one_of
 from .model import AcceleratorSpec, Backend, PrecisionDefaults
 
 
@@ -16,6 +19,7 @@ def check_accelerator(
 ) -> None:
     """What an accelerator says of its device type and its probed precisions."""
     check_device_type(problems, spec)
+    check_deepspeed_accelerator(problems, spec)
     precision = spec.precision
     check_precision_probes(
         problems, precision, "accelerator.precision", precision.default, supported
@@ -37,6 +41,30 @@ def check_device_type(problems: Problems, spec: AcceleratorSpec) -> None:
             "accelerator.current_device",
             f"accelerator {spec.name!r} has device_type {spec.device_type!r}; 'current_device' "
             "is for an accelerator without one, whose device type is found at run time",
+        )
+
+
+def check_deepspeed_accelerator(problems: Problems, spec: AcceleratorSpec) -> None:
+    """``deepspeed_accelerator`` names one of DeepSpeed's classes; a device DeepSpeed has no
+    class for trains on the generated one."""
+    name = spec.deepspeed_accelerator
+    if name is not None and name not in DEEPSPEED_ACCELERATORS:
+        problems.add(
+            field_loc(spec, "deepspeed_accelerator"),
+            "accelerator.deepspeed_accelerator",
+            f"DeepSpeed has no accelerator {name!r}{did_you_mean(name, DEEPSPEED_ACCELERATORS)}; "
+            f"its accelerators: {', '.join(DEEPSPEED_ACCELERATORS)}. Omit the key for a device "
+            "DeepSpeed has no class for: it trains on the generated one",
+        )
+    elif spec.deepspeed_generated is False and deepspeed_generated(
+        replace(spec, deepspeed_generated=None)
+    ):
+        problems.add(
+            field_loc(spec, "deepspeed_generated"),
+            "accelerator.deepspeed_generated",
+            f"DeepSpeed has no class of its own for device type {spec.device_type!r}, so its "
+            "strategies need the generated one; give 'deepspeed_accelerator' or drop "
+            "'deepspeed_generated: false'",
         )
 
 

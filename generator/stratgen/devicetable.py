@@ -1,6 +1,7 @@
 """The devices x frameworks table: for each accelerator of the specs, which strategies run on it
-with the generated package, with Lightning's Trainer and with Lightning Fabric, in which
-precisions, and what to install. ``stratgen list`` prints it, and the docs target's index page
+with the generated package, with Lightning's Trainer and with Lightning Fabric, which DeepSpeed
+accelerator DeepSpeed strategies train on, in which precisions, and what to install.
+``stratgen list`` prints it, and the docs target's index page
 shows it for the built-in specs, from the same function."""
 
 from __future__ import annotations
@@ -13,8 +14,17 @@ from stratcore.lightning.contract import ACCELERATOR_NAMES, FRAMEWORKS
 
 from . import lightning
 from .catalog import Accelerator, Catalog
+from .deepspeed_target import class_name, deepspeed_generated, rendered
 
-HEADER = ["device", "stratlib", "Lightning Trainer", "Lightning Fabric", "precisions", "install"]
+HEADER = [
+    "device",
+    "stratlib",
+    "Lightning Trainer",
+    "Lightning Fabric",
+    "DeepSpeed",
+    "precisions",
+    "install",
+]
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,7 @@ class DeviceRow:
     stratlib: str
     trainer: str
     fabric: str
+    deepspeed: str
     precisions: str
     install: str
 
@@ -34,6 +45,7 @@ class DeviceRow:
             self.stratlib,
             self.trainer,
             self.fabric,
+            self.deepspeed,
             self.precisions,
             self.install,
         ]
@@ -62,6 +74,17 @@ def install_text(accelerator: Accelerator) -> str:
     return "; ".join(dict.fromkeys(hints)) or "torch"
 
 
+def deepspeed_text(accelerator: Accelerator, deepspeed_target: bool = True) -> str:
+    """Which DeepSpeed accelerator the device's DeepSpeed strategies train on: DeepSpeed's own
+    class (by its DS_ACCELERATOR name) or the one the deepspeed target generates."""
+    spec = accelerator.spec
+    if not deepspeed_generated(spec) or not rendered(accelerator):
+        return f"DeepSpeed's own ({spec.deepspeed_accelerator or spec.device_type})"
+    if not deepspeed_target:
+        return "generated (made at run time: not a target of this project)"
+    return f"generated ({class_name(accelerator)})"
+
+
 def _lightning_text(name: str, selection: lightning.Selection) -> str:
     """Which Lightning plugins serve the device in ``framework``: Lightning's own accelerator
     and strategies, and the generated plugins for the strategies Lightning lacks."""
@@ -85,9 +108,10 @@ def device_rows(
     strategy_names: Iterable[str],
     accelerator_names: Iterable[str],
     lightning_target: bool = True,
+    deepspeed_target: bool = True,
 ) -> list[DeviceRow]:
     """One row per accelerator, for the selected strategies; without the Lightning target, the
-    Lightning columns say so."""
+    Lightning columns say so, and without the deepspeed target the DeepSpeed column."""
     names = list(strategy_names)
     selections = {f: lightning.select(catalog, names, f) for f in FRAMEWORKS}
     rows = []
@@ -109,6 +133,7 @@ def device_rows(
                 stratlib=", ".join(runs) or "no strategy",
                 trainer=trainer,
                 fabric=fabric,
+                deepspeed=deepspeed_text(accelerator, deepspeed_target),
                 precisions=precisions_text(accelerator),
                 install=install_text(accelerator),
             )

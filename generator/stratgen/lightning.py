@@ -23,6 +23,7 @@ from stratcore.lightning.contract import (
     ENVIRONMENTS,
     ENVIRONMENTS_MODULE,
     FRAMEWORKS,
+    INDEXED_DEVICES_ONLY,
     LAUNCHER_PRESETS,
     REGISTER,
     REGISTRIES,
@@ -84,6 +85,11 @@ def select(catalog: Catalog, strategy_names: Iterable[str], framework: str) -> S
             and accepted.isdisjoint(strategy.accelerators)
         ):
             continue  # Lightning's base refuses every accelerator the strategy runs on
+        if base in INDEXED_DEVICES_ONLY and not any(
+            a in catalog.accelerators and catalog.accelerators[a].spec.indexed
+            for a in strategy.accelerators
+        ):
+            continue  # Lightning's base needs indexed devices, and the strategy has none
         launcher = LAUNCHER_PRESETS.get(strategy.launcher, {}) if base == "DDPStrategy" else {}
         names = [
             (registry_name, {**launcher, **preset})

@@ -106,7 +106,11 @@ def strategy_rows(catalog: Catalog, selection: Selection, probe: bool) -> list[l
 
 
 def strategy_table(
-    catalog: Catalog, selection: Selection, probe: bool = True, lightning_target: bool = False
+    catalog: Catalog,
+    selection: Selection,
+    probe: bool = True,
+    lightning_target: bool = False,
+    deepspeed_target: bool = False,
 ) -> str:
     header = ["strategy", "class", "accelerators", "backend", "launcher", "available here"]
     out = [table(strategy_rows(catalog, selection, probe), header), ""]
@@ -125,6 +129,8 @@ def strategy_table(
             shown = backend.name + (f" ({backend.torch_name})" if backend.torch_name else "")
         accel_rows.append([name, accelerator.class_name, shown, status])
     out.append(table(accel_rows, ["accelerator", "class", "backend", "available here"]))
-    rows = device_rows(catalog, selection.strategies, selection.accelerators, lightning_target)
+    rows = device_rows(
+        catalog, selection.strategies, selection.accelerators, lightning_target, deepspeed_target
+    )
     out += ["", "Devices and frameworks:", "", device_blocks(rows)]
     return "\n".join(out)

@@ -225,8 +225,13 @@ class AcceleratorSpec:
         "Functions called after backward / optimizer step.", StepHooks
     )
     deepspeed_accelerator: Name | None = described(
-        "DS_ACCELERATOR value with which DeepSpeed strategies select DeepSpeed's class for the "
-        "device (e.g. 'npu'); omit where it is the device type."
+        "DS_ACCELERATOR value with which DeepSpeed strategies select DeepSpeed's own class for "
+        "the device (e.g. 'npu'); omit where it is the device type or DeepSpeed has none."
+    )
+    deepspeed_generated: bool | None = described(
+        "Whether DeepSpeed strategies train on the DeepSpeed accelerator generated from this "
+        "spec (the deepspeed target) instead of DeepSpeed's own class; by default only where "
+        "DeepSpeed has no class for the device."
     )
     sync_batchnorm: bool = described(
         "Whether torch.nn.SyncBatchNorm synchronises batch statistics on this device "

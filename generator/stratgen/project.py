@@ -51,9 +51,10 @@ CONFIG_KEYS = (
     "docs",
 )
 #: What a project can generate: 'stratlib' (the package of strategies on stratcore, always
-#: generated), 'lightning' (plugins for Lightning's Trainer and Fabric, built on it) and 'docs'
-#: (a Markdown page for each device of the specs, in the ``docs`` folder).
-TARGETS = ("stratlib", "lightning", "docs")
+#: generated), 'lightning' (plugins for Lightning's Trainer and Fabric, built on it),
+#: 'deepspeed' (DeepSpeed accelerators of its devices) and 'docs' (a Markdown page for each
+#: device of the specs, in the ``docs`` folder).
+TARGETS = ("stratlib", "lightning", "deepspeed", "docs")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import jinja2
 from stratcore.contract import PACKAGE_EXPORTS, REGISTRY_IMPORTS
 from stratcore.version import RUNTIME_SERIES
 
-from . import components, describe, pyapi, testcases
+from . import components, deepspeed_target, describe, pyapi, testcases
 from .catalog import Catalog, Source, Strategy
 from .errors import StratgenError
 from .pyapi import PyModule, literal
@@ -57,6 +57,8 @@ def render(
             files += _render_lightning(
                 catalog, selection, renderer, package, package_dir, tests_dir
             )
+        if "deepspeed" in targets:
+            files += _render_deepspeed(catalog, selection, renderer, package_dir)
         return files
     except jinja2.TemplateError as exc:
         raise StratgenError(template_problem(exc)) from None
@@ -93,6 +95,22 @@ def _render_lightning(
         name = stem.replace("-", "_")
         files.append(RenderedFile(f"{tests_dir}/test_lightning_{name}.py", text, True))
     return files
+
+
+def _render_deepspeed(
+    catalog: Catalog, selection: Selection, renderer: Renderer, package_dir: str
+) -> list[RenderedFile]:
+    """The deepspeed target: a DeepSpeed accelerator for each device of the package."""
+    module_template = renderer.template("package/module.py.j2")
+    sources = components.describe_sources(catalog.sources)
+    return [
+        RenderedFile(
+            f"{package_dir}/{module.path}",
+            module_template.render(header=header(module.source), module=module),
+            True,
+        )
+        for module in deepspeed_target.modules(catalog, selection.accelerators, sources)
+    ]
 
 
 def _render(

@@ -20,6 +20,7 @@ def _runtime_names() -> frozenset[str]:
         contract.PRECISION_ROOT,
         contract.ENVIRONMENT_ROOT,
         contract.ACCELERATOR_ROOT,
+        contract.DEEPSPEED_ACCELERATOR_ROOT,
         contract.LAUNCHER_ROOT,
         *contract.BASES.values(),
         *(w.base for w in contract.WRAPPERS.values() if w.base is not None),

@@ -75,6 +75,9 @@ class Accelerator:
     #: DeepSpeed's name for the device (the DS_ACCELERATOR value of its accelerator class),
     #: where it is not the device type.
     deepspeed_accelerator: ClassVar[str | None] = None
+    #: Whether DeepSpeed strategies train on the DeepSpeed accelerator generated from the spec
+    #: (``stratcore.wrappers.deepspeed_accelerator``) rather than on DeepSpeed's own class.
+    deepspeed_generated: ClassVar[bool] = False
     #: Whether torch.nn.SyncBatchNorm synchronises batch statistics on this device.
     sync_batchnorm: ClassVar[bool] = False
 

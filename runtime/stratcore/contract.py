@@ -136,7 +136,18 @@ STRATEGY_ROOT: Ref = ("stratcore.strategy", "StrategyBase")
 PRECISION_ROOT: Ref = ("stratcore.precision", "PrecisionBase")
 ENVIRONMENT_ROOT: Ref = ("stratcore.environment", "ClusterEnvironmentBase")
 ACCELERATOR_ROOT: Ref = ("stratcore.accelerator", "Accelerator")
+#: The base of the DeepSpeed accelerators the deepspeed target generates.
+DEEPSPEED_ACCELERATOR_ROOT: Ref = (
+    "stratcore.wrappers.deepspeed_accelerator",
+    "DeepSpeedAcceleratorBase",
+)
 LAUNCHER_ROOT: Ref = ("stratcore.launchers", "Launcher")
+
+
+def deepspeed_accelerator_name(accelerator: str) -> str:
+    """An accelerator class's DeepSpeed accelerator: AcmeAccelerator -> AcmeDeepSpeedAccelerator."""
+    return accelerator.removesuffix("Accelerator") + "DeepSpeedAccelerator"
+
 
 #: Runtime names a generated package exports next to its generated classes.
 PACKAGE_EXPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (

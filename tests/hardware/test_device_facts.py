@@ -9,8 +9,9 @@ DeepSpeed release that changes a fact, fails here:
   knows the type (cpu, cuda, xpu, mps, and the type a ROCm build drives);
 - every function and attribute a spec names resolves, where its module imports here, and the
   visible-devices variable is one the device's own module reads;
-- every accelerator a DeepSpeed strategy runs on names an accelerator class DeepSpeed has, whose
-  communication backend and visible-devices variable are the spec's.
+- every accelerator a DeepSpeed strategy runs on with DeepSpeed's own class names a class
+  DeepSpeed has, whose communication backend and visible-devices variable are the spec's (those
+  on a generated DeepSpeed accelerator: tests/deepspeed/test_generated_accelerator_classes.py).
 
 The vendors' packages (torch_npu, torch_mlu, torch_musa, habana_frameworks) cannot be installed
 beside this torch build; their facts are checked where they are installed, and skip here.
@@ -32,6 +33,8 @@ from stratcore.testing import clean_environ
 
 from stratlib import XPUAccelerator
 from stratlib.registry import REGISTRY
+
+from .support import install_standins
 
 ACCELERATORS = dict(REGISTRY.accelerators)
 
@@ -145,28 +148,37 @@ print(json.dumps(facts))
 """
 
 
+#: DeepSpeed classes that name another visible-devices variable than the device's own, on
+#: purpose (deepspeed/accelerator/hpu_accelerator.py: visible_devices_envs keeps
+#: CUDA_VISIBLE_DEVICES); only DeepSpeed's own launcher reads it.
+OTHER_VISIBLE_DEVICES = {"hpu": ["CUDA_VISIBLE_DEVICES"]}
+
+
 def _deepspeed_devices() -> dict[str, Any]:
-    """Accelerator name -> class, for every accelerator a DeepSpeed strategy runs on."""
+    """Accelerator name -> class, for every accelerator a DeepSpeed strategy runs on with
+    DeepSpeed's own accelerator class."""
     used = {}
     for entry in REGISTRY.strategies.values():
         if entry.cls.wrapper == "deepspeed":
             used.update({a: ACCELERATORS[a] for a in entry.cls.accelerators})
-    return used
+    return {name: cls for name, cls in used.items() if not cls.deepspeed_generated}
 
 
 @pytest.fixture(scope="module")
-def deepspeed_facts() -> dict[str, Any]:
+def deepspeed_facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """DeepSpeed's own facts, read in a process of their own (importing DeepSpeed chooses its
-    accelerator for the whole process)."""
+    accelerator for the whole process). DeepSpeed's HPU class refuses to be made without
+    habana_frameworks: the stand-in stands in for it."""
     pytest.importorskip("deepspeed")
     names = sorted(
         {c.deepspeed_accelerator or c.device_type for c in _deepspeed_devices().values()}
     )
+    site = install_standins(tmp_path_factory.mktemp("deepspeed-facts"), ("habana_frameworks",))
     process = subprocess.run(
         [sys.executable, "-c", DEEPSPEED_FACTS, *names],
         capture_output=True,
         text=True,
-        env=clean_environ({"DS_ACCELERATOR": "cpu"}),
+        env=clean_environ({"DS_ACCELERATOR": "cpu", "PYTHONPATH": str(site)}),
         check=False,
     )
     assert process.returncode == 0, process.stderr[-3000:]
@@ -191,4 +203,5 @@ def test_deepspeed_strategies_run_on_accelerators_deepspeed_has(
             f"of {name!r} over {cls.collective_backend().process_group_name!r}"
         )
         if ds_name == name and cls.visible_devices_env:  # DeepSpeed's class for this device
-            assert ds["visible"] == [cls.visible_devices_env], (name, ds["visible"])
+            expected = OTHER_VISIBLE_DEVICES.get(name, [cls.visible_devices_env])
+            assert ds["visible"] == expected, (name, ds["visible"])

@@ -1,10 +1,10 @@
 """Lightning plugins of a device of the project's own, backed by CPU processes, for strategies
 extending fsdp, deepspeed and ddp_spawn (cases the conformance property found).
 
-Lightning's DeepSpeedStrategy accepts only its own CUDA accelerator, and its FSDPStrategy wraps
-the model in torch's FSDP1, which needs a non-CPU device: no plugin where Lightning refuses
-every accelerator of the strategy, and an honest skip where only this machine's devices are
-refused. A spawning strategy trains with the Trainer and with Fabric (whose launch needs the
+Lightning's DeepSpeedStrategy needs each process's device index to be its local rank, so a
+device addressed as a whole gets no DeepSpeed plugin; its FSDPStrategy wraps the model in torch's
+FSDP1, which needs a non-CPU device: no plugin where Lightning refuses every accelerator of the
+strategy, and an honest skip where only this machine's devices are refused. A spawning strategy trains with the Trainer and with Fabric (whose launch needs the
 training function), in double precision, to the weights of one process training in double.
 """
 
@@ -72,8 +72,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_no_plugin_where_lightning_refuses_every_accelerator(project: Path, framework: str) -> None:
     source = (project / "out" / "minilib" / "lightning" / framework / "conf.py").read_text()
     assert "class ConfFSDPStrategy(StrategyAdapter, FSDPStrategy)" in source
-    assert "class ConfDeepSpeedCUDAStrategy(StrategyAdapter, DeepSpeedStrategy)" in source
-    assert "ConfDeepSpeedStrategy" not in source
+    assert "class ConfDeepSpeedCUDAStrategy(DeepSpeedAdapter, DeepSpeedStrategy)" in source
+    assert "ConfDeepSpeedStrategy" not in source  # conf's devices carry no index
 
 
 def test_the_generated_tests_pass_or_skip_saying_why(project: Path) -> None:

@@ -42,4 +42,5 @@ class GenericAccelerator(Accelerator):
     install: ClassVar[str | None] = (
         "a build of torch for the device, or its extension with a 'torch.backends' entry point (imported by torch at start)"
     )
+    deepspeed_generated: ClassVar[bool] = True
     sync_batchnorm: ClassVar[bool] = True

@@ -47,6 +47,7 @@ class MUSAAccelerator(Accelerator):
     visible_devices_env: ClassVar[str | None] = "MUSA_VISIBLE_DEVICES"
     set_device_hook: ClassVar[str | None] = "torch_musa:set_device"
     teardown_hook: ClassVar[str | None] = "torch_musa:empty_cache"
+    deepspeed_generated: ClassVar[bool] = True
     sync_batchnorm: ClassVar[bool] = True
     requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(

@@ -32,6 +32,7 @@ class TPUAccelerator(Accelerator):
     device_count_hook: ClassVar[str | None] = "torch_xla._internal.tpu:num_available_devices"
     visible_devices_env: ClassVar[str | None] = "TPU_VISIBLE_CHIPS"
     after_optimizer_step_hook: ClassVar[str | None] = "torch_xla.core.xla_model:mark_step"
+    deepspeed_generated: ClassVar[bool] = True
     requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement("torch_xla", "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"),
     )

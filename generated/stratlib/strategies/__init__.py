@@ -13,9 +13,11 @@ from .deepspeed import DeepSpeedStrategy
 from .dp import DataParallelStrategy
 from .fsdp import FSDPStrategy
 from .generic_ddp import GenericDDPStrategy
+from .generic_deepspeed import GenericDeepSpeedStrategy
 from .generic_fsdp import GenericFSDPStrategy
 from .generic_single import SingleGenericStrategy
 from .horovod import HorovodStrategy
+from .hpu_deepspeed import HPUDeepSpeedStrategy
 from .hpu_parallel import HPUParallelStrategy
 from .hpu_single import SingleHPUStrategy
 from .ipu import IPUStrategy
@@ -25,6 +27,7 @@ from .mlu_fsdp import MLUFSDPStrategy
 from .mlu_single import SingleMLUStrategy
 from .model_parallel import ModelParallelStrategy
 from .musa_ddp import MUSADDPStrategy
+from .musa_deepspeed import MUSADeepSpeedStrategy
 from .musa_fsdp import MUSAFSDPStrategy
 from .musa_single import SingleMUSAStrategy
 from .npu_ddp import NPUDDPStrategy
@@ -58,7 +61,9 @@ __all__ = [
     "DeepSpeedStrategy",
     "FSDPStrategy",
     "GenericDDPStrategy",
+    "GenericDeepSpeedStrategy",
     "GenericFSDPStrategy",
+    "HPUDeepSpeedStrategy",
     "HPUParallelStrategy",
     "HorovodStrategy",
     "IPUStrategy",
@@ -66,6 +71,7 @@ __all__ = [
     "MLUDeepSpeedStrategy",
     "MLUFSDPStrategy",
     "MUSADDPStrategy",
+    "MUSADeepSpeedStrategy",
     "MUSAFSDPStrategy",
     "ModelParallelStrategy",
     "NPUDDPStrategy",

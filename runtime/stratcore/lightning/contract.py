@@ -40,19 +40,27 @@ STRATEGY_BASES: dict[tuple[str, str], dict[str, str]] = {
 }
 
 #: Lightning strategies that refuse some accelerators: class -> (the Lightning accelerators it
-#: accepts, or None for any that drives a non-CPU device; why). Lightning's DeepSpeedStrategy
-#: checks for its own CUDAAccelerator; its FSDPStrategy wraps the model in torch's FSDP1, which
-#: needs a non-CPU device.
+#: accepts, or None for any that drives a non-CPU device; why). Lightning's FSDPStrategy wraps
+#: the model in torch's FSDP1, which needs a non-CPU device; its DeepSpeedStrategy checks that
+#: each process's device index is its local rank, and CPU devices have no index. (It also
+#: checks for its own CUDAAccelerator, which ``stratcore.lightning.deepspeed`` passes over.)
 DEVICE_LIMITS: dict[str, tuple[frozenset[str] | None, str]] = {
     "DeepSpeedStrategy": (
-        frozenset({"cuda", "gpu"}),
-        "Lightning's DeepSpeedStrategy runs on its own CUDA accelerator only",
+        None,
+        "Lightning's DeepSpeedStrategy needs each process's device index to be its local rank "
+        "(_validate_device_index_selection), and CPU devices have no index",
     ),
     "FSDPStrategy": (
         None,
         "Lightning's FSDPStrategy wraps the model in torch's FSDP1, which needs a non-CPU device",
     ),
 }
+
+#: Lightning strategies that run only on devices addressed by index (torch.device(type, i)):
+#: Lightning's DeepSpeedStrategy requires each process's device index to be its local rank
+#: (lightning/fabric/strategies/deepspeed.py: _validate_device_index_selection). Strategies
+#: for devices addressed as a whole get no plugin of these.
+INDEXED_DEVICES_ONLY: frozenset[str] = frozenset({"DeepSpeedStrategy"})
 
 #: Launcher -> the constructor arguments with which Lightning's DDP strategies start processes
 #: that way ('popen' and 'external' are their default).
@@ -158,11 +166,15 @@ ADAPTERS: dict[str, tuple[str, str]] = {
     "accelerator": ("stratcore.lightning.accelerators", "AcceleratorAdapter"),
     "strategy": ("stratcore.lightning.strategies", "StrategyAdapter"),
     "model_parallel_strategy": ("stratcore.lightning.model_parallel", "ModelParallelAdapter"),
+    "deepspeed_strategy": ("stratcore.lightning.deepspeed", "DeepSpeedAdapter"),
     "environment": ("stratcore.lightning.environments", "EnvironmentAdapter"),
 }
 #: Wrappers whose Lightning strategies derive from an adapter of their own (a kind of
 #: ``ADAPTERS``) instead of ``StrategyAdapter``.
-WRAPPER_ADAPTERS: dict[str, str] = {"model_parallel": "model_parallel_strategy"}
+WRAPPER_ADAPTERS: dict[str, str] = {
+    "model_parallel": "model_parallel_strategy",
+    "deepspeed": "deepspeed_strategy",
+}
 REGISTER: tuple[str, str] = ("stratcore.lightning.registration", "register")
 
 #: Lightning's accelerator and strategy registries, per framework (in its ``accelerators`` and

@@ -188,7 +188,11 @@ class StrategyAdapter:
         # keep the default group as an argument default are imported before it exists, and the
         # group is destroyed at exit, so gloo's threads do not abort the interpreter's shutdown.
         with creating_process_group(ParallelStrategyBase.group_default_modules):
-            super().setup_environment()  # type: ignore[misc]
+            self._setup_lightning_environment()
+
+    def _setup_lightning_environment(self) -> None:
+        """Lightning's ``setup_environment`` (which creates the process group)."""
+        super().setup_environment()  # type: ignore[misc]
 
     # -- what the connector hands over ----------------------------------------------------------
 

@@ -5,7 +5,8 @@ processes (ZeRO stages 1, 2 and 3), optionally offloaded to CPU memory.
 package is imported. DeepSpeed picks its accelerator class from ``DS_ACCELERATOR`` when it is
 first imported; the strategy sets it to the device's DeepSpeed name (the accelerator spec's
 ``deepspeed_accelerator``, else the device type) before it launches processes, so every
-process it starts inherits it (``deepspeed_config.check_deepspeed_accelerator``).
+process it starts inherits it, or, for a device whose spec trains on the generated DeepSpeed
+accelerator, installs that one (``deepspeed_select.select_for``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from ..exceptions import MisconfigurationError
 from ..parallel import ParallelStrategyBase
 from .deepspeed_config import (
     CONFIG_DEFAULTS,
-    DS_ACCELERATOR_ENV,
     ZERO_STAGES,
     check_deepspeed_accelerator,
     check_offloads,
@@ -164,28 +164,22 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         self.deepspeed_config()
         return super().launch(function, *args, **kwargs)
 
-    def select_deepspeed_accelerator(self) -> None:
-        """Make DeepSpeed pick its accelerator class for this strategy's device (the
-        accelerator's ``deepspeed_accelerator``, by default its device type).
+    def select_deepspeed_accelerator(self) -> str:
+        """Make DeepSpeed train on the accelerator class for this strategy's device (see
+        ``deepspeed_select.select_for``, imported when a strategy is used); returns what
+        selects it."""
+        from .deepspeed_select import select_for
 
-        DeepSpeed reads ``DS_ACCELERATOR`` once, when it is first imported; processes started
-        afterwards inherit the variable. A value set by the user is kept.
-        """
-        accelerator = self.accelerator
-        os.environ.setdefault(
-            DS_ACCELERATOR_ENV, accelerator.deepspeed_accelerator or accelerator.device_type
-        )
+        return select_for(type(self.accelerator))
 
     def setup_environment(self) -> None:
         if self._environment_ready:
             return
-        self.select_deepspeed_accelerator()
+        selection = self.select_deepspeed_accelerator()
         super().setup_environment()
         deepspeed = import_deepspeed(type(self).__name__)
         check_deepspeed_accelerator(
-            self.root_device.type,
-            self.accelerator.deepspeed_accelerator,
-            self.precision_plugin.precision,
+            self.root_device.type, selection, self.precision_plugin.precision
         )
         # deepspeed.initialize reads the local rank from the environment; teardown restores it,
         # because a LOCAL_RANK left behind would make the next launch think it was started for

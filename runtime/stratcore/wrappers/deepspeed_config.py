@@ -214,17 +214,17 @@ def cpu_has_fp16_kernels() -> bool:
         return False
 
 
-def check_deepspeed_accelerator(device_type: str, name: str | None, precision: str) -> None:
-    """That DeepSpeed, imported, runs on the class for ``device_type`` (whose DeepSpeed name is
-    ``name``, by default the device type) and can train in ``precision`` there."""
+def check_deepspeed_accelerator(device_type: str, selection: str, precision: str) -> None:
+    """That DeepSpeed, imported, runs on an accelerator for ``device_type`` (which ``selection``
+    selects, e.g. 'DS_ACCELERATOR=<name>') and can train in ``precision`` there."""
     from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator()
     if accelerator.device_name() != device_type:
         raise MisconfigurationError(
             f"DeepSpeed runs on its {accelerator.device_name()!r} accelerator, but the strategy "
-            f"trains on {device_type!r}; set {DS_ACCELERATOR_ENV}={name or device_type} before "
-            "deepspeed is imported"
+            f"trains on {device_type!r}; {selection} before deepspeed is imported selects the "
+            "right one"
         )
     if precision.startswith("16") and not accelerator.is_fp16_supported():
         raise MisconfigurationError(fp16_refused(precision, device_type))

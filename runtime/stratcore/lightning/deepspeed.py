@@ -1,0 +1,53 @@
+"""``DeepSpeedAdapter``: a DeepSpeed spec's facts on Lightning's own ``DeepSpeedStrategy``, for
+the Trainer and for Fabric, on the spec's devices.
+
+Lightning 2.6's DeepSpeedStrategy refuses every accelerator but its own CUDAAccelerator: its
+``setup_environment`` checks ``isinstance(self.accelerator, CUDAAccelerator)`` and otherwise
+only runs ParallelStrategy's. The rest of it reaches the device through DeepSpeed's accelerator
+(``deepspeed.accelerator.get_accelerator()``) and the strategy's ``root_device``, whatever its
+type. So this adapter makes DeepSpeed train on the device's DeepSpeed accelerator (the
+generated one where the accelerator spec says so, else DeepSpeed's own class selected by
+``DS_ACCELERATOR``: ``stratcore.wrappers.deepspeed_select.select_for``), then runs
+ParallelStrategy's ``setup_environment`` itself. ``tests/lightning/test_lightning_deepspeed.py``
+checks that the method it passes over still does nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import check_lightning_version
+
+check_lightning_version()
+
+from lightning.pytorch.strategies import (  # noqa: E402
+    DeepSpeedStrategy as TrainerDeepSpeedStrategy,
+)
+
+from ..wrappers.deepspeed_select import select_for  # noqa: E402
+from .strategies import StrategyAdapter  # noqa: E402
+
+__all__ = ["DeepSpeedAdapter"]
+
+
+class DeepSpeedAdapter(StrategyAdapter):
+    """``StrategyAdapter`` for Lightning's DeepSpeedStrategy; see the module documentation.
+
+    The spec's ``zero_stage`` option (its aliases' presets) is Lightning's ``stage``.
+    """
+
+    def __init__(self, *args: Any, zero_stage: int | None = None, **kwargs: Any) -> None:
+        if zero_stage is not None:
+            kwargs["stage"] = zero_stage
+        super().__init__(*args, **kwargs)
+
+    def _setup_lightning_environment(self) -> None:
+        accelerator = self.accelerator_spec
+        if accelerator is not None:
+            select_for(type(accelerator))
+        if isinstance(self, TrainerDeepSpeedStrategy):
+            super(TrainerDeepSpeedStrategy, self).setup_environment()
+        else:
+            from lightning.fabric.strategies import DeepSpeedStrategy as FabricDeepSpeedStrategy
+
+            super(FabricDeepSpeedStrategy, self).setup_environment()  # type: ignore[misc]
