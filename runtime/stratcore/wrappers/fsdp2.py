@@ -94,8 +94,9 @@ def reset_interrupted_step(root: nn.Module) -> None:
     if torch.accelerator.is_available():
         torch.accelerator.synchronize()
     for module in fsdp_modules(root):
-        module.set_reshard_after_forward(True, recurse=False)
-        module.reshard()
+        # An FSDPModule's methods (the list is typed as plain modules).
+        module.set_reshard_after_forward(True, recurse=False)  # type: ignore[operator]
+        module.reshard()  # type: ignore[operator]
 
 
 def state_dict_options(**options: Any) -> Any:
