@@ -53,14 +53,21 @@ def _memory_function(*names: str, empty: Any = 0) -> Callable[..., Any]:
         return self._memory(names, device_index, empty)
 
     method.__name__ = names[0]
+    method.__doc__ = (
+        f"The device module's ``{names[0]}`` of device ``device_index``; {empty!r} where it "
+        "has none (as for processes on the CPU)."
+    )
     return method
 
 
 def _tensor_type(dtype: torch.dtype) -> property:
     """A tensor constructor of DeepSpeed's interface: ``torch.tensor`` on the device type."""
-    return property(
-        lambda self: functools.partial(torch.tensor, dtype=dtype, device=self.device_type)
-    )
+
+    def constructor(self: DeepSpeedAcceleratorBase) -> Callable[..., torch.Tensor]:
+        return functools.partial(torch.tensor, dtype=dtype, device=self.device_type)
+
+    constructor.__doc__ = f"``torch.tensor`` with dtype {dtype} on the device type."
+    return property(constructor)
 
 
 class DeepSpeedAcceleratorBase:
@@ -105,6 +112,7 @@ class DeepSpeedAcceleratorBase:
 
     @property
     def device_type(self) -> str:
+        """The spec's device type (``torch.device(...).type``)."""
         return self.spec.device_type
 
     @property
@@ -127,15 +135,19 @@ class DeepSpeedAcceleratorBase:
     _communication_backend_name = property(lambda self: self.communication_backend_name())
 
     def is_synchronized_device(self) -> bool:
+        """Whether the host waits for the device's work: true only for processes on the CPU."""
         return self.on_host
 
     def use_host_timers(self) -> bool:
+        """Whether DeepSpeed's timers read the host clock: where the device is synchronized."""
         return self.is_synchronized_device()
 
     def resolves_data_dependency(self) -> bool:
+        """Whether the device orders dependent work itself: where it is synchronized."""
         return self.is_synchronized_device()
 
     def handles_memory_backpressure(self) -> bool:
+        """Whether the device throttles memory use itself: where it is synchronized."""
         return self.is_synchronized_device()
 
     # -- devices -----------------------------------------------------------------------------
@@ -151,6 +163,7 @@ class DeepSpeedAcceleratorBase:
         return self._devices[key]
 
     def device_name(self, device_index: int | str | None = None) -> str:
+        """The device type, or the name of device ``device_index`` (``'musa:1'``)."""
         if device_index is None:
             return self.device_type
         return str(self._device(device_index))
@@ -161,6 +174,7 @@ class DeepSpeedAcceleratorBase:
         return None if self.on_host or function is None else function(device_index)
 
     def set_device(self, device_index: int | str | torch.device) -> None:
+        """Make device ``device_index`` this process's device, with the spec's ``set_device`` hook."""
         device = self._device(device_index)
         self._facts.setup_device(device)
         if not isinstance(device_index, torch.device):
@@ -169,6 +183,7 @@ class DeepSpeedAcceleratorBase:
             self._index = device.index
 
     def current_device(self) -> int:
+        """This process's device index: the device module's, else the one set, else ``LOCAL_RANK``."""
         function = self._function("current_device")
         current = function() if function is not None and not self.on_host else None
         if isinstance(current, int):
@@ -178,6 +193,7 @@ class DeepSpeedAcceleratorBase:
         return int(os.environ.get("LOCAL_RANK", "0"))
 
     def current_device_name(self) -> str:
+        """The name of this process's device."""
         return self.device_name(self.current_device())
 
     def device_count(self) -> int:
@@ -186,6 +202,7 @@ class DeepSpeedAcceleratorBase:
         return count if count is not None else int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
     def synchronize(self, device_index: int | None = None) -> None:
+        """Wait for the device's queued work, where its module can."""
         function = self._function("synchronize")
         if function is not None:
             function(device_index)
@@ -206,15 +223,18 @@ class DeepSpeedAcceleratorBase:
         )
 
     def random(self) -> ModuleType:
+        """torch's RNG module."""
         return torch.random
 
     def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> Any:
+        """Set the device's RNG state (torch's for processes on the CPU)."""
         function, per_device = self._rng("set_rng_state")
         if per_device and device_index is not None:
             return function(new_state, device_index)
         return function(new_state)
 
     def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
+        """The device's RNG state (torch's for processes on the CPU)."""
         function, per_device = self._rng("get_rng_state")
         return function(device_index) if per_device and device_index is not None else function()
 
@@ -223,12 +243,15 @@ class DeepSpeedAcceleratorBase:
         return (self._function("manual_seed") or torch.manual_seed)(seed)
 
     def manual_seed_all(self, seed: int) -> Any:
+        """Seed every device of the type (torch's generator for processes on the CPU)."""
         return (self._function("manual_seed_all") or torch.manual_seed)(seed)
 
     def initial_seed(self) -> int:
+        """The seed the device's generator started from."""
         return int((self._function("initial_seed") or torch.initial_seed)())
 
     def default_generator(self, device_index: int) -> torch.Generator:
+        """The default generator of device ``device_index`` (torch's on the CPU)."""
         generators = getattr(self.module, "default_generators", None)
         if self.on_host or generators is None:
             self._rng("default_generator")  # raises unless on the CPU
@@ -239,24 +262,29 @@ class DeepSpeedAcceleratorBase:
 
     @property
     def Stream(self) -> Any:  # noqa: N802 - DeepSpeed's name
+        """The device module's stream class; None for processes on the CPU."""
         return None if self.on_host else self._function("Stream")
 
     def stream(self, stream: Any) -> Any:
+        """A context that runs work on ``stream``; a no-op where there are no streams."""
         function = self._function("stream")
         if self.on_host or function is None or stream is None:
             return contextlib.nullcontext()
         return function(stream)
 
     def current_stream(self, device_index: int | None = None) -> Any:
+        """The device's current stream, None where there are no streams."""
         function = self._function("current_stream")
         return None if self.on_host or function is None else function(device_index)
 
     def default_stream(self, device_index: int | None = None) -> Any:
+        """The device's default stream, None where there are no streams."""
         function = self._function("default_stream")
         return None if self.on_host or function is None else function(device_index)
 
     @property
     def Event(self) -> Any:  # noqa: N802 - DeepSpeed's name
+        """The device module's event class; None for processes on the CPU."""
         return None if self.on_host else self._function("Event")
 
     def _no_graphs(self) -> MisconfigurationError:
@@ -266,16 +294,19 @@ class DeepSpeedAcceleratorBase:
         )
 
     def create_graph(self) -> Any:
+        """None on the CPU; elsewhere an error: graph capture is for DeepSpeed's CUDA devices."""
         if self.on_host:
             return None
         raise self._no_graphs()
 
     def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> Any:
+        """A no-op context on the CPU; elsewhere an error (see :meth:`create_graph`)."""
         if self.on_host:
             return contextlib.nullcontext()
         raise self._no_graphs()
 
     def replay_graph(self, graph: Any) -> None:
+        """Nothing on the CPU; elsewhere an error (see :meth:`create_graph`)."""
         if not self.on_host:
             raise self._no_graphs()
 
@@ -291,6 +322,7 @@ class DeepSpeedAcceleratorBase:
         return empty
 
     def empty_cache(self) -> None:
+        """Release the device allocator's cached memory, where it has one."""
         function = self._function("empty_cache")
         if function is not None and not self.on_host:
             function()
@@ -326,9 +358,11 @@ class DeepSpeedAcceleratorBase:
         return int(free), int(total)
 
     def total_memory(self, device_index: int | None = None) -> int:
+        """Bytes of memory of the device (of the host for processes on the CPU)."""
         return self._memory_info(device_index)[1]
 
     def available_memory(self, device_index: int | None = None) -> int:
+        """Bytes of free memory of the device (of the host for processes on the CPU)."""
         return self._memory_info(device_index)[0]
 
     # pinned host memory: the CPU has none to pin (DeepSpeed's CPU accelerator does the same)
@@ -352,15 +386,19 @@ class DeepSpeedAcceleratorBase:
         return any(p in supported and self.spec.precision_refused(p) is None for p in precisions)
 
     def is_bf16_supported(self) -> bool:
+        """Whether the spec runs a bfloat16 precision on this machine (its probes asked)."""
         return self._runs("bf16-mixed", "bf16-true")
 
     def is_fp16_supported(self) -> bool:
+        """Whether the spec runs a float16 precision on this machine (its probes asked)."""
         return self._runs("16-mixed", "16-true")
 
     def is_fp64_supported(self) -> bool:
+        """Whether the spec runs 64-true on this machine."""
         return self._runs("64-true")
 
     def supported_dtypes(self) -> list[torch.dtype]:
+        """float32, and float16 and bfloat16 where the spec runs them."""
         dtypes = [torch.float32]
         if self.is_fp16_supported():
             dtypes.append(torch.float16)
@@ -377,11 +415,13 @@ class DeepSpeedAcceleratorBase:
     LongTensor = _tensor_type(torch.int64)
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is on a device of this type."""
         return tensor.device.type == self.device_type
 
     # -- everything else ---------------------------------------------------------------------
 
     def is_available(self) -> bool:
+        """Whether the spec's device is available on this machine."""
         return self.spec.is_available()
 
     def range_push(self, msg: str, domain: Any = None, category: Any = None) -> None:
@@ -391,6 +431,7 @@ class DeepSpeedAcceleratorBase:
         """See :meth:`range_push`."""
 
     def lazy_call(self, callback: Callable[[], Any]) -> Any:
+        """Run ``callback`` when the device module initializes (now where it has no lazy calls)."""
         function = self._function("_lazy_call")
         return callback() if self.on_host or function is None else function(callback)
 
@@ -406,15 +447,19 @@ class DeepSpeedAcceleratorBase:
         return False
 
     def op_builder_dir(self) -> str:
+        """The module of op builders DeepSpeed lists: its CPU builders' (see :meth:`get_op_builder`)."""
         return OP_BUILDER_DIR
 
     def create_op_builder(self, class_name: str) -> Any:
+        """An instance of :meth:`get_op_builder`'s class."""
         return self.get_op_builder(class_name)()
 
     def get_op_builder(self, class_name: str) -> type:
+        """An op builder that reports itself unavailable and says what to use instead."""
         return unavailable_op_builder(class_name, self.device_type)
 
     def build_extension(self) -> type:
+        """torch's ``BuildExtension``, the setuptools command DeepSpeed builds ops with."""
         from torch.utils.cpp_extension import BuildExtension
 
         return BuildExtension
@@ -425,17 +470,21 @@ class DeepSpeedAcceleratorBase:
         return []
 
     def visible_devices_envs(self) -> list[str]:
+        """The spec's visible-devices variable, where it has one."""
         env = self.spec.visible_devices_env
         return [env] if env else []
 
     def set_visible_devices_envs(self, current_env: dict[str, str], ids: Any) -> None:
+        """Set every visible-devices variable in ``current_env`` to ``ids``."""
         for env in self.visible_devices_envs():
             current_env[env] = ",".join(map(str, ids))
 
     def get_compile_backend(self) -> str:
+        """The ``torch.compile`` backend DeepSpeed compiles with (``'inductor'`` unless set)."""
         return self._compile_backend
 
     def set_compile_backend(self, backend: str) -> None:
+        """Compile with ``backend``, one of torch's registered ``torch.compile`` backends."""
         supported = torch._dynamo.list_backends(exclude_tags=())
         if backend not in supported:
             raise ValueError(
