@@ -8,6 +8,7 @@ loader (``yamlload``) found each key, and lays the spec's values out as rows of 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +55,8 @@ class SpecText:
 
     @classmethod
     def parse(cls, text: str, path: str) -> SpecText:
-        return cls(path, tuple(text.splitlines()), load_yaml(text, path))
+        """The spec's text parsed once per run: every strategy of a spec reads the same file."""
+        return _parsed(cls, text, path)
 
     def _comment_line(self, index: int) -> str | None:
         """The text of a line that holds only a comment, else None (0-based index)."""
@@ -181,3 +183,8 @@ def _facts(text: SpecText, node: Node, prefix: str, inherited: str, skip: frozen
                 yield Fact(path, value_text(item), item_note)
         else:
             yield Fact(path, value_text(value), note)
+
+
+@functools.cache
+def _parsed(cls: type[SpecText], text: str, path: str) -> SpecText:
+    return cls(path, tuple(text.splitlines()), load_yaml(text, path))

@@ -17,12 +17,14 @@ from stratcore import watch
 
 from .support import SCRIPTS, script_env
 
-JOBS = 50
+#: The leftover group fails its rank deterministically (exit code 3) in every job; the abort it
+#: caused came now and then, which more jobs would catch more often.
+JOBS = 12
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks, and reads /proc")
-def test_fifty_ddp_jobs_end_without_an_abort_or_a_leftover_group() -> None:
+def test_ddp_jobs_end_without_an_abort_or_a_leftover_group() -> None:
     process = watch.run(
         [sys.executable, str(SCRIPTS / "exit_after_collectives.py"), str(JOBS), "ddp"],
         what=f"{JOBS} ddp jobs",
