@@ -56,7 +56,7 @@ class SpecText:
     @classmethod
     def parse(cls, text: str, path: str) -> SpecText:
         """The spec's text parsed once per run: every strategy of a spec reads the same file."""
-        return _parsed(cls, text, path)
+        return _parsed(text, path)
 
     def _comment_line(self, index: int) -> str | None:
         """The text of a line that holds only a comment, else None (0-based index)."""
@@ -186,5 +186,5 @@ def _facts(text: SpecText, node: Node, prefix: str, inherited: str, skip: frozen
 
 
 @functools.cache
-def _parsed(cls: type[SpecText], text: str, path: str) -> SpecText:
-    return cls(path, tuple(text.splitlines()), load_yaml(text, path))
+def _parsed(text: str, path: str) -> SpecText:
+    return SpecText(path, tuple(text.splitlines()), load_yaml(text, path))

@@ -66,13 +66,12 @@ def _tie_again(module: nn.Module, before: Mapping[str, nn.Parameter]) -> None:
 def _follow(optimizer: Optimizer, moved: Mapping[nn.Parameter, nn.Parameter]) -> None:
     state = optimizer.state
     for group in optimizer.param_groups:
-        params = []
-        for old in group["params"]:
+        params = group["params"]
+        for index, old in enumerate(params):
             new = moved.get(old, old)
             if old in moved and old in state:
                 state[new] = _placed(state.pop(old), new, group, key=None)
-            params.append(new)
-        group["params"] = params
+            params[index] = new  # in place: whoever holds the group's list sees the new ones
 
 
 def _placed(value: Any, parameter: torch.Tensor, group: Mapping[str, Any], key: Any) -> Any:

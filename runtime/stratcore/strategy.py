@@ -100,8 +100,7 @@ class StrategyBase(CheckpointingBase):
 
     @property
     def precision_plugin(self) -> PrecisionBase:
-        """The precision plugin chosen for the precision, wrapper and accelerator, built on first
-        use."""
+        """The precision plugin for the precision, wrapper and accelerator, built on first use."""
         if self._precision_plugin is None:
             precision = self.default_precision or self.accelerator.default_precision
             self._precision_plugin = registry_of(type(self)).select_precision_plugin(
@@ -125,8 +124,7 @@ class StrategyBase(CheckpointingBase):
 
     @property
     def layer_sync(self) -> LayerSync | None:
-        """What converts the model's batch norms for synchronisation (``sync_batchnorm=True``),
-        if anything."""
+        """What converts batch norms for synchronisation (``sync_batchnorm=True``), if any."""
         return self._layer_sync
 
     @layer_sync.setter
@@ -254,11 +252,7 @@ class StrategyBase(CheckpointingBase):
     def setup(self, module: nn.Module, *optimizers: Optimizer) -> Any:
         """Convert, move and wrap ``module`` and set up ``optimizers``; the strategy owns them.
 
-        ``optimizers`` made from the module before train the parameters the moved module holds
-        (pointed at new Parameter objects where the move made some, as moves onto XLA devices
-        do), and the state they hold follows the parameters' device and dtype (see
-        ``parameter_moves``).
-
+        ``optimizers`` follow a move that gives the module new Parameters (``parameter_moves``).
         Returns the wrapped module, or the module and the optimizers as a tuple when
         optimizers are given. A module compiled with ``torch.compile`` is set up without its
         compiled wrapper and compiled again once wrapped (in place, ``nn.Module.compile`` with
@@ -274,8 +268,7 @@ class StrategyBase(CheckpointingBase):
             )
             module = self._layer_sync.apply(module)
         module = self.model_to_device(module)
-        # A move onto some devices (XLA's) gives the module new Parameter objects.
-        follow_move(module, before, optimizers)
+        follow_move(module, before, optimizers)  # a move onto XLA makes new Parameters
         hook = self.hook("setup")
         if hook is not None:
             module, optimizer_list = hook(self, module, list(optimizers))
