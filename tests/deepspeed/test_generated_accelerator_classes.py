@@ -46,7 +46,9 @@ def restored_accelerator() -> Iterator[None]:
 
 
 def test_the_runtime_base_implements_every_abstract_method_itself() -> None:
-    missing = DeepSpeedAccelerator.__abstractmethods__ - set(vars(DeepSpeedAcceleratorBase))
+    # The base and what it is made of (its memory methods), none of it DeepSpeed's.
+    own = {name for cls in DeepSpeedAcceleratorBase.__mro__ for name in vars(cls)}
+    missing = DeepSpeedAccelerator.__abstractmethods__ - own
     assert not missing, sorted(missing)
 
 
