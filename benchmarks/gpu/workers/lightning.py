@@ -178,10 +178,7 @@ def check(args: argparse.Namespace, result: Result) -> None:
     device = device_of(args)
     size = m.SIZES[args.device]
     data = m.batches(size, size.steps, device)
-    with deterministic():
-        hand = m.HandLoop(m.build_model(size), "32-true", device)
-        expected_losses = m.train(hand.step, data)
-        expected_params = m.hand_parameters(hand.model)
+    _, expected_losses, expected_params = m.reference_run(size, device, data)
     run = run_trainer if args.framework == "trainer" else run_fabric
     found = run(args, device, data)
     result.details.update({k: v for k, v in found.items() if k != "params"})

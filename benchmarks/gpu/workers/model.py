@@ -260,3 +260,14 @@ def full_parameters(state: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 def hand_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
     return full_parameters(dict(model.state_dict()))
+
+
+def reference_run(
+    size: Size, device: torch.device, data: list[tuple[torch.Tensor, torch.Tensor]]
+) -> tuple[HandLoop, list[float], dict[str, torch.Tensor]]:
+    """The hand-written 32-true loop trained on ``data`` with deterministic kernels: the loop,
+    its losses and its parameters, which a check's run through stratlib must match."""
+    with deterministic():
+        hand = HandLoop(build_model(size), "32-true", device)
+        losses = train(hand.step, data)
+        return hand, losses, hand_parameters(hand.model)

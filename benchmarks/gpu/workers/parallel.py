@@ -221,10 +221,7 @@ def check(args: argparse.Namespace, result: Result) -> None:
     device = device_of(args)
     size = m.SIZES[args.device]
     data = m.batches(size, size.steps, device)
-    with deterministic():
-        hand = m.HandLoop(m.build_model(size), "32-true", device)
-        expected_losses = m.train(hand.step, data)
-        expected_params = m.hand_parameters(hand.model)
+    hand, expected_losses, expected_params = m.reference_run(size, device, data)
 
     def make() -> Any:
         return stratlib.get_strategy(
