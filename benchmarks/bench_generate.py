@@ -13,9 +13,9 @@ like stratgen's in-process formatting), fresh process, with black's own cache in
 state (empty or warm) as stratgen's. It answers "how does generating or checking compare with
 the formatter check every project already runs on these files?"
 
-stratgen keeps one cache, black's layouts of the long statements it generates (``stratgen.fmt``):
-its rows compare the same run with it and without it
-(``benchmarks.workers.stratgen_without``).
+stratgen keeps two caches, black's layouts of the long statements it generates (``stratgen.fmt``)
+and the compiled templates (``stratgen.templating``): their rows compare the same run with the
+cache and without it (``benchmarks.workers.stratgen_without``).
 """
 
 from __future__ import annotations
@@ -51,14 +51,18 @@ EXTRA_SPECS = 100
 QUICK_EXTRA_SPECS = 3
 MANY_COLD_TARGET = 8.0
 MANY_EDIT_TARGET = 2.0
-CASES = {
-    # name: (stratgen command or None for black, cache state, remove the output first)
-    "generate-cold": ("generate", "empty", True),
-    "generate-noop": ("generate", "warm", False),
-    "check": ("check", "warm", False),
-    "check-empty": ("check", "empty", False),
-    "black-empty": (None, "empty", False),
-    "black-warm": (None, "warm", False),
+CASES: dict[str, tuple[str | None, str, bool, str | None]] = {
+    # name: (stratgen command or None for black, cache state, remove the output first, the
+    # cache switched off through benchmarks.workers.stratgen_without)
+    "generate-cold": ("generate", "empty", True, None),
+    "generate-noop": ("generate", "warm", False, None),
+    "check": ("check", "warm", False, None),
+    "check-empty": ("check", "empty", False, None),
+    "black-empty": (None, "empty", False, None),
+    "black-warm": (None, "warm", False, None),
+    # The template cache's row: both sides through the same worker, for the same start-up.
+    "check:none": ("check", "warm", False, "none"),
+    "check:template-cache": ("check", "warm", False, "template-cache"),
 }
 ROWS = (
     # case, row name, baseline case, target
@@ -74,15 +78,23 @@ ROWS = (
 )
 
 
+#: What the template cache saves: (row name, the run with it, the run without it).
+TEMPLATE_CACHE_ROW = (
+    "cache: compiled templates (check, up to date)",
+    "check:none",
+    "check:template-cache",
+)
+
+
 def _run_case(space: Workspace, case: str) -> Sample:
-    command, cache_state, remove = CASES[case]
+    command, cache_state, remove, without = CASES[case]
     if command is None:
         cache = space.empty_dir() if cache_state == "empty" else space.warm_black
         return space.black_check(cache)
     if remove:
         shutil.rmtree(space.output)
     cache = space.empty_dir() if cache_state == "empty" else space.warm_cache
-    return space.stratgen(command, cache)
+    return space.stratgen(command, cache, without=without)
 
 
 MANY_CASES = {
@@ -248,6 +260,10 @@ def generation(settings: Settings) -> Section:
     for case, name, base_case, target in ROWS:
         base_name = f"black --check, {CASES[base_case][1]} cache"
         section.rows.append(_row(name, samples[case], samples[base_case], base_name, target))
+    name, case, base_case = TEMPLATE_CACHE_ROW
+    section.rows.append(
+        _row(name, samples[case], samples[base_case], "without the compiled templates", None)
+    )
     section.details.append(
         f"Generation: wall time of `python -m stratgen ...` in the project's folder, in a fresh "
         f"process, {rounds} round(s), cases in rotating order; the split is the median of what "

@@ -1,22 +1,30 @@
-"""stratgen's one cache, black's remembered layouts (``stratgen.fmt``), and its rule: an entry
-is stored under a hash of the statement's text, black's version and the mode, so it is never
-stale. A run that reads the cache back, one that finds it damaged and one under another black
-all give the bytes of a run without a cache; only what black has not laid out before costs
-black's time.
+"""stratgen's two caches and their rules.
+
+black's remembered layouts (``stratgen.fmt``): an entry is stored under a hash of the
+statement's text, black's version and the mode, so it is never stale. A run that reads the cache
+back, one that finds it damaged and one under another black all give the bytes of a run without
+a cache; only what black has not laid out before costs black's time.
+
+Compiled templates (``stratgen.templating``): jinja2 reuses a template's compiled form only
+while the template's text is the same, in a folder of their own for each jinja2 version, Python
+version and template syntax; an edited template renders its new text, and a damaged, missing or
+unwritable cache renders what no cache renders.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 from sgtest import builtin_specs_project
 
-from stratgen import fmt
+from stratgen import fmt, templating
 from stratgen.files import Tree
 from stratgen.fmt import LINE_LENGTH, FormatError, Formatter
 from stratgen.project import Project, load_config
+from stratgen.templating import Renderer
 
 
 def _plan(root: Path, cache: Path | None) -> tuple[dict[str, bytes], Formatter]:
@@ -151,6 +159,73 @@ def test_the_layouts_file_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert run(sources[2:]).misses == 3  # five in all: more than three, so only these kept
     assert run(sources[:2]).misses == 2
     assert run(sources[:2]).misses == 0
+
+
+# --- compiled templates ------------------------------------------------------------------------
+
+
+def _render(folder: Path, name: str = "t.py.j2", **values: object) -> str:
+    return Renderer([folder]).template(name).render(**values)
+
+
+def test_an_edited_template_renders_its_new_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    template = templates / "t.py.j2"
+    template.write_text("x = {{ value }}\n", encoding="utf-8")
+    assert _render(templates, value=1) == "x = 1\n"
+    (compiled,) = (tmp_path / "cache" / "templates").glob("*/*.cache")
+    assert _render(templates, value=2) == "x = 2\n"  # read back
+    # The same length and modification time: only the text tells the edit apart.
+    stat = template.stat()
+    template.write_text("y = {{ value }}\n", encoding="utf-8")
+    os.utime(template, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert _render(templates, value=3) == "y = 3\n"
+    assert list((tmp_path / "cache" / "templates").glob("*/*.cache")) == [compiled]
+
+
+def test_another_template_syntax_compiles_into_another_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "t.py.j2").write_text("  {% if true %}\nx = 1\n  {% endif %}\n", encoding="utf-8")
+    assert _render(tmp_path) == "x = 1\n"  # trim_blocks and lstrip_blocks
+    renderer = Renderer([tmp_path])
+    renderer.env.lstrip_blocks = renderer.env.trim_blocks = False
+    other = templating._compiled_templates(renderer.env)
+    assert other is not None
+    renderer.env.bytecode_cache = other
+    assert renderer.template("t.py.j2").render() == "  \nx = 1\n  \n"
+    assert len(list((tmp_path / "cache" / "templates").iterdir())) == 2
+
+
+def test_a_damaged_missing_or_unwritable_template_cache_only_costs_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "t.py.j2").write_text("x = {{ value }}\n", encoding="utf-8")
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
+    assert _render(tmp_path, value=1) == "x = 1\n"
+    (compiled,) = (tmp_path / "cache" / "templates").glob("*/*.cache")
+    for damage in (compiled.read_bytes()[:40], b"", b"not a compiled template"):
+        compiled.write_bytes(damage)
+        assert _render(tmp_path, value=2) == "x = 2\n"
+    # No cache at all, and a file where its folder would be: nothing is written.
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", "")
+    assert Renderer([tmp_path]).env.bytecode_cache is None
+    assert _render(tmp_path, value=3) == "x = 3\n"
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder should be", encoding="utf-8")
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(blocked))
+    assert _render(tmp_path, value=4) == "x = 4\n"
+    # The folder gone after the renderer found it: compiling is all the rendering costs.
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "removed"))
+    renderer = Renderer([tmp_path])
+    shutil.rmtree(tmp_path / "removed")
+    assert renderer.template("t.py.j2").render(value=5) == "x = 5\n"
+    assert not (tmp_path / "removed").exists()
 
 
 # --- black, once over each file ----------------------------------------------------------------

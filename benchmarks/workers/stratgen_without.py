@@ -1,5 +1,5 @@
-"""Run ``stratgen ARGS`` in this process with its cache switched off, to measure what the cache
-saves.
+"""Run ``stratgen ARGS`` in this process with one of its caches switched off, to measure what
+the cache saves.
 
 ``python -m benchmarks.workers.stratgen_without CACHE -- ARGS``: CACHE is one of ``CACHES``
 (``none`` switches nothing off, for the same start-up as the other runs). Output and exit code
@@ -19,10 +19,17 @@ def _no_format_cache() -> None:
     Formatter.open = lambda self, project: None  # type: ignore[method-assign]
 
 
-#: The cache, and how to switch it off.
+def _no_template_cache() -> None:
+    from stratgen import templating
+
+    templating._compiled_templates = lambda env: None  # type: ignore[assignment]
+
+
+#: The caches, and how to switch each off.
 CACHES: dict[str, Callable[[], None]] = {
     "none": lambda: None,
     "format-cache": _no_format_cache,
+    "template-cache": _no_template_cache,
 }
 
 

@@ -26,38 +26,63 @@ def runtime_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _public_names(tree: ast.Module) -> set[str]:
-    """Public methods, class attributes and ``self.x`` attributes of every class."""
+def _public_names(cls: ast.ClassDef) -> set[str]:
+    """Public methods, class attributes and ``self.x`` attributes of a class."""
     names: set[str] = set()
-    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-        for node in cls.body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                names.add(node.name)
-            elif isinstance(node, ast.Assign):
-                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                names.add(node.target.id)
-        for inner in ast.walk(cls):
-            if (
-                isinstance(inner, ast.Attribute)
-                and isinstance(inner.ctx, ast.Store)
-                and isinstance(inner.value, ast.Name)
-                and inner.value.id == "self"
-            ):
-                names.add(inner.attr)
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+            names |= _self_attributes(node.body)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
     return {n for n in names if not n.startswith("_")}
+
+
+def _self_attributes(body: list[ast.stmt]) -> set[str]:
+    """Attributes of ``self`` that the statements assign (``self.x = ...``, ``self.x += ...``,
+    ``self.x: T = ...``, in tuple targets too), in nested blocks included. Only statements are
+    visited, not expressions: a module's expressions hold most of its nodes."""
+    names: set[str] = set()
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For | ast.AsyncFor):
+            targets = [node.target]
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            targets = [item.optional_vars for item in node.items if item.optional_vars]
+        else:
+            targets = []
+        while targets:
+            target = targets.pop()
+            if isinstance(target, ast.Tuple | ast.List):
+                targets.extend(target.elts)
+            elif isinstance(target, ast.Starred):
+                targets.append(target.value)
+            elif (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                names.add(target.attr)
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            stack.extend(getattr(node, field, ()))
+    return names
 
 
 @cache
 def strategy_attributes() -> frozenset[str]:
-    """Public attribute names of the core's strategy classes and the bases they share
-    (``CheckpointingBase``)."""
-    modules = ["strategy", "checkpoint_state", "single_device", "parallel", "ipu"]
-    modules += [f"wrappers.{p.stem}" for p in sorted((runtime_dir() / "wrappers").glob("*.py"))]
+    """Public attribute names of the core's strategy classes: the root, the base of each kind
+    and of each wrapper (``stratcore.contract``), and every runtime class they derive from."""
+    from stratcore.contract import BASES, WRAPPERS
+
+    roots = [*BASES.values(), *(w.base for w in WRAPPERS.values() if w.base is not None)]
     names: set[str] = set()
-    for module in modules:
-        if runtime_dir().joinpath(*module.split(".")).with_suffix(".py").is_file():
-            names |= _public_names(_module_source(f"stratcore.{module}")[0])
+    for module, class_name in dict.fromkeys(c for root in roots for c in class_mro(*root)):
+        names |= _public_names(_class_source(module, class_name)[0])
     return frozenset(names)
 
 

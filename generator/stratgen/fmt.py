@@ -6,10 +6,10 @@ for one, or with a trailing comma to explode (``long_statements``). Only those g
 of a run in one pass per indentation, and black is not imported when there are none. Files
 from a project's own templates are formatted whole.
 
-This is stratgen's one cache. What black makes of a statement (or of a whole file) is a pure
-function of its text, the black version and the mode, so it is remembered under a hash of
-those, in one file per project in the user's cache folder (``STRATGEN_CACHE_DIR``; empty: no
-cache). **An entry is never stale**: a different text, black version or mode is a different key.
+This is one of stratgen's two caches (the other: compiled templates, ``templating``). What
+black makes of a statement (or of a whole file) is a pure function of its text, the black
+version and the mode, so it is remembered under a hash of those, in one file per project in
+the user's cache folder (``STRATGEN_CACHE_DIR``; empty: no cache). **An entry is never stale**: a different text, black version or mode is a different key.
 A regeneration whose edit leaves the long statements alone, and every check after a generate,
 do not import black. The file is written whole or not at all and carries a hash of its content:
 a missing, damaged or foreign one only costs the time of formatting again.

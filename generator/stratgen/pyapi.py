@@ -58,6 +58,9 @@ def string_literal(text: str) -> str:
 
 
 _DOC_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\r": "\\r"}
+#: A character ``_escape_doc_char`` changes: a backslash, a control character, a byte-order
+#: mark, or white space other than a space or a line break.
+_ESCAPED_DOC_CHAR = re.compile(r"[\\\x00-\x1f\x7f-\x9f\ufeff]|[^\S \n]")
 
 
 def docstring_body(text: str, indent: str) -> str:
@@ -77,7 +80,7 @@ def docstring_body(text: str, indent: str) -> str:
     lines = []
     for number, raw in enumerate(raw_lines):
         last_line = number == len(raw_lines) - 1
-        chars = [_escape_doc_char(char) for char in raw]
+        chars = [_escape_doc_char(c) for c in raw] if _ESCAPED_DOC_CHAR.search(raw) else list(raw)
         for index, char in enumerate(raw):
             if char != '"':
                 continue

@@ -1,18 +1,50 @@
 """The templates: jinja2 set up for Python source (``Renderer``, looking in the project's own
 template folder first, then in stratgen's), the header every generated file starts with, and
-template errors as one line that names the template and its line."""
+template errors as one line that names the template and its line.
+
+jinja2 compiles a template to Python before it renders it, and the compiled templates are kept
+in the user's stratgen cache (``paths.cache_folder``, where black's layouts are kept too) with
+jinja2's own ``FileSystemBytecodeCache``: compiling them takes longer than a whole ``stratgen
+check`` of the built-in specs spends on the rest of its rendering. **An entry is never stale**:
+jinja2 keys it by the template's name and path and reuses it only while the template's text is
+unchanged, in a folder of its own for each jinja2 version, Python version and template syntax
+(``_compiled_folder``). A missing or unwritable folder only costs the time of compiling.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 import jinja2
+import jinja2.bccache
 
 from . import pyapi
 from .errors import StratgenError
+from .paths import cache_folder
 from .pyapi import literal
+
+#: The settings of a jinja2 environment that change what a template compiles to.
+_SYNTAX = (
+    "block_start_string",
+    "block_end_string",
+    "variable_start_string",
+    "variable_end_string",
+    "comment_start_string",
+    "comment_end_string",
+    "line_statement_prefix",
+    "line_comment_prefix",
+    "trim_blocks",
+    "lstrip_blocks",
+    "newline_sequence",
+    "keep_trailing_newline",
+    "autoescape",
+    "optimized",
+)
 
 
 def header(source: str, comment: str = "#") -> str:
@@ -36,6 +68,7 @@ class Renderer:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        self.env.bytecode_cache = _compiled_templates(self.env)
         self.env.filters["pyrepr"] = literal
         self.env.filters["docstring"] = lambda text: pyapi.docstring_body(str(text), "")
         self.env.filters["re_escape"] = re.escape
@@ -51,6 +84,44 @@ class Renderer:
             raise StratgenError(
                 f"template {exc.name} is missing from the template folders"
             ) from None
+
+
+def _compiled_folder(env: jinja2.Environment) -> str | None:
+    """The folder of ``env``'s compiled templates in the user's cache, one per jinja2 version,
+    Python version and template syntax (None without a cache)."""
+    folder = cache_folder()
+    if folder is None:
+        return None
+    key = repr((jinja2.__version__, sys.version, [getattr(env, name) for name in _SYNTAX]))
+    return str(Path(folder) / "templates" / hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+class _CompiledTemplates(jinja2.FileSystemBytecodeCache):
+    """jinja2's cache of compiled templates in a folder, where a file that cannot be read or
+    written, or is damaged, only costs the time of compiling again."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # a damaged file: anything unpickling or unmarshalling may raise
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
+def _compiled_templates(env: jinja2.Environment) -> jinja2.BytecodeCache | None:
+    """The cache of ``env``'s compiled templates in ``_compiled_folder``, or None where it
+    cannot be made."""
+    folder = _compiled_folder(env)
+    if folder is None:
+        return None
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return _CompiledTemplates(folder)
 
 
 def template_problem(exc: jinja2.TemplateError) -> str:
