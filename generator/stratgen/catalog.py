@@ -33,8 +33,10 @@ class Source:
     spec: SpecFile
     builtin: bool  # shipped with stratgen rather than written in the user's project
     hooks_dir: str = ""  # directory that relative hooks files are resolved against
-    #: The file's text, for what the parsed spec drops: its comments (the docs target).
+    #: The file's text and its YAML tree (``yamlload.Node``), for what the parsed spec drops:
+    #: its comments, found at the lines of its keys (the docs target).
     text: str = field(default="", compare=False, repr=False)
+    tree: Any = field(default=None, compare=False, repr=False)
 
 
 #: The root strategy spec, and the specs that define the base kinds (each named after its kind).

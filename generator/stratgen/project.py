@@ -227,9 +227,11 @@ class Project:
         from .yamlload import load_yaml
 
         data = read_spec_bytes(path, display)
-        spec = parse_spec_file(load_yaml(data, display))
+        tree = load_yaml(data, display)
         text = data.decode("utf-8-sig", "replace")  # parsed: UTF-8, as the loader reads it
-        return Source(display, path.stem, spec, builtin, str(path.parent), text)
+        return Source(
+            display, path.stem, parse_spec_file(tree), builtin, str(path.parent), text, tree
+        )
 
     def spec_paths(self) -> list[Path]:
         folder = self.config.root / self.config.specs
@@ -277,6 +279,7 @@ class Project:
                     source.builtin,
                     str(path.parent),
                     source.text,
+                    source.tree,
                 )
             sources.append(source)
         self.timings.add("load", started)

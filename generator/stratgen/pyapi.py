@@ -51,6 +51,8 @@ def string_literal(text: str) -> str:
     doubles, singles = text.count('"'), text.count("'")
     if doubles and (not singles or doubles > singles):
         return repr(text)  # single quotes: with no "'" in the text, repr chooses them
+    if not doubles and "\\" not in text and text.isprintable():
+        return f'"{text}"'  # nothing to escape (repr escapes what is not printable)
     body = "".join(
         '\\"' if char == '"' else "'" if char == "'" else repr(char)[1:-1] for char in text
     )
@@ -80,7 +82,13 @@ def docstring_body(text: str, indent: str) -> str:
     lines = []
     for number, raw in enumerate(raw_lines):
         last_line = number == len(raw_lines) - 1
-        chars = [_escape_doc_char(c) for c in raw] if _ESCAPED_DOC_CHAR.search(raw) else list(raw)
+        content = raw.lstrip(" ")
+        lead = len(raw) - len(content)
+        trail = len(raw) - len(raw.rstrip(" "))
+        if not (lead or trail or '"' in raw or _ESCAPED_DOC_CHAR.search(raw)):
+            lines.append(raw)  # nothing to escape
+            continue
+        chars = [_escape_doc_char(c) for c in raw]
         for index, char in enumerate(raw):
             if char != '"':
                 continue
@@ -88,13 +96,10 @@ def docstring_body(text: str, indent: str) -> str:
                 chars[index] = "\\x22"  # black pads a docstring that ends in a quote
             elif (number == 0 and index == 0) or raw[index + 1 : index + 2] == '"':
                 chars[index] = '\\"'
-        content = raw.lstrip(" ")
-        lead = len(raw) - len(content)
         if lead and (number == 0 or not content):
             chars[:lead] = ["\\x20"] * lead
         elif lead and indented:
             chars[0] = "\\x20"
-        trail = len(raw) - len(raw.rstrip(" "))
         if trail:
             chars[len(raw) - trail :] = ["\\x20"] * trail
         lines.append("".join(chars))

@@ -54,8 +54,11 @@ class SpecText:
     root: Node
 
     @classmethod
-    def parse(cls, text: str, path: str) -> SpecText:
-        """The spec's text parsed once per run: every strategy of a spec reads the same file."""
+    def parse(cls, text: str, path: str, tree: Node | None = None) -> SpecText:
+        """The spec's text with its YAML tree: ``tree`` where the spec was loaded with it, else
+        parsed once per run (every strategy of a spec reads the same file)."""
+        if tree is not None:
+            return cls(path, tuple(text.splitlines()), tree)
         return _parsed(text, path)
 
     def _comment_line(self, index: int) -> str | None:
