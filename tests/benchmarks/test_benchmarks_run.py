@@ -34,6 +34,7 @@ EXPECTED_ROWS = [
     "stratgen check, up to date",
     "stratgen check, up to date, empty cache (a fresh machine, as in CI)",
     "stratgen generate, nothing changed",
+    "cache: compiled templates (check, up to date)",
     # The larger project: a few more specs in a quick run (the number is the benchmark's).
     "stratgen generate, N more specs, no output, empty cache",
     "stratgen generate, N more specs, one edited",
