@@ -22,7 +22,7 @@ def test_the_two_commands_are_the_ci_scripts() -> None:
     installs = 'pip_install -e runtime -e generated -e ".[$EXTRAS]"'
     assert setup.index("pip_install $TORCH_INSTALL") < setup.index(installs)
     assert 'TORCH_INSTALL="${TORCH_INSTALL:-torch==2.13.0}"' in setup
-    for script in ("setup", "test", "run", "main"):
+    for script in ("setup", "test", "run", "main", "horovod", "deepspeed"):
         path = ROOT / ".ci" / script
         assert os.access(path, os.X_OK), f".ci/{script} is not executable"
         syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
