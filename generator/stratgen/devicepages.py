@@ -124,7 +124,7 @@ def _option_rows(strategy: Strategy) -> list[tuple[str, str, str, str]]:
 def _strategy_entry(
     catalog: Catalog, strategy: Strategy, device: Accelerator, plugins: dict[str, set[str]] | None
 ) -> StrategyEntry:
-    spec_text = SpecText.parse(strategy.source.text, strategy.source.path, strategy.source.tree)
+    spec_text = SpecText.of(strategy.source)
     node = spec_text.entry("strategies", strategy.name)
     note = spec_text.entry_note(node) if node is not None else ""
     parent = strategy.spec.extends or strategy.spec.base
@@ -198,7 +198,7 @@ def _backend_rows(catalog: Catalog, backend: Backend) -> tuple[str, list[tuple[s
     source = catalog.backend_sources.get(backend.name)
     if source is None:
         return "", []
-    spec_text = SpecText.parse(source.text, source.path, source.tree)
+    spec_text = SpecText.of(source)
     node = spec_text.backend(backend.name)
     title = f"{code(backend.name)}, declared in {code(source.path)}"
     return title, _fact_rows(spec_text, node, frozenset({"description"}))
@@ -336,7 +336,7 @@ def device_page(
     plugins: dict[str, set[str]] | None,
 ) -> DevicePage:
     source = device.source
-    spec_text = SpecText.parse(source.text, source.path, source.tree)
+    spec_text = SpecText.of(source)
     strategies = _runs_on(catalog, selection, device.name)
     node = spec_text.entry("accelerator", device.name)
     skip = frozenset({"name", "description", "class_name"})

@@ -11,9 +11,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .yamlload import Node, load_yaml
+
+if TYPE_CHECKING:
+    from .catalog import Source
 
 #: A first line that only tells editors where the schema is, not part of the spec's notes.
 EDITOR_HINT = "# yaml-language-server:"
@@ -54,12 +57,17 @@ class SpecText:
     root: Node
 
     @classmethod
-    def parse(cls, text: str, path: str, tree: Node | None = None) -> SpecText:
-        """The spec's text with its YAML tree: ``tree`` where the spec was loaded with it, else
-        parsed once per run (every strategy of a spec reads the same file)."""
-        if tree is not None:
-            return cls(path, tuple(text.splitlines()), tree)
+    def parse(cls, text: str, path: str) -> SpecText:
+        """The spec's text parsed once per run: every strategy of a spec reads the same file."""
         return _parsed(text, path)
+
+    @classmethod
+    def of(cls, source: Source) -> SpecText:
+        """A loaded spec's text with the YAML tree it was loaded with (parsed again only for a
+        source loaded without one)."""
+        if source.tree is None:
+            return cls.parse(source.text, source.path)
+        return cls(source.path, tuple(source.text.splitlines()), source.tree)
 
     def _comment_line(self, index: int) -> str | None:
         """The text of a line that holds only a comment, else None (0-based index)."""

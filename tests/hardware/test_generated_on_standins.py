@@ -55,13 +55,12 @@ class StandIn:
 
 
 #: Where the FSDP and DeepSpeed strategies of today's accelerators (``LIGHTNING``) train on
-#: stand-ins. What is
-#: the device's own in them (its accelerator, its collective backend, its precisions) is what its
-#: single-device and DDP strategies train through on every device; FSDP and DeepSpeed add the
-#: same wrapping on every one. They train on two devices that cover the two kinds of DeepSpeed
-#: accelerator (DeepSpeed's own for XPU, one generated from the spec for MUSA), and DeepSpeed
-#: on MLU too, whose devices train in float16 where the others train in bfloat16. Their
-#: registry names, options and precisions are checked on every device.
+#: stand-ins. What is the device's own in them (its accelerator, its collective backend, its
+#: precisions) is what its single-device and DDP strategies train through on every device; FSDP
+#: and DeepSpeed add the same wrapping on every one. They train on two devices that cover the two
+#: kinds of DeepSpeed accelerator (DeepSpeed's own for XPU, one generated from the spec for MUSA),
+#: and DeepSpeed on MLU too, whose devices train in float16 where the others train in bfloat16.
+#: Their registry names, options and precisions are checked on every device.
 TRAINED_ON = {"fsdp": ("xpu", "musa"), "deepspeed": ("xpu", "musa", "mlu")}
 
 STANDINS = {
