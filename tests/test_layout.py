@@ -77,6 +77,18 @@ def test_long_statements_laid_out_as_black_lays_out_the_file(source: str) -> Non
     assert formatted == black.format_str(source, mode=MODE)
 
 
+@settings(max_examples=100, deadline=None)
+@given(sources=st.lists(modules(), min_size=1, max_size=3), picks=st.lists(st.integers(0, 2)))
+def test_files_formatted_together_as_black_formats_each(
+    sources: list[str], picks: list[int]
+) -> None:
+    """One run formats many files, each statement that several of them share once."""
+    files = sources + [sources[pick % len(sources)] for pick in picks]
+    items = [(source, f"module{index}.py") for index, source in enumerate(files)]
+    formatted = Formatter(use_cache=False).format_all(items)
+    assert formatted == [black.format_str(source, mode=MODE) for source in files]
+
+
 @settings(max_examples=500, deadline=None)
 @given(text=st.text(st.characters(exclude_categories=("Cs",)), max_size=30))
 def test_string_literals_are_blacks(text: str) -> None:

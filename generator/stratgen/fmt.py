@@ -224,17 +224,21 @@ class Formatter:
             self._used[_places_key(sources[index])] = json.dumps(places)
         failed: dict[int, Exception] = {}
         for column, group in todo.items():
-            joined = f"\n{_SEPARATOR}\n".join(text for _, _, text, _ in group) + "\n"
+            # A statement several files share (the same text at the same indentation) goes to
+            # black once.
+            texts_of = {key: text for _, _, text, key in group}
+            joined = f"\n{_SEPARATOR}\n".join(texts_of.values()) + "\n"
             result = self._black(joined, LINE_LENGTH - column)
             if isinstance(result, Exception):
                 for index, *_ in group:  # a template bug: every file of the pass names it
                     failed.setdefault(index, result)
                 continue
             pieces = result.split(f"\n{_SEPARATOR}\n")
-            if len(pieces) != len(group):  # pragma: no cover - black moved a separator
+            if len(pieces) != len(texts_of):  # pragma: no cover - black moved a separator
                 raise FormatError("black merged two generated statements")
-            for (index, statement, _, key), piece in zip(group, pieces, strict=True):
-                out = piece.strip("\n").split("\n")
+            layouts = dict(zip(texts_of, pieces, strict=True))
+            for index, statement, _, key in group:
+                out = layouts[key].strip("\n").split("\n")
                 if statement.stub:
                     out = out[:-1]
                 text = "\n".join(" " * column + line if line else line for line in out)
