@@ -3,14 +3,18 @@ stopped after step 2 and resumed from its checkpoint in a new job ends where the
 uninterrupted run ends.
 
 The model is a tied-embedding GPT-2 and a BatchNorm ResNet from transformers, built from
-configs (``scripts/resume.py``). Every job is a fresh set of processes, as a resumed job is.
+configs (``scripts/resume.py``). A resumed job is a fresh set of processes, never those of the
+job that saved: the uninterrupted runs of the cases run in jobs of their own, and the resumed
+runs in others. Cases of one phase that start their processes alike (as many, through the same
+launcher) share a job: each case is a launch of a strategy of its own in it, as in a script
+that launches several times, and reports on its own.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +37,8 @@ TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 #: from its own share, so they are compared between runs of the same layout only.
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
-pytestmark = pytest.mark.slow
+#: Every test of the module runs in one pytest process, where they share the jobs.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("resume-matrix")]
 
 
 @dataclass(frozen=True)
@@ -59,19 +64,118 @@ CASES = {
     "deepspeed_stage_2 full": Case("deepspeed_stage_2"),
     "deepspeed_stage_3 sharded": Case("deepspeed_stage_3", {"state_dict_type": "sharded"}),
 }
+#: One process standing in for two ranks, trained without interruption: what every case's
+#: uninterrupted run must end with.
+REFERENCE = "one process"
+#: Cases whose uninterrupted job the conversion test uses too.
+CONVERTED = ["fsdp sharded, 2 ranks resumed on 1", "deepspeed_stage_3 sharded"]
+
+
+def _job_command(phase: str, devices: int, cases: list[dict[str, Any]]) -> list[str]:
+    command = [sys.executable, str(SCRIPT), phase, "--devices", str(devices)]
+    return [*command, "--cases", json.dumps(cases), "--virtual-ranks", "2"]
+
+
+def _environ() -> dict[str, str]:
+    env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
+    env.pop("DS_ACCELERATOR", None)
+    return env
 
 
 def _run(phase: str, case: Case, devices: int, checkpoint: Path, out: Path) -> dict[str, Any]:
-    command = [sys.executable, str(SCRIPT), phase, case.strategy, "--devices", str(devices)]
-    command += ["--options", json.dumps(case.options), "--checkpoint", str(checkpoint)]
-    command += ["--out", str(out), "--virtual-ranks", "2"]
-    if case.asynchronous:
-        command.append("--async-io")
-    env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
-    env.pop("DS_ACCELERATOR", None)
-    process = watch.run(command, env=env, cwd=out.parent)
+    """One case in a job of its own."""
+    spec = {"strategy": case.strategy, "options": case.options, "async_io": case.asynchronous}
+    spec |= {"checkpoint": str(checkpoint), "out": str(out)}
+    process = watch.run(_job_command(phase, devices, [spec]), env=_environ(), cwd=out.parent)
     assert process.returncode == 0, f"{phase} {case} failed:\n{process.stderr[-4000:]}"
     return json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+
+
+class Jobs:
+    """The jobs of both phases, each run once, the first time a test needs a case of it.
+
+    A job holds the cases of a phase with as many processes and, for more than one, the same
+    launcher (one process runs any launcher's strategy). The resumed jobs start after the
+    uninterrupted jobs of their cases ended.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.cases = {REFERENCE: Case("single_device", devices=(1, 1)), **CASES}
+        self.ran: dict[tuple[str, Any], subprocess.CompletedProcess[str]] = {}
+
+    def checkpoint(self, name: str) -> Path:
+        return self.folder / f"{self._slug(name)}.ckpt"
+
+    def weights(self, phase: str, name: str) -> Path:
+        return self.folder / phase / f"{self._slug(name)}.pt"
+
+    def report(self, phase: str, name: str) -> dict[str, Any]:
+        """The report of ``name``'s run in ``phase`` ('full' or 'resume'), running its job
+        (and, for 'resume', the uninterrupted jobs of its job's cases) if not yet run."""
+        reason = self._unavailable(name, phase)
+        if reason is not None:
+            pytest.skip(reason)
+        key = self._key(phase, name)
+        if key not in self.ran:
+            names = [n for n in self.cases if self._key(phase, n) == key and n in self._runnable()]
+            if phase == "resume":
+                for other in names:
+                    self.report("full", other)
+            self.ran[key] = self._run_job(phase, key[1][0], names)
+        report = self.weights(phase, name).with_suffix(".json")
+        process = self.ran[key]
+        assert report.is_file(), f"{phase} of {name!r} failed:\n{process.stderr[-4000:]}"
+        return dict(json.loads(report.read_text(encoding="utf-8")))
+
+    def _run_job(
+        self, phase: str, devices: int, names: list[str]
+    ) -> subprocess.CompletedProcess[str]:
+        specs = []
+        for name in names:
+            case = self.cases[name]
+            specs.append(
+                {
+                    "strategy": case.strategy,
+                    "options": case.options,
+                    "async_io": case.asynchronous,
+                    "checkpoint": str(self.checkpoint(name)),
+                    "out": str(self.weights(phase, name)),
+                }
+            )
+        (self.folder / phase).mkdir(parents=True, exist_ok=True)
+        command = _job_command(phase, devices, specs)
+        return watch.run(command, env=_environ(), cwd=self.folder)
+
+    def _key(self, phase: str, name: str) -> tuple[str, Any]:
+        case = self.cases[name]
+        devices = case.devices[0 if phase == "full" else 1]
+        if devices == 1:
+            return phase, (devices, None)
+        cls = stratlib.registry.REGISTRY.strategies[case.strategy].cls
+        return phase, (devices, cls.launcher_class.__name__)
+
+    def _unavailable(self, name: str, phase: str) -> str | None:
+        # e.g. without the deepspeed or fairscale extra: say so instead of failing the job
+        case = self.cases[name]
+        cls = stratlib.registry.REGISTRY.strategies[case.strategy].cls
+        devices = case.devices[0 if phase == "full" else 1]
+        return testing.unavailable_reason(cls, "cpu", max(devices, case.devices[0]))
+
+    def _runnable(self) -> list[str]:
+        return [n for n in self.cases if all(self._unavailable(n, p) is None for p in PHASES)]
+
+    @staticmethod
+    def _slug(name: str) -> str:
+        return "".join(c if c.isalnum() else "_" for c in name)
+
+
+PHASES = ("full", "resume")
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> Jobs:
+    return Jobs(tmp_path_factory.mktemp("resume"))
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -90,71 +194,18 @@ def _assert_close(
         )
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
-    """One process standing in for two ranks, trained without interruption."""
-    folder = tmp_path_factory.mktemp("reference")
-    _run("full", Case("single_device"), 1, folder / "unused.ckpt", folder / "final.pt")
-    return _weights(folder / "final.pt")
+@pytest.mark.parametrize("name", list(CASES))
+def test_trains_like_one_process_and_resumes_where_it_stopped(name: str, jobs: Jobs) -> None:
+    first, second = CASES[name].devices
+    jobs.report("full", name)
+    report = jobs.report("resume", name)
+    jobs.report("full", REFERENCE)
 
-
-@pytest.fixture(scope="module")
-def full_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, Path]]:
-    """The uninterrupted job of a case (it saves its checkpoint after step 2): the checkpoint
-    and the final weights. A case's job runs once for every test that needs it (in one pytest
-    process: the tests that share one are in one xdist group)."""
-    done: dict[str, tuple[Path, Path]] = {}
-
-    def run(name: str) -> tuple[Path, Path]:
-        if name not in done:
-            case = CASES[name]
-            # e.g. without the deepspeed or fairscale extra: say so instead of failing the job
-            cls = stratlib.registry.REGISTRY.strategies[case.strategy].cls
-            reason = testing.unavailable_reason(cls, "cpu", case.devices[0])
-            if reason is not None:
-                pytest.skip(reason)
-            folder = tmp_path_factory.mktemp("full")
-            checkpoint, uninterrupted = folder / "step2.ckpt", folder / "uninterrupted.pt"
-            _run("full", case, case.devices[0], checkpoint, uninterrupted)
-            done[name] = checkpoint, uninterrupted
-        return done[name]
-
-    return run
-
-
-#: Cases whose uninterrupted job the conversion test uses too.
-CONVERTED = ["fsdp sharded, 2 ranks resumed on 1", "deepspeed_stage_3 sharded"]
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        (
-            pytest.param(name, marks=[pytest.mark.xdist_group("resume-converted")])
-            if name in CONVERTED
-            else name
-        )
-        for name in CASES
-    ],
-)
-def test_trains_like_one_process_and_resumes_where_it_stopped(
-    name: str,
-    full_run: Callable[[str], tuple[Path, Path]],
-    reference: dict[str, torch.Tensor],
-    tmp_path: Path,
-) -> None:
-    case = CASES[name]
-    resumed = tmp_path / "resumed.pt"
-    first, second = case.devices
-
-    checkpoint, uninterrupted = full_run(name)
-    report = _run("resume", case, second, checkpoint, resumed)
-
-    _assert_close(_weights(uninterrupted), reference, "training vs one process", buffers=False)
-    same_layout = first == second
-    _assert_close(
-        _weights(resumed), _weights(uninterrupted), "resumed vs uninterrupted", same_layout
-    )
+    reference = _weights(jobs.weights("full", REFERENCE))
+    uninterrupted = _weights(jobs.weights("full", name))
+    resumed = _weights(jobs.weights("resume", name))
+    _assert_close(uninterrupted, reference, "training vs one process", buffers=False)
+    _assert_close(resumed, uninterrupted, "resumed vs uninterrupted", buffers=first == second)
     assert report["world_size"] == second
     assert report["step"] == 2, "the plain entry 'step' was not updated in place"
     assert report["rng_restored"], "the RNG state was not updated in place"
@@ -164,22 +215,20 @@ def test_trains_like_one_process_and_resumes_where_it_stopped(
     assert report["meta"] == {"note": "stopped", "lr": [0.0025]}
 
 
-@pytest.mark.xdist_group("resume-converted")
 @pytest.mark.parametrize("name", CONVERTED)
 def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
-    name: str,
-    full_run: Callable[[str], tuple[Path, Path]],
-    reference: dict[str, torch.Tensor],
-    tmp_path: Path,
+    name: str, jobs: Jobs, tmp_path: Path
 ) -> None:
     case = CASES[name]
     assert case.devices[0] == 2
-    checkpoint, _ = full_run(name)
+    jobs.report("full", name)
+    jobs.report("full", REFERENCE)
+    reference = _weights(jobs.weights("full", REFERENCE))
+    checkpoint = jobs.checkpoint(name)
     assert checkpoint.is_dir(), "a sharded checkpoint is a folder"
     single = tmp_path / "single.ckpt"
-    env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
     command = [sys.executable, "-m", "stratcore.consolidate", str(checkpoint), str(single)]
-    converted = watch.run(command, env=env)
+    converted = watch.run(command, env=_environ())
     assert converted.returncode == 0, converted.stderr
 
     full = torch.load(single, weights_only=True)

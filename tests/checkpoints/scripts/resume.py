@@ -1,7 +1,10 @@
 """Train real models through a strategy, stop, and resume from the checkpoint in a new job.
 
-Run as ``python resume.py PHASE STRATEGY --devices N --checkpoint PATH --out PATH
-[--options JSON] [--async-io]``; the strategy's launcher starts the other ranks.
+Run as ``python resume.py PHASE --devices N --cases JSON``, where JSON is a list of cases
+``{"strategy", "options", "checkpoint", "out", "async_io"}``: each case is a launch of a
+strategy of its own, one after the other in the processes of one job (the strategies' launcher
+starts the other ranks, and keeps them for every later launch of the script). Rank 0 writes
+each case's report next to its ``out`` (``.json``).
 
 The model pairs two Hugging Face transformers built from configs (nothing is downloaded): a
 GPT-2 language model whose output layer shares the token embedding's weight, and a ResNet
@@ -181,26 +184,24 @@ def _finish(strategy: Any, model: nn.Module, out: str, report: dict[str, Any]) -
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("phase", choices=["full", "resume"])
-    parser.add_argument("strategy")
     parser.add_argument("--devices", type=int, default=2)
-    parser.add_argument("--options", default="{}")
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--async-io", action="store_true")
+    parser.add_argument("--cases", required=True)
     parser.add_argument("--virtual-ranks", type=int, default=1)
     args = parser.parse_args()
     global VIRTUAL_RANKS
     VIRTUAL_RANKS = args.virtual_ranks
-    options = json.loads(args.options)
-    if args.async_io:
-        options["checkpoint_io"] = stratlib.AsyncCheckpointIO()
-    strategy = stratlib.get_strategy(
-        args.strategy, accelerator="cpu", devices=args.devices, **options
-    )
     phase = full if args.phase == "full" else resume
-    result = strategy.launch(phase, args.checkpoint, args.out)
-    if result is not None and os.environ.get("LOCAL_RANK", "0") == "0":
-        Path(args.out).with_suffix(".json").write_text(json.dumps(result), encoding="utf-8")
+    for case in json.loads(args.cases):
+        options = dict(case.get("options", {}))
+        if case.get("async_io"):
+            options["checkpoint_io"] = stratlib.AsyncCheckpointIO()
+        strategy = stratlib.get_strategy(
+            case["strategy"], accelerator="cpu", devices=args.devices, **options
+        )
+        result = strategy.launch(phase, case["checkpoint"], case["out"])
+        if result is not None and os.environ.get("LOCAL_RANK", "0") == "0":
+            report = Path(case["out"]).with_suffix(".json")
+            report.write_text(json.dumps(result), encoding="utf-8")
 
 
 if __name__ == "__main__":
