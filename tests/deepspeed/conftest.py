@@ -33,6 +33,17 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+def _environ(env: dict[str, str] | None) -> dict[str, str]:
+    """A clean environment with the generated package importable and no DeepSpeed
+    accelerator chosen in advance."""
+    environ = testing.clean_environ(env)
+    environ.pop("DS_ACCELERATOR", None)
+    environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(GENERATED), environ.get("PYTHONPATH")])
+    )
+    return environ
+
+
 def run_scenario(
     scenario: str,
     strategy: str,
@@ -47,17 +58,28 @@ def run_scenario(
     command += ["--options", json.dumps(options or {}), "--args", json.dumps(args or {})]
     if precision is not None:
         command += ["--precision", precision]
-    environ = testing.clean_environ(env)
-    environ.pop("DS_ACCELERATOR", None)
-    environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(GENERATED), environ.get("PYTHONPATH")])
-    )
-    process = watch.run(command, env=environ, cwd=HERE)
+    process = watch.run(command, env=_environ(env), cwd=HERE)
     result = None
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):
             result = json.loads(line[len("RESULT ") :])
     return process, result
+
+
+def run_cases(
+    cases: list[dict[str, Any]],
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run cases of scenarios.py (``{"case", "scenario", "strategy", "options", "precision",
+    "args"}``) in the two processes of one job, a launch each; return the process and rank 0's
+    result of each case that ended."""
+    command = [sys.executable, str(SCENARIOS), "cases", "--cases", json.dumps(cases)]
+    process = watch.run(command, env=_environ(None), cwd=HERE)
+    results = {}
+    for line in process.stdout.splitlines():
+        if line.startswith("RESULT "):
+            report = json.loads(line[len("RESULT ") :])
+            results[report["case"]] = report["result"]
+    return process, results
 
 
 #: The optimizers of scenarios.py, for the single-process reference.
@@ -91,19 +113,13 @@ def reference() -> Reference:
     return after
 
 
-@pytest.fixture(scope="session")
-def stage_2_run(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[subprocess.CompletedProcess[str], Any]:
-    """The 'train' scenario under deepspeed_stage_2 with Adam, shared by the tests that read
-    its checkpoint."""
-    folder = tmp_path_factory.mktemp("stage2")
-    return run_scenario(
-        "train", "deepspeed_stage_2", args={"folder": str(folder), "optimizer_name": "adam"}
-    )
-
-
 @pytest.fixture
 def runner() -> Runner:
     """``run_scenario``, for the tests."""
     return run_scenario
+
+
+@pytest.fixture(scope="session")
+def cases_runner() -> Callable[..., tuple[subprocess.CompletedProcess[str], dict[str, Any]]]:
+    """``run_cases``, for the tests."""
+    return run_cases

@@ -3,7 +3,10 @@
 Run as ``python scenarios.py SCENARIO STRATEGY [--options JSON] [--precision P] [--args JSON]``;
 the strategy's launcher starts the other rank by running this script again, and rank 0 prints
 one ``RESULT <json>`` line. Each scenario combines several checks, because starting DeepSpeed
-is slow.
+is slow. ``python scenarios.py cases --cases JSON`` runs a list of cases
+``{"case", "scenario", "strategy", "options", "precision", "args"}`` in the processes of one
+job, each a launch of a strategy of its own, and prints ``RESULT {"case": ..., "result": ...}``
+as each ends.
 
 Scenarios:
     train       train with gradient accumulation (two micro-batches per step, the first inside
@@ -181,25 +184,38 @@ class SpawnDeepSpeedStrategy(stratlib.DeepSpeedStrategy):
     launcher_class = SpawnLauncher
 
 
+def _launch(case: dict[str, Any]) -> Any:
+    name: Any = SpawnDeepSpeedStrategy if case["scenario"] == "spawn" else case["strategy"]
+    strategy = stratlib.get_strategy(
+        name, accelerator="cpu", devices=2, precision=case.get("precision"), **case["options"]
+    )
+    function = {"train": train, "resume": resume, "config_opt": config_opt, "spawn": train}[
+        case["scenario"]
+    ]
+    return strategy.launch(function, **case["args"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["train", "resume", "config_opt", "spawn"])
-    parser.add_argument("strategy")
+    parser.add_argument("scenario", choices=["train", "resume", "config_opt", "spawn", "cases"])
+    parser.add_argument("strategy", nargs="?", default="-")
     parser.add_argument("--options", default="{}")
     parser.add_argument("--precision", default=None)
     parser.add_argument("--args", default="{}")
+    parser.add_argument("--cases", default="[]")
     args = parser.parse_args()
-    options = json.loads(args.options)
-    kwargs = json.loads(args.args)
-    name: Any = SpawnDeepSpeedStrategy if args.scenario == "spawn" else args.strategy
-    strategy = stratlib.get_strategy(
-        name, accelerator="cpu", devices=2, precision=args.precision, **options
-    )
-    function = {"train": train, "resume": resume, "config_opt": config_opt, "spawn": train}[
-        args.scenario
-    ]
-    result = strategy.launch(function, **kwargs)
-    if os.environ.get("LOCAL_RANK", "0") == "0" and result is not None:
+    rank_zero = os.environ.get("LOCAL_RANK", "0") == "0"
+    if args.scenario == "cases":
+        # The launcher keeps the processes it started for every later launch of the script.
+        for case in json.loads(args.cases):
+            result = _launch(case)
+            if rank_zero:
+                report = {"case": case["case"], "result": result}
+                print("RESULT " + json.dumps(report, default=str), flush=True)
+        return 0
+    case = {"scenario": args.scenario, "strategy": args.strategy, "precision": args.precision}
+    result = _launch({**case, "options": json.loads(args.options), "args": json.loads(args.args)})
+    if rank_zero and result is not None:
         print("RESULT " + json.dumps(result, default=str), flush=True)
     return 0
 

@@ -17,8 +17,10 @@ import torch
 from stratcore import testing
 from stratcore.wrappers.deepspeed_config import cpu_has_fp16_kernels
 
+#: Every test of the module runs in one pytest process, where they share the jobs.
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("deepspeed-training"),
     pytest.mark.skipif(
         testing.unavailable_reason(__import__("stratlib").DeepSpeedStrategy, "cpu") is not None,
         reason=str(testing.unavailable_reason(__import__("stratlib").DeepSpeedStrategy, "cpu")),
@@ -81,18 +83,94 @@ def _assert_checkpoint_is_plain_torch(
     assert plain.state_dict()["param_groups"] == expected["param_groups"]
 
 
+#: ZeRO stages and offload modes, each trained by the 'train' scenario: (strategy, optimizer,
+#: stage, optimizer offloaded, parameters offloaded).
+STAGES = [
+    ("deepspeed_stage_1", "sgd", 1, False, False),
+    ("deepspeed_stage_3", "sgd", 3, False, False),
+    ("deepspeed_stage_2_offload", "sgd", 2, True, False),
+    ("deepspeed_stage_3_offload", "adam", 3, True, True),
+]
+#: The config of ``test_config_mapping_wins_over_options_and_drives_accumulation``: the alias
+#: asks for stage 3; the config's stage 0 wins. With gradient_accumulation_steps=2 DeepSpeed
+#: divides each micro-batch's loss by 2, so the scenario does not.
+CONFIG = {
+    "zero_optimization": {"stage": 0},
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 2,
+}
+#: The JSON config of ``test_json_config_with_its_own_optimizer_and_managed_accumulation``.
+JSON_CONFIG = {
+    "zero_optimization": {"stage": 1},
+    "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+    "managed_gradient_accumulation": True,
+}
+
+Runs = tuple[subprocess.CompletedProcess[str], dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, cases_runner: Any) -> Runs:
+    """The runs of the 2-process scenarios that start their processes alike (the strategy's
+    own launcher, which starts the script again), as launches of one job; each test reads its
+    case's result. A resumed run is a job of its own, as are the runs that must fail and those
+    whose processes start otherwise."""
+    folder = tmp_path_factory.mktemp("deepspeed")
+
+    def case(
+        name: str,
+        scenario: str,
+        strategy: str,
+        options: dict[str, Any] | None = None,
+        precision: str | None = None,
+        **args: Any,
+    ) -> dict[str, Any]:
+        """A case of the job; the 'train' scenario's folder is a new one of its own."""
+        if scenario == "train":
+            args["folder"] = str(folder / name)
+            (folder / name).mkdir()
+        return {
+            "case": name,
+            "scenario": scenario,
+            "strategy": strategy,
+            "options": options or {},
+            "precision": precision,
+            "args": args,
+        }
+
+    config = folder / "ds_config.json"
+    config.write_text(json.dumps(JSON_CONFIG), encoding="utf-8")
+    cases = [
+        case(strategy, "train", strategy, optimizer_name=optimizer)
+        for strategy, optimizer, *_ in STAGES
+    ]
+    cases += [
+        case("stage_2", "train", "deepspeed_stage_2", optimizer_name="adam"),
+        case("config", "train", "deepspeed_stage_3", {"config": CONFIG}, divide=False),
+        case("json_config", "config_opt", "deepspeed", {"config": str(config)}),
+        case("bf16", "train", "deepspeed", precision="bf16-mixed"),
+    ]
+    return cases_runner(cases)  # type: ignore[no-any-return]
+
+
+def _result(runs: Runs, case: str) -> Any:
+    process, results = runs
+    assert case in results, f"the job ended before case {case!r}:\n{process.stderr[-6000:]}"
+    return results[case]
+
+
+@pytest.fixture(scope="module")
+def stage_2_run(runs: Runs) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """The 'train' scenario under deepspeed_stage_2 with Adam, shared by the tests that read
+    its checkpoint."""
+    return runs[0], _result(runs, "stage_2")
+
+
 @pytest.mark.parametrize(
-    ("strategy", "optimizer_name", "stage", "offload_optimizer", "offload_param"),
-    [
-        ("deepspeed_stage_1", "sgd", 1, False, False),
-        ("deepspeed_stage_3", "sgd", 3, False, False),
-        ("deepspeed_stage_2_offload", "sgd", 2, True, False),
-        ("deepspeed_stage_3_offload", "adam", 3, True, True),
-    ],
+    ("strategy", "optimizer_name", "stage", "offload_optimizer", "offload_param"), STAGES
 )
 def test_stage_trains_accumulates_and_round_trips(
-    runner: Any,
-    tmp_path: Path,
+    runs: Runs,
     reference: Any,
     strategy: str,
     optimizer_name: str,
@@ -100,10 +178,7 @@ def test_stage_trains_accumulates_and_round_trips(
     offload_optimizer: bool,
     offload_param: bool,
 ) -> None:
-    process, result = runner(
-        "train", strategy, args={"folder": str(tmp_path), "optimizer_name": optimizer_name}
-    )
-    _assert_ok(process, result)
+    result = _result(runs, strategy)
     info = result["info"]
     assert (info["stage"], info["offload_optimizer"], info["offload_param"]) == (
         stage,
@@ -170,22 +245,9 @@ def test_checkpoint_resumes_in_new_processes_under_another_stage(
 
 
 def test_config_mapping_wins_over_options_and_drives_accumulation(
-    runner: Any, tmp_path: Path, reference: Any
+    runs: Runs, reference: Any
 ) -> None:
-    # The alias asks for stage 3; the config's stage 0 wins. With gradient_accumulation_steps=2
-    # DeepSpeed divides each micro-batch's loss by 2, so the scenario does not.
-    config = {
-        "zero_optimization": {"stage": 0},
-        "train_micro_batch_size_per_gpu": 4,
-        "gradient_accumulation_steps": 2,
-    }
-    process, result = runner(
-        "train",
-        "deepspeed_stage_3",
-        options={"config": config},
-        args={"folder": str(tmp_path), "divide": False},
-    )
-    _assert_ok(process, result)
+    result = _result(runs, "config")
     info = result["info"]
     assert (info["stage"], info["micro_batch"], info["accumulation_steps"]) == (0, 4, 2)
     assert info["optimizer"] == "SGD"  # stage 0 in float32 steps the torch optimizer itself
@@ -193,22 +255,8 @@ def test_config_mapping_wins_over_options_and_drives_accumulation(
     _assert_checkpoint_is_plain_torch(result["checkpoint"], reference)
 
 
-def test_json_config_with_its_own_optimizer_and_managed_accumulation(
-    runner: Any, tmp_path: Path
-) -> None:
-    path = tmp_path / "ds_config.json"
-    path.write_text(
-        json.dumps(
-            {
-                "zero_optimization": {"stage": 1},
-                "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
-                "managed_gradient_accumulation": True,
-            }
-        ),
-        encoding="utf-8",
-    )
-    process, result = runner("config_opt", "deepspeed", options={"config": str(path)})
-    _assert_ok(process, result)
+def test_json_config_with_its_own_optimizer_and_managed_accumulation(runs: Runs) -> None:
+    result = _result(runs, "json_config")
     assert "names an optimizer and setup() got one as well" in result["both"]
     assert "DeepSpeed drives one optimizer per model; setup() got 2" in result["two"]
     assert result["returned_engine"] is True
@@ -219,11 +267,8 @@ def test_json_config_with_its_own_optimizer_and_managed_accumulation(
     testing.assert_parameters_close(result["params"], testing.reference_parameters(steps=3))
 
 
-def test_bf16_mixed_keeps_float32_masters(runner: Any, tmp_path: Path, reference: Any) -> None:
-    process, result = runner(
-        "train", "deepspeed", precision="bf16-mixed", args={"folder": str(tmp_path)}
-    )
-    _assert_ok(process, result)
+def test_bf16_mixed_keeps_float32_masters(runs: Runs, reference: Any) -> None:
+    result = _result(runs, "bf16")
     info = result["info"]
     assert info["config"]["bf16"] == {"enabled": True}
     assert info["param_dtype"] == "torch.bfloat16"
