@@ -30,6 +30,12 @@ from .support import (
     train_alone,
 )
 
+#: Every test of the module runs in one pytest process, where they share the job of ``runs``.
+pytestmark = pytest.mark.xdist_group("fairscale-sharded")
+#: Gradient buckets of the reductions: none, and 8 MiB.
+BUCKETS = [0, 2**23]
+PRECISIONS = ["bf16-mixed", "16-mixed"]
+
 
 @pytest.fixture(scope="module")
 def resume_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -38,7 +44,8 @@ def resume_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(resume_folder: Path) -> dict[str, tuple[Any, Any]]:
-    """The scenarios of 'ddp_sharded' that train, each a launch of its own, in one job."""
+    """The scenarios of 'ddp_sharded' that train, each a launch of its own, in one job (every
+    test of the module runs in one pytest process, where they share it)."""
     return run_scenarios(
         {
             "resume": {
@@ -52,6 +59,23 @@ def runs(resume_folder: Path) -> dict[str, tuple[Any, Any]]:
                 "strategy_name": "ddp_sharded",
                 "options": {},
                 "steps": 2,
+            },
+            **{
+                f"buckets {size}": {
+                    "scenario": "train",
+                    "strategy_name": "ddp_sharded",
+                    "options": {"reduce_buffer_size": size},
+                }
+                for size in BUCKETS
+            },
+            **{
+                precision: {
+                    "scenario": "train",
+                    "strategy_name": "ddp_sharded",
+                    "options": {},
+                    "precision": precision,
+                }
+                for precision in PRECISIONS
             },
         }
     )
@@ -120,32 +144,28 @@ def test_optimizer_state_from_before_setup_carries_over(runs: dict[str, tuple[An
         assert_close(actual, tensor)
 
 
-@pytest.mark.parametrize("reduce_buffer_size", [0, 2**23])
-def test_trains_like_one_process_with_and_without_gradient_buckets(reduce_buffer_size: int) -> None:
+@pytest.mark.parametrize("reduce_buffer_size", BUCKETS)
+def test_trains_like_one_process_with_and_without_gradient_buckets(
+    runs: dict[str, tuple[Any, Any]], reduce_buffer_size: int
+) -> None:
     # With buckets, gradients are views into the reduction buffers: the strategy's
     # zero_grad(set_to_none=True) must keep them attached or the second step goes wrong.
-    process, result = testing.run_scenario(
-        "train",
-        "ddp_sharded",
-        devices=2,
-        steps=3,
-        strategy_options={"reduce_buffer_size": reduce_buffer_size},
-    )
-    assert process.returncode == 0, process.stderr
+    process, result = runs[f"buckets {reduce_buffer_size}"]
+    assert result is not None, process.stderr
     assert result["model_type"] == "ShardedDataParallel"
     testing.assert_parameters_close(result["params"], testing.reference_parameters(steps=3))
 
 
-@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
-def test_mixed_precision_trains_with_the_sharded_plugin(precision: str) -> None:
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_mixed_precision_trains_with_the_sharded_plugin(
+    runs: dict[str, tuple[Any, Any]], precision: str
+) -> None:
     plugin = stratlib.registry.REGISTRY.precision_plugin_class(
         DDPShardedStrategy, stratlib.CPUAccelerator, precision
     )
     assert plugin is ShardedNativeMixedPrecisionPlugin
-    process, result = testing.run_scenario(
-        "train", "ddp_sharded", devices=2, steps=3, precision=precision
-    )
-    assert process.returncode == 0, process.stderr
+    process, result = runs[precision]
+    assert result is not None, process.stderr
     assert result["precision"] == precision
     testing.assert_parameters_close(
         result["params"], testing.reference_parameters(steps=3), atol=5e-2

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from stratcore.exceptions import MisconfigurationError
 from stratcore.testing import reference_batch, reference_model, shard
+from stratcore.testing import scenarios as testing_scenarios
 from torch import nn
 
 import stratlib
@@ -241,6 +242,8 @@ def interrupted_without_reset(strategy: Any) -> None:
 
 
 SCENARIOS = {
+    # stratcore.testing's training scenario, which the generated tests run
+    "train": testing_scenarios.train,
     "fsdp_nested": fsdp_nested,
     "resume": resume,
     "stale_optimizer": stale_optimizer,
@@ -264,7 +267,7 @@ def run(
         strategy_name, accelerator="cpu", devices=2, precision=precision, **options
     )
     function = SCENARIOS[scenario]
-    if scenario in ("fsdp_nested", "warm_optimizer", "async_burst"):
+    if scenario in ("train", "fsdp_nested", "warm_optimizer", "async_burst"):
         return strategy.launch(function, steps)
     if scenario == "resume":
         return strategy.launch(function, steps, folder)
