@@ -3,7 +3,8 @@
 stratgen's own templates write black's layout (string quotes, spacing, blank lines, one
 statement a line) but for the statements black is to lay out: those on several lines, too long
 for one, or with a trailing comma to explode (``long_statements``). Only those go to black, all
-of a run in one pass per indentation, and black is not imported when there are none. Files
+of a run in one pass per indentation (a statement several files share, once), and black is not
+imported when there are none. Files
 from a project's own templates are formatted whole.
 
 This is one of stratgen's two caches (the other: compiled templates, ``templating``). What
