@@ -82,11 +82,21 @@ def _environ() -> dict[str, str]:
     return env
 
 
+def _spec(case: Case, checkpoint: Path, out: Path) -> dict[str, Any]:
+    """A case as ``scripts/resume.py --cases`` takes it."""
+    return {
+        "strategy": case.strategy,
+        "options": case.options,
+        "async_io": case.asynchronous,
+        "checkpoint": str(checkpoint),
+        "out": str(out),
+    }
+
+
 def _run(phase: str, case: Case, devices: int, checkpoint: Path, out: Path) -> dict[str, Any]:
     """One case in a job of its own."""
-    spec = {"strategy": case.strategy, "options": case.options, "async_io": case.asynchronous}
-    spec |= {"checkpoint": str(checkpoint), "out": str(out)}
-    process = watch.run(_job_command(phase, devices, [spec]), env=_environ(), cwd=out.parent)
+    command = _job_command(phase, devices, [_spec(case, checkpoint, out)])
+    process = watch.run(command, env=_environ(), cwd=out.parent)
     assert process.returncode == 0, f"{phase} {case} failed:\n{process.stderr[-4000:]}"
     return json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
 
@@ -102,7 +112,12 @@ class Jobs:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.cases = {REFERENCE: Case("single_device", devices=(1, 1)), **CASES}
-        self.ran: dict[tuple[str, Any], subprocess.CompletedProcess[str]] = {}
+        # e.g. without the deepspeed or fairscale extra: say so instead of failing the job
+        self.unavailable = {
+            name: testing.unavailable_reason(self._class(case), "cpu", max(case.devices))
+            for name, case in self.cases.items()
+        }
+        self.ran: dict[tuple[str, int, str | None], subprocess.CompletedProcess[str]] = {}
 
     def checkpoint(self, name: str) -> Path:
         return self.folder / f"{self._slug(name)}.ckpt"
@@ -113,64 +128,42 @@ class Jobs:
     def report(self, phase: str, name: str) -> dict[str, Any]:
         """The report of ``name``'s run in ``phase`` ('full' or 'resume'), running its job
         (and, for 'resume', the uninterrupted jobs of its job's cases) if not yet run."""
-        reason = self._unavailable(name, phase)
+        reason = self.unavailable[name]
         if reason is not None:
             pytest.skip(reason)
         key = self._key(phase, name)
         if key not in self.ran:
-            names = [n for n in self.cases if self._key(phase, n) == key and n in self._runnable()]
+            names = [
+                n for n in self.cases if self.unavailable[n] is None and self._key(phase, n) == key
+            ]
             if phase == "resume":
                 for other in names:
                     self.report("full", other)
-            self.ran[key] = self._run_job(phase, key[1][0], names)
+            (self.folder / phase).mkdir(parents=True, exist_ok=True)
+            specs = [
+                _spec(self.cases[n], self.checkpoint(n), self.weights(phase, n)) for n in names
+            ]
+            command = _job_command(phase, key[1], specs)
+            self.ran[key] = watch.run(command, env=_environ(), cwd=self.folder)
         report = self.weights(phase, name).with_suffix(".json")
         process = self.ran[key]
         assert report.is_file(), f"{phase} of {name!r} failed:\n{process.stderr[-4000:]}"
         return dict(json.loads(report.read_text(encoding="utf-8")))
 
-    def _run_job(
-        self, phase: str, devices: int, names: list[str]
-    ) -> subprocess.CompletedProcess[str]:
-        specs = []
-        for name in names:
-            case = self.cases[name]
-            specs.append(
-                {
-                    "strategy": case.strategy,
-                    "options": case.options,
-                    "async_io": case.asynchronous,
-                    "checkpoint": str(self.checkpoint(name)),
-                    "out": str(self.weights(phase, name)),
-                }
-            )
-        (self.folder / phase).mkdir(parents=True, exist_ok=True)
-        command = _job_command(phase, devices, specs)
-        return watch.run(command, env=_environ(), cwd=self.folder)
-
-    def _key(self, phase: str, name: str) -> tuple[str, Any]:
+    def _key(self, phase: str, name: str) -> tuple[str, int, str | None]:
+        """The job of ``name`` in ``phase``: its processes, and their launcher if several."""
         case = self.cases[name]
         devices = case.devices[0 if phase == "full" else 1]
-        if devices == 1:
-            return phase, (devices, None)
-        cls = stratlib.registry.REGISTRY.strategies[case.strategy].cls
-        return phase, (devices, cls.launcher_class.__name__)
+        launcher = self._class(case).launcher_class.__name__ if devices > 1 else None
+        return phase, devices, launcher
 
-    def _unavailable(self, name: str, phase: str) -> str | None:
-        # e.g. without the deepspeed or fairscale extra: say so instead of failing the job
-        case = self.cases[name]
-        cls = stratlib.registry.REGISTRY.strategies[case.strategy].cls
-        devices = case.devices[0 if phase == "full" else 1]
-        return testing.unavailable_reason(cls, "cpu", max(devices, case.devices[0]))
-
-    def _runnable(self) -> list[str]:
-        return [n for n in self.cases if all(self._unavailable(n, p) is None for p in PHASES)]
+    @staticmethod
+    def _class(case: Case) -> type[Any]:
+        return stratlib.registry.REGISTRY.strategies[case.strategy].cls
 
     @staticmethod
     def _slug(name: str) -> str:
         return "".join(c if c.isalnum() else "_" for c in name)
-
-
-PHASES = ("full", "resume")
 
 
 @pytest.fixture(scope="module")

@@ -110,7 +110,9 @@ Runs = tuple[subprocess.CompletedProcess[str], dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, cases_runner: Any) -> Runs:
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, cases_runner: Callable[[list[dict[str, Any]]], Runs]
+) -> Runs:
     """The runs of the 2-process scenarios that start their processes alike (the strategy's
     own launcher, which starts the script again), as launches of one job; each test reads its
     case's result. A resumed run is a job of its own, as are the runs that must fail and those
@@ -150,7 +152,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, cases_runner: Any) -> Runs:
         case("json_config", "config_opt", "deepspeed", {"config": str(config)}),
         case("bf16", "train", "deepspeed", precision="bf16-mixed"),
     ]
-    return cases_runner(cases)  # type: ignore[no-any-return]
+    return cases_runner(cases)
 
 
 def _result(runs: Runs, case: str) -> Any:
