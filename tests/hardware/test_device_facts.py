@@ -164,6 +164,10 @@ def _deepspeed_devices() -> dict[str, Any]:
     return {name: cls for name, cls in used.items() if not cls.deepspeed_generated}
 
 
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("device-facts")
+
+
 @pytest.fixture(scope="module")
 def deepspeed_facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """DeepSpeed's own facts, read in a process of their own (importing DeepSpeed chooses its

@@ -84,6 +84,10 @@ if __name__ == "__main__":
 """
 
 
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("hpu")
+
+
 @pytest.fixture(scope="module")
 def two_rank_reductions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every reduction of the script, with each backend's table, from rank 0 of two."""

@@ -16,7 +16,8 @@ import stratlib
 
 from .support import SCRIPTS, assert_close, run_job, train_alone
 
-pytestmark = pytest.mark.slow
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hsdp")]
 STEPS = 3
 
 

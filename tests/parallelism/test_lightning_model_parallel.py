@@ -15,7 +15,8 @@ from .support import assert_close, run_job
 from .test_model_parallel import MP
 
 pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
-pytestmark = pytest.mark.slow
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lightning-model-parallel")]
 
 STEPS, SAVED, LR = 3, 2, 1e-2
 

@@ -57,6 +57,10 @@ def expected_sizes(layout: str) -> dict[str, int]:
     return {**sizes, "dp": replicate * shard, "fsdp": shard * cp, "dp_cp": replicate * shard * cp}
 
 
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("mesh-dims")
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     result: dict[str, Any] = run_job("mesh_dims.py", tmp_path_factory.mktemp("mesh_dims"))

@@ -34,6 +34,10 @@ def reference(steps: int) -> dict[str, Any]:
     return train_alone(MP.build_model(), *MP.batch(), steps=steps)
 
 
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("model-parallel")
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run_job("model_parallel.py", tmp_path_factory.mktemp("model_parallel"))

@@ -54,6 +54,10 @@ def weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("pipeline")
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     result: dict[str, Any] = run_job("pipeline.py", tmp_path_factory.mktemp("pipeline"))

@@ -22,6 +22,10 @@ from .support import finish, python, read_result, start
 STEPS = 4
 
 
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("precisions")
+
+
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict:
     folder = tmp_path_factory.mktemp("precisions")

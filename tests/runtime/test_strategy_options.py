@@ -14,6 +14,9 @@ import stratlib
 
 from .support import finish, python, read_result, start
 
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("strategy-options")
+
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict:

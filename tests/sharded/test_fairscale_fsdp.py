@@ -25,9 +25,11 @@ from stratlib import (
 
 from .support import SCRIPTS, environ
 
-pytestmark = pytest.mark.skipif(
-    torch.cuda.is_available(), reason="checks the behaviour without CUDA"
-)
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = [
+    pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA"),
+    pytest.mark.xdist_group("fairscale-fsdp"),
+]
 
 
 def cpu_strategy(**options: Any) -> DDPFullyShardedStrategy:

@@ -106,6 +106,10 @@ RUNS = {
 }
 
 
+#: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("fsdp2")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Any]]:
     """Every training scenario of this module, each a launch of its own, in one job (its
