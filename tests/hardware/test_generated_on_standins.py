@@ -185,6 +185,16 @@ def _junit_outcomes(report: Path) -> dict[str, dict[str, str]]:
 #: Specs whose devices have Lightning plugins (Lightning 2.6 has none of these devices).
 LIGHTNING = ("hpu", "xpu", "npu", "mlu", "musa", "rocm", "generic")
 
+#: Where the Lightning plugins train on stand-ins (Trainer and Fabric, one and two processes).
+#: A plugin is Lightning's strategy with the spec's generated classes behind it
+#: (``stratcore.lightning``): what is the device's own (its accelerator, backend, precisions)
+#: is what the spec's generated strategies train through on every device above. The plugins
+#: train on a device of each kind: HPU for the devices of a vendor's package (NPU, MLU and MUSA
+#: are such devices too), XPU for a device of torch's own build, ROCm for one that drives torch's
+#: 'cuda' devices, and the generic torch.accelerator device. The registrations of every device's
+#: plugins need no device: the suite checks them (generated/tests/test_lightning_<spec>.py).
+LIGHTNING_TRAINED_ON = ("hpu", "xpu", "rocm", "generic")
+
 
 @dataclass(frozen=True)
 class StandInRun:
@@ -206,14 +216,16 @@ class StandInRun:
 
 def _run_on_standins(spec: str, folder: Path) -> StandInRun:
     """Run the generated test modules of ``spec`` (the Lightning target's too, for the specs of
-    ``LIGHTNING``) in one fresh pytest process on its stand-ins."""
+    ``LIGHTNING_TRAINED_ON``) in one fresh pytest process on its stand-ins."""
     standin = STANDINS[spec]
     site = install_standins(folder, standin.packages, devices=True)
     environ = clean_environ(standin.environ)
     environ["PYTHONPATH"] = os.pathsep.join([str(site), str(GENERATED)])
     environ["STANDIN_ON_CPU"] = ",".join(standin.on_cpu)
     environ["STANDIN_TORCH"] = ",".join(standin.torch)
-    modules = [f"test_{spec}.py"] + ([f"test_lightning_{spec}.py"] if spec in LIGHTNING else [])
+    modules = [f"test_{spec}.py"]
+    if spec in LIGHTNING_TRAINED_ON:
+        modules.append(f"test_lightning_{spec}.py")
     report = folder / "report.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += [f"--junitxml={report}", *(str(GENERATED / "tests" / m) for m in modules)]
@@ -251,7 +263,7 @@ def _grouped(specs: Iterable[str]) -> list[Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", _grouped(LIGHTNING))
+@pytest.mark.parametrize("spec", _grouped(LIGHTNING_TRAINED_ON))
 def test_lightning_plugins_of_the_spec_train_on_its_standins(
     spec: str, standin_run: Callable[[str], StandInRun]
 ) -> None:
