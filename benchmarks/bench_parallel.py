@@ -37,27 +37,30 @@ def step_config(settings: Settings) -> dict[str, int]:
     return {"width": 256, "depth": 2, "batch": 64, "warmup": 5, "steps": 60, "threads": 1}
 
 
-def _run(layout: str, config: dict[str, int]) -> dict[str, Any]:
-    args = ["--layout", layout]
+def _run(config: dict[str, int]) -> dict[str, Any]:
+    """One job that trains every layout (``ROWS``) in turn: each layout's result."""
+    args = ["--layout", *ROWS]
     for key, value in sorted(config.items()):
         args += [f"--{key}", str(value)]
     try:
-        return run_worker(WORKER, args)
+        layouts: dict[str, Any] = run_worker(WORKER, args)["layouts"]
     except BenchmarkError:
         # One failure is repeated; a second one is reported.
-        return run_worker(WORKER, args)
+        layouts = run_worker(WORKER, args)["layouts"]
+    return layouts
 
 
 def step_time(settings: Settings) -> Section:
     config = step_config(settings)
     rounds = settings.pick(1, 3)
     section = Section("parallel")
+    runs = [_run(config) for _ in range(rounds)]
     for layout, (name, baseline) in ROWS.items():
         ours: list[float] = []
         theirs: list[float] = []
         alone: list[float] = []
-        for _ in range(rounds):
-            times = _run(layout, config)["step_times"]
+        for run in runs:
+            times = run[layout]["step_times"]
             ours.append(median(times["stratlib"]))
             theirs.append(median(times["torch"]))
             if "torch_schedule_alone" in times:
@@ -91,7 +94,8 @@ def step_time(settings: Settings) -> Section:
         "forward_backward against PipelineStage and Schedule1F1B by hand, both ending with the "
         "last stage's loss summed over the pipeline group, which forward_backward returns on "
         "every process; the notes compare with the schedule alone, without that sum). Both sides train in the same 4 processes, one step of each per "
-        f"iteration in alternating order. {rounds} run(s) x {config['steps']} timed steps after "
+        "iteration in alternating order; the three layouts train one after the other in one job. "
+        f"{rounds} run(s) x {config['steps']} timed steps after "
         f"{config['warmup']} warm-up steps; measured = median over runs of rank 0's median "
         "step time; ratio = median of per-run ratios [min-max over runs]."
     )

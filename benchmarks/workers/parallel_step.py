@@ -1,9 +1,9 @@
 """Train one MLP on a 2 x 2 mesh of CPU ranks (gloo), laid out by stratlib and by hand, and
 time every step of both.
 
-``python -m benchmarks.workers.parallel_step --layout LAYOUT ... --out result.json``
+``python -m benchmarks.workers.parallel_step --layout LAYOUT [LAYOUT ...] ... --out result.json``
 
-Three layouts:
+Three layouts, each given a launch of its own, one after the other in the same processes:
 
 - ``2d``: 'model_parallel' against tensor parallelism over pairs of ranks (column-parallel
   then row-parallel Linear layers) and FSDP2 across the pairs, on a
@@ -23,7 +23,7 @@ iteration runs one step of each, in alternating order, so the machine's load (th
 runs 4 ranks on however few cores there are) falls on both alike. The hand-written side uses
 torch.distributed directly: its own mesh, ``parallelize_module`` / ``fully_shard`` calls,
 ``loss.backward()``, ``optimizer.step()`` and ``zero_grad``. Rank 0 writes both lists of step
-times.
+times, by layout.
 """
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ def run(layout: str, cfg: Config) -> dict[str, Any] | None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layout", choices=LAYOUTS, required=True)
+    parser.add_argument("--layout", choices=LAYOUTS, nargs="+", required=True)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--depth", type=int, default=2)
     parser.add_argument("--batch", type=int, default=64)
@@ -270,12 +270,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     cfg = Config(args.width, args.depth, args.batch, args.warmup, args.steps, args.threads)
-    result = run(args.layout, cfg)
-    if result is None:  # a rank other than 0, started again by the launcher
+    layouts = {layout: run(layout, cfg) for layout in args.layout}
+    if None in layouts.values():  # a rank other than 0, started again by the launcher
         return
     import torch
 
-    result.update(layout=args.layout, config=asdict(cfg), torch=torch.__version__)
+    result = {"layouts": layouts, "config": asdict(cfg), "torch": torch.__version__}
     args.out.write_text(json.dumps(result), encoding="utf-8")
 
 
