@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from stratcore import testing, watch
+from stratcore.launchers.base import RANK_PREFIX_ENV
 
-from .support import finish, python, start
+from .support import SCRIPTS, finish, python, start
 
 
 def test_rank_launching_more_often_than_rank_zero_ends_the_script() -> None:
@@ -68,6 +69,36 @@ def test_rank_one_is_the_script_run_again_by_rank_zero() -> None:
     assert one["command"] == zero["command"], "rank 1 does not run the script's command"
     assert zero["command"].endswith("launches.py started"), zero["command"]
     assert zero["marked"] == one["marked"] == "1", stdout
+
+
+def _prefix(tmp_path: Path) -> dict[str, str]:
+    """The environment of a job whose ranks start through ``scripts/rank_prefix.py``."""
+    prefix = " ".join([sys.executable, str(SCRIPTS / "rank_prefix.py")])
+    return {RANK_PREFIX_ENV: prefix, "PREFIX_LOG": str(tmp_path / "prefix.log")}
+
+
+def test_a_rank_prefix_starts_every_other_rank_through_it(tmp_path: Path) -> None:
+    """STRATLIB_RANK_PREFIX goes before rank 1's command line; a prefix that starts the rank as
+    its own child (as profilers do) leaves the job working: rank 1 keeps to its launcher."""
+    [(code, stdout, stderr)] = finish(
+        [start(python("launches.py", "started"), **_prefix(tmp_path))]
+    )
+    assert code == 0, stderr
+    record = r"rank (\d+): pid (\d+) parent (\d+) marked \d+ command ([^\n]*)"
+    ranks = {int(found[0]): found[1:] for found in re.findall(record, stdout)}
+    assert sorted(ranks) == [0, 1], stdout
+    [logged] = (tmp_path / "prefix.log").read_text(encoding="utf-8").splitlines()
+    wrapper, command = logged.split(" ", 1)
+    assert ranks[1][1] == wrapper, "rank 1 is not the prefix's child"
+    assert command.endswith("launches.py started") and ranks[1][2] == ranks[0][2], command
+
+
+def test_a_rank_started_through_a_prefix_ends_with_its_launcher(tmp_path: Path) -> None:
+    """Rank 1 is the prefix's child, not rank 0's: it still ends when rank 0 is killed."""
+    run = testing.run_failure_scenario("ddp", tmp_path, rank=0, how="kill", env=_prefix(tmp_path))
+    assert run.returncode == -9
+    testing.assert_job_stopped(run, rank=None)
+    assert len((tmp_path / "prefix.log").read_text(encoding="utf-8").splitlines()) == 1
 
 
 def _running(pid: int) -> bool:

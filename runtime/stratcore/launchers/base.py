@@ -6,6 +6,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import select
+import shlex
 import threading
 import time
 import traceback
@@ -26,6 +28,9 @@ if TYPE_CHECKING:
 ERROR_FILE_ENV = "STRATLIB_ERROR_FILE"
 LAUNCH_FILE_ENV = "STRATLIB_LAUNCH_FILE"
 PARENT_PID_ENV = "STRATLIB_PARENT_PID"
+#: A command line put before the command of every rank PopenLauncher starts (split as a POSIX
+#: shell splits words), e.g. ``numactl --localalloc`` or a profiler's ``nsys profile``.
+RANK_PREFIX_ENV = "STRATLIB_RANK_PREFIX"
 #: How long to wait for a stopped process before killing it.
 TERMINATE_GRACE = 3.0
 #: How long a failed rank's peers get to fail too, so that the report can tell cause from
@@ -159,17 +164,48 @@ def run_reporting_errors(
 _watched_parent: int | None = None
 
 
+def rank_command(command: list[str]) -> list[str]:
+    """The command line that starts a rank running ``command``: ``command`` itself, after the
+    prefix that ``STRATLIB_RANK_PREFIX`` holds, if set."""
+    return [*shlex.split(os.environ.get(RANK_PREFIX_ENV, "")), *command]
+
+
+def _until_gone(pid: int) -> Callable[[float | None], bool]:
+    """A wait for process ``pid`` to end: called with a timeout (None: no limit), it tells
+    whether the process has ended. On Linux it watches the process itself, whoever its parent
+    is (a rank started through a prefix such as a profiler is the prefix's child); elsewhere it
+    watches whether ``pid`` is still this process's parent."""
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return lambda timeout: True
+    except (AttributeError, OSError):
+        handle = None
+    if handle is not None:
+        return lambda timeout: bool(select.select([handle], [], [], timeout)[0])
+
+    def parent_gone(timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while os.getppid() == pid:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
+    return parent_gone
+
+
 def watch_parent(parent_pid: int) -> None:
-    """End this process if ``parent_pid`` stops being its parent: a rank must not outlive the
-    process that launched it (which may have been killed without a chance to stop it)."""
+    """End this process when process ``parent_pid`` (the one that launched it) ends: a rank
+    must not outlive its launcher, which may have been killed without a chance to stop it."""
     global _watched_parent
     if _watched_parent == parent_pid:
         return
     _watched_parent = parent_pid
+    gone = _until_gone(parent_pid)
 
     def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
+        gone(None)
         with contextlib.suppress(OSError):
             os.write(
                 2,
@@ -179,7 +215,7 @@ def watch_parent(parent_pid: int) -> None:
         os._exit(1)
 
     def remove_files_if_orphaned() -> None:
-        if os.getppid() != parent_pid:
+        if gone(0):
             _remove_job_files()
 
     atexit.register(remove_files_if_orphaned)

@@ -31,6 +31,7 @@ from .base import (
     POLL_INTERVAL,
     TERMINATE_GRACE,
     Launcher,
+    rank_command,
     rendezvous_environ,
     run_reporting_errors,
     watch_parent,
@@ -111,7 +112,7 @@ class _PopenJob:
                     ERROR_FILE_ENV: str(self.error_file(local_rank)),
                     LAUNCH_FILE_ENV: str(self.launch_file(local_rank)),
                 }
-                self.processes[local_rank] = subprocess.Popen(command, env=child_env)
+                self.processes[local_rank] = subprocess.Popen(rank_command(command), env=child_env)
         except BaseException:
             self.close()
             raise
