@@ -19,7 +19,8 @@ from stratcore import testing, watch
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE.parents[1] / "generated"
 
-pytestmark = pytest.mark.slow
+# Tests of the launchers: ranks start as users' ranks do (see the repository's conftest).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ranks_as_users_start_them")]
 
 
 def _scenario(name: str, folder: Path) -> Any:

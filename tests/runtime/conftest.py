@@ -8,6 +8,7 @@ from stratcore import testing
 
 
 @pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test starts without cluster or rendezvous variables from the outside."""
+def _clean_environment(monkeypatch: pytest.MonkeyPatch, ranks_as_users_start_them: None) -> None:
+    """Every test starts without cluster or rendezvous variables from the outside, and its
+    ranks start as users' ranks do (without the suite's STRATLIB_RANK_PREFIX)."""
     testing.isolated_environment(monkeypatch)

@@ -1,0 +1,41 @@
+"""The whole suite's setting: the ranks that PopenLauncher starts in the tests' jobs are forks of
+a process that has already imported torch (tests/rankfork.py), reached through the launcher's
+documented prefix, STRATLIB_RANK_PREFIX. The tests of the launchers themselves (tests/runtime,
+tests/checkpoints/test_launch_fixes.py) remove it: there, ranks start as users' ranks do.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from stratcore.launchers.base import RANK_PREFIX_ENV
+
+_spec = importlib.util.spec_from_file_location(
+    "rankfork", Path(__file__).parent / "tests" / "rankfork.py"
+)
+assert _spec is not None and _spec.loader is not None
+rankfork = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rankfork)
+
+if rankfork.FOLDER_ENV not in os.environ:
+    # The first pytest process: pytest-xdist's workers inherit the folder and its servers.
+    folder = tempfile.mkdtemp(prefix="stratgen-rank-forks-")
+    os.environ[rankfork.FOLDER_ENV] = folder
+    os.environ[rankfork.OWNER_ENV] = str(os.getpid())
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    rankfork.host(folder)
+    os.environ[RANK_PREFIX_ENV] = shlex.join([sys.executable, str(_spec.origin)])
+
+
+@pytest.fixture
+def ranks_as_users_start_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For the launchers' own tests: ranks start without the suite's prefix."""
+    monkeypatch.delenv(RANK_PREFIX_ENV, raising=False)

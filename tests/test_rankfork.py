@@ -1,0 +1,92 @@
+"""tests/rankfork.py, which starts the suite's ranks as forks, against the oracle it stands in
+for: the same command line run by a fresh interpreter. A probe script reports what a script can
+see of how it was started; both ways must report the same, end with the same status and write
+the same error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import rankfork
+from stratcore import watch
+
+PROBE = """
+import atexit, os, sys, threading, time
+print("torch imported", "torch" in sys.modules, file=sys.stderr)
+print("name", __name__, "file", __file__, "argv", sys.argv)
+print("path0", sys.path[0], "from PYTHONPATH", os.environ.get("EXTRA") in sys.path)
+print("env", os.environ.get("PROBE_VALUE"), "cwd", os.getcwd())
+print("stdin", sys.stdin.read().strip())
+atexit.register(lambda: print("atexit ran", flush=True))
+def late():
+    time.sleep(0.2)
+    print("thread finished", flush=True)
+threading.Thread(target=late).start()
+mode = sys.argv[1]
+if mode == "raise":
+    raise ValueError("probe failed")
+if mode == "terminate":
+    sys.stdout.flush()
+    os.kill(os.getpid(), 15)
+    time.sleep(30)
+sys.exit(int(mode))
+"""
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> Path:
+    script = tmp_path / "scripts" / "probe.py"
+    script.parent.mkdir()
+    script.write_text(PROBE, encoding="utf-8")
+    return script
+
+
+@pytest.mark.parametrize("mode", ["0", "3", "raise", "terminate"])
+def test_a_forked_script_sees_and_ends_as_in_a_fresh_interpreter(
+    probe: Path, tmp_path: Path, mode: str
+) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(extra), os.environ.get("PYTHONPATH", "")]),
+        "EXTRA": str(extra),
+        "PROBE_VALUE": "42",
+    }
+    command = [sys.executable, str(probe), mode]
+    runs = {}
+    for how, prefix in (("fresh", []), ("forked", [sys.executable, rankfork.__file__])):
+        runs[how] = watch.run([*prefix, *command], env=env, cwd=tmp_path, input=f"read by {mode}")
+    fresh, forked = runs["fresh"], runs["forked"]
+    # The one difference: the fork's server imported torch.
+    assert forked.stderr.startswith("torch imported True\n"), "the fork path was not taken"
+    assert fresh.stderr.startswith("torch imported False\n"), fresh.stderr
+    expected = {"0": 0, "3": 3, "raise": 1, "terminate": -signal.SIGTERM}[mode]
+    assert fresh.returncode == forked.returncode == expected, forked.stderr
+    assert forked.stdout == fresh.stdout
+    assert f"stdin read by {mode}" in fresh.stdout
+    if mode != "terminate":
+        assert fresh.stdout.endswith("thread finished\natexit ran\n"), fresh.stdout
+    fresh_errors, forked_errors = (run.stderr.split("\n", 1)[1] for run in (fresh, forked))
+    assert forked_errors == fresh_errors
+    if mode == "raise":
+        assert fresh_errors.startswith("Traceback (most recent call last):\n  File "), fresh_errors
+
+
+@pytest.mark.parametrize("folder", ["session", "none"])
+def test_commands_it_cannot_fork_run_as_they_are(folder: str) -> None:
+    """A command that is not this interpreter running a script or module, or any command
+    without a host, runs unchanged: here, in the client's own process."""
+    env = dict(os.environ)
+    if folder == "none":
+        del env[rankfork.FOLDER_ENV]
+        command = [sys.executable, "-c", "import os; print(os.getpid())"]
+    else:
+        command = ["/bin/sh", "-c", "echo $$"]
+    client = watch.Job([sys.executable, rankfork.__file__, *command], env=env)
+    done = client.finish()
+    assert (done.returncode, done.stdout) == (0, f"{client.process.pid}\n"), done.stderr
