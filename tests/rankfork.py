@@ -20,6 +20,12 @@ Anything else runs the command itself (``os.execv``): a command that is not ``py
 or ``python -m module`` of this interpreter, or no host. The launchers' own tests (tests/runtime,
 tests/checkpoints/test_launch_fixes.py) run without the prefix: ranks there start the way users'
 ranks do. tests/test_rankfork.py holds a forked script to what a fresh interpreter does.
+
+What differs from a fresh interpreter, by construction: the rank's /proc entries (its initial
+environment, so stratcore.watch's job marker, and its command line) are the server's, so a
+watched job sees the client, not the forked rank (the client lives as long as the rank, and
+killing it kills the rank); the rank is the server's child; and str hashes use the server's
+seed, not one of its own.
 """
 
 from __future__ import annotations
