@@ -23,13 +23,13 @@ _spec = importlib.util.spec_from_file_location(
 )
 assert _spec is not None and _spec.loader is not None
 rankfork = importlib.util.module_from_spec(_spec)
+sys.modules["rankfork"] = rankfork  # tests/test_rankfork.py imports this same module
 _spec.loader.exec_module(rankfork)
 
 if rankfork.FOLDER_ENV not in os.environ:
     # The first pytest process: pytest-xdist's workers inherit the folder and its servers.
     folder = tempfile.mkdtemp(prefix="stratgen-rank-forks-")
     os.environ[rankfork.FOLDER_ENV] = folder
-    os.environ[rankfork.OWNER_ENV] = str(os.getpid())
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     rankfork.host(folder)
     os.environ[RANK_PREFIX_ENV] = shlex.join([sys.executable, str(_spec.origin)])

@@ -47,8 +47,6 @@ from typing import Any
 
 #: The folder where the servers listen (one socket per environment); set by the conftest.
 FOLDER_ENV = "STRATGEN_RANK_FORKS"
-#: The process whose end ends the servers: the host, which starts them.
-OWNER_ENV = "STRATGEN_RANK_FORKS_OWNER"
 #: The host's socket in the folder.
 HOST_SOCKET = "host.sock"
 #: Variables that shape what importing torch (and the stand-ins' sitecustomize) does: a server
@@ -57,8 +55,6 @@ SHAPING_PREFIXES = ("TORCH", "PYTORCH", "STANDIN_", "OMP_", "MKL_", "KMP_", "PYT
 SHAPING_NAMES = ("CUDA_VISIBLE_DEVICES", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE")
 #: What the server imports once, for every child.
 PRELOAD = ("torch", "torch._dynamo", "torch.distributed")
-#: A server with no client for this long ends.
-IDLE_LIMIT = 600.0
 
 
 def _shaping(env: dict[str, str]) -> dict[str, str]:
@@ -132,7 +128,7 @@ def _connect(folder: str, env: dict[str, str]) -> socket.socket:
     path = os.path.join(folder, f"{key}.sock")
     with contextlib.suppress(OSError):
         return _dial(path)
-    server_env = {**shaping, "PATH": env.get("PATH", os.defpath), OWNER_ENV: env[OWNER_ENV]}
+    server_env = {**shaping, "PATH": env.get("PATH", os.defpath)}
     with _dial(os.path.join(folder, HOST_SOCKET)) as host:
         _send(host, {"path": path, "env": server_env})
         if not _receive(host)[0]["ready"]:
@@ -232,7 +228,7 @@ def serve(path: str) -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
-    owner = int(os.environ[OWNER_ENV])
+    host = os.getppid()  # a server ends with the host that started it
     base_path = _base_sys_path()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     partial = f"{path}.{os.getpid()}"
@@ -249,7 +245,6 @@ def serve(path: str) -> None:
     selector.register(listener, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
     children: dict[int, socket.socket] = {}  # child pid -> its client's connection
-    last_active = time.monotonic()
     try:
         while True:
             for key, _events in selector.select(timeout=1.0):
@@ -281,23 +276,11 @@ def serve(path: str) -> None:
                 with contextlib.suppress(OSError):
                     _send(connection, {"status": status})
                 connection.close()
-            if children:
-                last_active = time.monotonic()
-            elif time.monotonic() - last_active > IDLE_LIMIT or not _alive(owner):
+            if not children and os.getppid() != host:
                 return
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def _base_sys_path() -> list[str]:

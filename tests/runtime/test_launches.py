@@ -8,6 +8,7 @@ The ranks a script starts run the whole script, so they take part in its later l
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def test_rank_one_is_the_script_run_again_by_rank_zero() -> None:
 
 def _prefix(tmp_path: Path) -> dict[str, str]:
     """The environment of a job whose ranks start through ``scripts/rank_prefix.py``."""
-    prefix = " ".join([sys.executable, str(SCRIPTS / "rank_prefix.py")])
+    prefix = shlex.join([sys.executable, str(SCRIPTS / "rank_prefix.py")])
     return {RANK_PREFIX_ENV: prefix, "PREFIX_LOG": str(tmp_path / "prefix.log")}
 
 
