@@ -21,11 +21,11 @@ or ``python -m module`` of this interpreter, or no host. The launchers' own test
 tests/checkpoints/test_launch_fixes.py) run without the prefix: ranks there start the way users'
 ranks do. tests/test_rankfork.py holds a forked script to what a fresh interpreter does.
 
-What differs from a fresh interpreter, by construction: the rank's /proc entries (its initial
-environment, so stratcore.watch's job marker, and its command line) are the server's, so a
-watched job sees the client, not the forked rank (the client lives as long as the rank, and
-killing it kills the rank); the rank is the server's child; and str hashes use the server's
-seed, not one of its own.
+What differs from a fresh interpreter, by construction: the rank is the server's child (the
+client lives as long as the rank, and killing it kills the rank); its command line in /proc is
+the server's (its initial environment there is its own: the child writes it in the place the
+server's was, so that stratcore.watch finds the job's marker in it); and str hashes use the
+server's seed, not one of its own.
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ SHAPING_PREFIXES = ("TORCH", "PYTORCH", "STANDIN_", "OMP_", "MKL_", "KMP_", "PYT
 SHAPING_NAMES = ("CUDA_VISIBLE_DEVICES", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE")
 #: What the server imports once, for every child.
 PRELOAD = ("torch", "torch._dynamo", "torch.distributed")
+#: A variable that only holds room: a server starts with it, so that the place where /proc shows
+#: a process's initial environment is large enough for a child's (``_show_environment``).
+ROOM_ENV = "RANKFORK_ROOM"
+#: Its size in bytes (a single variable may hold up to 128 KiB on Linux).
+ROOM = 120_000
 
 
 def _shaping(env: dict[str, str]) -> dict[str, str]:
@@ -198,7 +203,7 @@ def host(folder: str) -> None:
                 if path not in servers or servers[path].poll() is not None:
                     servers[path] = subprocess.Popen(
                         [sys.executable, os.path.abspath(__file__), "--serve", path],
-                        env=request["env"],
+                        env={**request["env"], ROOM_ENV: "." * ROOM},
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
@@ -342,6 +347,7 @@ def _become(request: dict[str, Any], base_path: list[str]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    _show_environment(request["env"])
     if request["kind"] == "path":
         first = os.path.dirname(os.path.abspath(request["target"]))
     else:
@@ -356,6 +362,30 @@ def _become(request: dict[str, Any], base_path: list[str]) -> None:
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
+
+
+def _show_environment(env: dict[str, str]) -> None:
+    """Write ``env`` where /proc/<pid>/environ reads a process's initial environment: the
+    server's strings, in this process's own memory (as setproctitle rewrites a command line).
+    There, stratcore.watch finds the job's marker in it and counts the rank's CPU time as the
+    job's progress, and finds it if it outlives its job. Called once ``os.environ`` no longer
+    points into that place. Variables that do not fit in it are left out, the markers last."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50 and 51
+    except (OSError, IndexError, ValueError):
+        return
+    marks = ("STRATCORE_WATCH_", "STRATLIB_TEST_RUN")  # the watch's and the tests' markers
+    entries = sorted(env.items(), key=lambda item: not item[0].startswith(marks))
+    data = b""
+    for name, value in entries:
+        entry = os.fsencode(f"{name}={value}") + b"\0"
+        if len(data) + len(entry) <= end - start:
+            data += entry
+    ctypes.memmove(start, data.ljust(end - start, b"\0"), end - start)
 
 
 def _run(request: dict[str, Any]) -> int:

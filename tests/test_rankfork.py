@@ -20,6 +20,8 @@ print("torch imported", "torch" in sys.modules, file=sys.stderr)
 print("name", __name__, "file", __file__, "argv", sys.argv)
 print("path0", sys.path[0], "from PYTHONPATH", os.environ.get("EXTRA") in sys.path)
 print("env", os.environ.get("PROBE_VALUE"), "cwd", os.getcwd())
+with open("/proc/self/environ", "rb") as proc:
+    print("initial environment has it", b"PROBE_VALUE=42" in proc.read().split(b"\\0"))
 print("stdin", sys.stdin.read().strip())
 atexit.register(lambda: print("atexit ran", flush=True))
 def late():
@@ -69,12 +71,33 @@ def test_a_forked_script_sees_and_ends_as_in_a_fresh_interpreter(
     assert fresh.returncode == forked.returncode == expected, forked.stderr
     assert forked.stdout == fresh.stdout
     assert f"stdin read by {mode}" in fresh.stdout
+    assert "initial environment has it True" in fresh.stdout
     if mode != "terminate":
         assert fresh.stdout.endswith("thread finished\natexit ran\n"), fresh.stdout
     fresh_errors, forked_errors = (run.stderr.split("\n", 1)[1] for run in (fresh, forked))
     assert forked_errors == fresh_errors
     if mode == "raise":
         assert fresh_errors.startswith("Traceback (most recent call last):\n  File "), fresh_errors
+
+
+SPIN = """
+import sys, time
+print("torch imported", "torch" in sys.modules, flush=True)
+end = time.process_time() + 4
+while time.process_time() < end:
+    pass
+"""
+
+
+def test_a_watched_job_sees_the_cpu_time_of_its_forked_rank(tmp_path: Path) -> None:
+    """stratcore.watch counts the CPU time of a job's processes, found by the marker in their
+    initial environment, as progress: a forked rank that computes without a word for longer
+    than the stall limit is not a hung job."""
+    script = tmp_path / "spin.py"
+    script.write_text(SPIN, encoding="utf-8")
+    done = watch.run([sys.executable, rankfork.__file__, sys.executable, str(script)], stall=2.0)
+    assert done.stdout == "torch imported True\n", "the fork path was not taken"
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("folder", ["session", "none"])
