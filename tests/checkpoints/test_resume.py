@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 from stratcore import testing, watch
+from stratcore.launchers.base import rank_command
 
 import stratlib
 
@@ -73,7 +74,8 @@ CONVERTED = ["fsdp sharded, 2 ranks resumed on 1", "deepspeed_stage_3 sharded"]
 
 def _job_command(phase: str, devices: int, cases: list[dict[str, Any]]) -> list[str]:
     command = [sys.executable, str(SCRIPT), phase, "--devices", str(devices)]
-    return [*command, "--cases", json.dumps(cases), "--virtual-ranks", "2"]
+    # The script's process is rank 0: it starts as the launcher starts the other ranks.
+    return rank_command([*command, "--cases", json.dumps(cases), "--virtual-ranks", "2"])
 
 
 def _environ() -> dict[str, str]:

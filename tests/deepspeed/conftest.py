@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from stratcore import testing, watch
+from stratcore.launchers.base import rank_command
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
@@ -58,7 +59,7 @@ def run_scenario(
     command += ["--options", json.dumps(options or {}), "--args", json.dumps(args or {})]
     if precision is not None:
         command += ["--precision", precision]
-    process = watch.run(command, env=_environ(env), cwd=HERE)
+    process = watch.run(rank_command(command), env=_environ(env), cwd=HERE)
     result = None
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -73,7 +74,7 @@ def run_cases(
     "args"}``) in the two processes of one job, a launch each; return the process and rank 0's
     result of each case that ended."""
     command = [sys.executable, str(SCENARIOS), "cases", "--cases", json.dumps(cases)]
-    process = watch.run(command, env=_environ(None), cwd=HERE)
+    process = watch.run(rank_command(command), env=_environ(None), cwd=HERE)
     results = {}
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from stratcore import watch
+from stratcore.launchers.base import rank_command
 
 pytest.importorskip("sklearn", reason="the example's data set ships with scikit-learn")
 
@@ -28,10 +29,9 @@ def run_example(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "generated"), env.get("PYTHONPATH", "")]
     ).rstrip(os.pathsep)
-    # Started as a fork of a process that imported what the example imports (its ranks too):
-    # torch, and scikit-learn's data sets (2 CPU-s more in every process on a small machine).
+    # The example's process is rank 0: it starts as the launcher starts the other ranks.
     return watch.run(
-        [sys.executable, str(SCRIPT), *args],
+        rank_command([sys.executable, str(SCRIPT), *args]),
         cwd=cwd,
         env=env,
     )

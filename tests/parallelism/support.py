@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from stratcore import watch
+from stratcore.launchers.base import rank_command
 from stratcore.testing import clean_environ
 from stratcore.testing.processes import run_given_a_port
 from torch import nn
@@ -42,6 +43,8 @@ def run_nodes(
     command = [sys.executable, str(path), *args]
     if path.parent == SCRIPTS:
         command += ["--out", str(out)]
+    # The script's process is its node's rank 0: it starts as the launcher starts the others.
+    command = rank_command(command)
 
     def start(port: str) -> list[watch.Job]:
         jobs = []

@@ -102,6 +102,25 @@ def test_a_rank_started_through_a_prefix_ends_with_its_launcher(tmp_path: Path) 
     assert len((tmp_path / "prefix.log").read_text(encoding="utf-8").splitlines()) == 1
 
 
+@pytest.mark.parametrize(("strategy", "ranks_under_it"), [("ddp", 2), ("ddp_spawn", 0)])
+def test_a_jobs_command_starts_rank_zero_through_the_prefix_too(
+    strategy: str, ranks_under_it: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Launcher.job_command``, with which the generated tests start a job, puts the prefix
+    before rank 0's command where the script's own process is rank 0: every rank of a 'ddp' job
+    runs under it. A 'ddp_spawn' job's script only starts its ranks (torch.multiprocessing
+    starts them, without a prefix), and runs as it is."""
+    for name, value in _prefix(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    process, result = testing.run_scenario("train", strategy, devices=2, steps=1)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert result is not None, process.stdout[-3000:]
+    log = tmp_path / "prefix.log"
+    logged = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
+    assert len(logged) == ranks_under_it, logged
+    assert all(" -m stratcore.testing " in line for line in logged), logged
+
+
 def _running(pid: int) -> bool:
     """Whether ``pid`` is a live process (not a zombie)."""
     try:

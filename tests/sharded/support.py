@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from stratcore import watch
+from stratcore.launchers.base import rank_command
 from stratcore.testing import clean_environ, reference_batch
 from torch import nn
 
@@ -32,7 +33,8 @@ def run_script(
     script: str, *args: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], Any]:
     """Run ``scripts/<script>`` with ``args``; returns the process and its RESULT line, parsed."""
-    command = [sys.executable, str(SCRIPTS / script), *args]
+    # The script's process is rank 0: it starts as the launcher starts the other ranks.
+    command = rank_command([sys.executable, str(SCRIPTS / script), *args])
     process = watch.run(command, env=env or environ())
     result = None
     for line in process.stdout.splitlines():
@@ -65,7 +67,7 @@ def run_scenarios(runs: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, Any]]
     names = list(runs)
     batch = json.dumps([runs[name] for name in names])
     process = watch.run(
-        [sys.executable, str(SCRIPTS / "scenarios.py"), "batch", batch],
+        rank_command([sys.executable, str(SCRIPTS / "scenarios.py"), "batch", batch]),
         what=f"the scenarios {', '.join(names)}",
         env=environ(),
     )

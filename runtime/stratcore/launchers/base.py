@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 ERROR_FILE_ENV = "STRATLIB_ERROR_FILE"
 LAUNCH_FILE_ENV = "STRATLIB_LAUNCH_FILE"
 PARENT_PID_ENV = "STRATLIB_PARENT_PID"
-#: A command line put before the command of every rank PopenLauncher starts (split as a POSIX
-#: shell splits words), e.g. ``numactl --localalloc`` or a profiler's ``nsys profile``.
+#: A command line put before the command of every rank PopenLauncher starts, and of rank 0 in a
+#: job's command (``Launcher.job_command``), split as a POSIX shell splits words: e.g.
+#: ``numactl --localalloc`` or a profiler's ``nsys profile``.
 RANK_PREFIX_ENV = "STRATLIB_RANK_PREFIX"
 #: How long to wait for a stopped process before killing it.
 TERMINATE_GRACE = 3.0
@@ -67,12 +68,18 @@ class Launcher(ABC):
         """Whether it works from a notebook or ``python -c``."""
         return True
 
+    #: Whether the process that runs the job's script is a rank of the job (rank 0, or the
+    #: only one), not a process that only starts and waits for the ranks.
+    script_is_a_rank: ClassVar[bool] = False
+
     @classmethod
     def job_command(cls, command: list[str], processes: int) -> list[str]:
         """The command line that runs ``command`` (a Python script) as a job of ``processes``
-        ranks on this machine: the command itself where the script starts its ranks, or, where
-        another program must start every rank (horovodrun), that program's command around it."""
-        return list(command)
+        ranks on this machine: the command itself where the script starts its ranks, after the
+        rank prefix (``rank_command``) where the script's own process is a rank, so that every
+        rank of the job runs under it; or, where another program must start every rank
+        (horovodrun), that program's command around it."""
+        return rank_command(command) if cls.script_is_a_rank else list(command)
 
     @abstractmethod
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -84,6 +91,7 @@ class InlineLauncher(Launcher):
 
     name = "none"
     in_calling_process: ClassVar[bool] = True
+    script_is_a_rank: ClassVar[bool] = True
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self.strategy.run_worker(function, args, kwargs)

@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..exceptions import MisconfigurationError, ProcessFailedError
 from .base import (
@@ -362,6 +362,7 @@ class PopenLauncher(Launcher):
     """Starts the script again for local ranks 1..n-1; this process is local rank 0."""
 
     name = "popen"
+    script_is_a_rank: ClassVar[bool] = True
 
     strategy: ParallelStrategyBase
 
