@@ -294,9 +294,20 @@ def _read_text(path: Path) -> str:
 
 def _stat_fields(pid: int) -> list[str]:
     """Fields of /proc/PID/stat from the state on (the command name, which may hold spaces,
-    cut off); empty if the process is gone."""
-    text = _read_text(_PROC / str(pid) / "stat")
-    return text[text.rindex(")") + 2 :].split() if ")" in text else []
+    cut off); empty if the process is gone. Read with plain system calls: a job's watch reads
+    the file of every process on the machine at each look."""
+    try:
+        handle = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        raw = os.read(handle, 4096)
+    except OSError:
+        return []
+    finally:
+        os.close(handle)
+    end = raw.rfind(b")")
+    return raw[end + 2 :].decode("ascii", "replace").split() if end >= 0 else []
 
 
 def _start_time(pid: int) -> int:
@@ -332,10 +343,10 @@ def _marked_pids(variable: str, marker: str, known: dict[tuple[int, int], bool])
         uptime = float(_read_text(_PROC / "uptime").split()[0])
     except (IndexError, ValueError):
         uptime = 0.0
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
+    for name in os.listdir(_PROC):
+        if not name.isdigit():
             continue
-        pid = int(entry.name)
+        pid = int(name)
         fields = _stat_fields(pid)
         if len(fields) < 20 or fields[0] in ("Z", "X"):
             continue
@@ -343,9 +354,9 @@ def _marked_pids(variable: str, marker: str, known: dict[tuple[int, int], bool])
         marked = known.get(key)
         if marked is None:
             try:
-                marked = needle in (entry / "environ").read_bytes().split(b"\0")
+                marked = needle in (_PROC / name / "environ").read_bytes().split(b"\0")
             except OSError:
-                continue  # gone, or another user's
+                marked = False  # gone, another user's, or a kernel thread
             if uptime - key[1] / _TICKS > 2.0:
                 known[key] = marked
         if marked:
