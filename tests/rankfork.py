@@ -9,8 +9,8 @@ prefix (``STRATLIB_RANK_PREFIX``) to ``python tests/rankfork.py``, so that a ran
 - this program, the *client*, runs in the rank's place (it is what the launcher waits for and
   signals) and imports nothing but the standard library;
 - it asks a *server* for its environment (one per set of the variables that shape an import of
-  torch, started on the first client's request by the *host*, the pytest process that ran the
-  conftest) to fork a child that runs the command as a fresh interpreter would (``__main__``,
+  torch and per set of modules it imports first, ``PRELOADS``; started on the first client's
+  request by the *host*, the pytest process that ran the conftest) to fork a child that runs the command as a fresh interpreter would (``__main__``,
   ``sys.argv``, ``sys.path``, the environment, the working directory, the client's standard
   streams, an uncaught error through ``sys.excepthook``, non-daemon threads and ``atexit``
   handlers at the end), and ends with the child's exit status. A client killed takes its child
@@ -53,8 +53,12 @@ HOST_SOCKET = "host.sock"
 #: serves only clients whose values of these equal its own. Names starting so, or equal.
 SHAPING_PREFIXES = ("TORCH", "PYTORCH", "STANDIN_", "OMP_", "MKL_", "KMP_", "PYTHON", "LD_")
 SHAPING_NAMES = ("CUDA_VISIBLE_DEVICES", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE")
-#: What the server imports once, for every child.
-PRELOAD = ("torch", "torch._dynamo", "torch.distributed")
+#: What a server imports once, for every child: torch, or for the first process of a Lightning
+#: job (``stratcore.lightning.testing``'s runner) Lightning too, which takes longer than torch.
+PRELOADS = {
+    "torch": ("torch", "torch._dynamo", "torch.distributed"),
+    "lightning": ("torch", "torch._dynamo", "torch.distributed", "lightning"),
+}
 #: A variable that only holds room: a server starts with it, so that the place where /proc shows
 #: a process's initial environment is large enough for a child's (``_show_environment``).
 ROOM_ENV = "RANKFORK_ROOM"
@@ -79,6 +83,13 @@ def _shaping(env: dict[str, str]) -> dict[str, str]:
         )
     )
     return shaping
+
+
+def _preload(kind: str, target: str) -> str:
+    """Which of ``PRELOADS`` a server for this command holds."""
+    return (
+        "lightning" if kind == "module" and target.startswith("stratcore.lightning.") else "torch"
+    )
 
 
 def _parse(command: list[str]) -> tuple[str, str, list[str]] | None:
@@ -126,16 +137,17 @@ def _receive(connection: socket.socket, with_fds: bool = False) -> tuple[dict[st
 # -- client -------------------------------------------------------------------------------
 
 
-def _connect(folder: str, env: dict[str, str]) -> socket.socket:
-    """A connection to the server for ``env``, which the host starts if it is not running."""
+def _connect(folder: str, env: dict[str, str], preload: str) -> socket.socket:
+    """A connection to the server for ``env`` that holds ``preload``, which the host starts if
+    it is not running."""
     shaping = _shaping(env)
-    key = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:20]
+    key = hashlib.sha256(json.dumps([shaping, preload], sort_keys=True).encode()).hexdigest()[:20]
     path = os.path.join(folder, f"{key}.sock")
     with contextlib.suppress(OSError):
         return _dial(path)
     server_env = {**shaping, "PATH": env.get("PATH", os.defpath)}
     with _dial(os.path.join(folder, HOST_SOCKET)) as host:
-        _send(host, {"path": path, "env": server_env})
+        _send(host, {"path": path, "env": server_env, "preload": preload})
         if not _receive(host)[0]["ready"]:
             raise OSError(f"the server for {path} ended before it was ready")
     return _dial(path)
@@ -159,7 +171,7 @@ def client(command: list[str]) -> None:
     kind, target, argv = parsed
     env = dict(os.environ)
     try:
-        connection = _connect(folder, env)
+        connection = _connect(folder, env, _preload(kind, target))
     except OSError:
         os.execv(command[0], command)
     request = {"kind": kind, "target": target, "argv": argv, "env": env, "cwd": os.getcwd()}
@@ -202,7 +214,13 @@ def host(folder: str) -> None:
                 path = request["path"]
                 if path not in servers or servers[path].poll() is not None:
                     servers[path] = subprocess.Popen(
-                        [sys.executable, os.path.abspath(__file__), "--serve", path],
+                        [
+                            sys.executable,
+                            os.path.abspath(__file__),
+                            "--serve",
+                            path,
+                            request["preload"],
+                        ],
                         env={**request["env"], ROOM_ENV: "." * ROOM},
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.DEVNULL,
@@ -228,10 +246,10 @@ def host(folder: str) -> None:
 # -- server -------------------------------------------------------------------------------
 
 
-def serve(path: str) -> None:
+def serve(path: str, preload: str) -> None:
     import importlib
 
-    for name in PRELOAD:
+    for name in PRELOADS[preload]:
         importlib.import_module(name)
     host = os.getppid()  # a server ends with the host that started it
     base_path = _base_sys_path()
@@ -437,6 +455,6 @@ def _exit_code(exc: SystemExit) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        serve(sys.argv[2])
+        serve(sys.argv[2], sys.argv[3])
     else:
         client(sys.argv[1:])

@@ -2,8 +2,9 @@
 are registered, and train through a real Trainer or Fabric on real processes.
 
 Training scenarios run as ``python -m stratcore.lightning.testing cases CASES_JSON`` in a fresh
-process, one after the other (``run_cases``): Lightning's launcher starts the other ranks by
-running the same command again, as it does for users' scripts, or spawns them. Every rank trains the reference model of
+process (under ``STRATLIB_RANK_PREFIX``, if set, as a launcher starts a rank), one after the
+other (``run_cases``): Lightning's launcher starts the other ranks by running the same command
+again, as it does for users' scripts, or spawns them. Every rank trains the reference model of
 :mod:`stratcore.testing` on its shard of the reference batch and writes ``rank<N>.json`` into
 the scenario's folder from the process that trained; the test compares the weights with one
 process training on the whole batch.
@@ -33,6 +34,7 @@ import lightning.pytorch as pl  # noqa: E402
 
 from .. import testing, watch  # noqa: E402
 from ..exceptions import MisconfigurationError, MissingDependencyError  # noqa: E402
+from ..launchers.base import rank_command  # noqa: E402
 from ..registry import registry_of  # noqa: E402
 from .contract import DEVICE_LIMITS  # noqa: E402
 
@@ -170,7 +172,9 @@ def run_cases(cases: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
     starts by running the script again, which the process it starts runs with this one. Each
     writes its reports into its folder; the job fails at the first that fails."""
     order = sorted(cases, key=lambda case: bool(case["script"]))
-    command = [sys.executable, "-m", __name__, "cases", json.dumps(order)]
+    # The first process of a Lightning job: under the rank prefix, as stratlib's jobs start
+    # theirs (Launcher.job_command); Lightning starts the others.
+    command = rank_command([sys.executable, "-m", __name__, "cases", json.dumps(order)])
     module = order[0]["module"]
     environ = testing.package_environ(module.split(".")[0])
     strategies = ", ".join(repr(case["strategy"]) for case in order)
