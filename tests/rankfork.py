@@ -8,13 +8,13 @@ prefix (``STRATLIB_RANK_PREFIX``) to ``python tests/rankfork.py``, so that a ran
 
 - this program, the *client*, runs in the rank's place (it is what the launcher waits for and
   signals) and imports nothing but the standard library;
-- it asks a *server* for its environment (one per set of the variables that shape an import of
-  torch and per set of modules it imports first, ``PRELOADS``; started on the first client's
-  request by the *host*, the pytest process that ran the conftest) to fork a child that runs the command as a fresh interpreter would (``__main__``,
-  ``sys.argv``, ``sys.path``, the environment, the working directory, the client's standard
-  streams, an uncaught error through ``sys.excepthook``, non-daemon threads and ``atexit``
-  handlers at the end), and ends with the child's exit status. A client killed takes its child
-  with it.
+- it asks a *server* for its environment and the modules it imports first (``PRELOADS``; one
+  per set of the variables that shape an import of torch, started on the first client's request
+  by the *host*, the pytest process that ran the conftest) to fork a child that runs the
+  command as a fresh interpreter would (``__main__``, ``sys.argv``, ``sys.path``, the
+  environment, the working directory, the client's standard streams, an uncaught error through
+  ``sys.excepthook``, non-daemon threads and ``atexit`` handlers at the end), and ends with the
+  child's exit status. A client killed takes its child with it.
 
 Anything else runs the command itself (``os.execv``): a command that is not ``python script``
 or ``python -m module`` of this interpreter, or no host. The launchers' own tests (tests/runtime,
@@ -55,10 +55,8 @@ SHAPING_PREFIXES = ("TORCH", "PYTORCH", "STANDIN_", "OMP_", "MKL_", "KMP_", "PYT
 SHAPING_NAMES = ("CUDA_VISIBLE_DEVICES", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE")
 #: What a server imports once, for every child: torch, or for the first process of a Lightning
 #: job (``stratcore.lightning.testing``'s runner) Lightning too, which takes longer than torch.
-PRELOADS = {
-    "torch": ("torch", "torch._dynamo", "torch.distributed"),
-    "lightning": ("torch", "torch._dynamo", "torch.distributed", "lightning"),
-}
+TORCH = ("torch", "torch._dynamo", "torch.distributed")
+PRELOADS = {"torch": TORCH, "lightning": (*TORCH, "lightning")}
 #: A variable that only holds room: a server starts with it, so that the place where /proc shows
 #: a process's initial environment is large enough for a child's (``_show_environment``).
 ROOM_ENV = "RANKFORK_ROOM"
@@ -83,13 +81,6 @@ def _shaping(env: dict[str, str]) -> dict[str, str]:
         )
     )
     return shaping
-
-
-def _preload(kind: str, target: str) -> str:
-    """Which of ``PRELOADS`` a server for this command holds."""
-    return (
-        "lightning" if kind == "module" and target.startswith("stratcore.lightning.") else "torch"
-    )
 
 
 def _parse(command: list[str]) -> tuple[str, str, list[str]] | None:
@@ -138,8 +129,7 @@ def _receive(connection: socket.socket, with_fds: bool = False) -> tuple[dict[st
 
 
 def _connect(folder: str, env: dict[str, str], preload: str) -> socket.socket:
-    """A connection to the server for ``env`` that holds ``preload``, which the host starts if
-    it is not running."""
+    """A connection to the server for ``env`` and ``preload`` (the host starts it if need be)."""
     shaping = _shaping(env)
     key = hashlib.sha256(json.dumps([shaping, preload], sort_keys=True).encode()).hexdigest()[:20]
     path = os.path.join(folder, f"{key}.sock")
@@ -170,8 +160,9 @@ def client(command: list[str]) -> None:
         os.execv(command[0], command)
     kind, target, argv = parsed
     env = dict(os.environ)
+    lightning = kind == "module" and target.startswith("stratcore.lightning.")
     try:
-        connection = _connect(folder, env, _preload(kind, target))
+        connection = _connect(folder, env, "lightning" if lightning else "torch")
     except OSError:
         os.execv(command[0], command)
     request = {"kind": kind, "target": target, "argv": argv, "env": env, "cwd": os.getcwd()}
@@ -213,14 +204,10 @@ def host(folder: str) -> None:
                 request = _receive(connection)[0]
                 path = request["path"]
                 if path not in servers or servers[path].poll() is not None:
+                    here = os.path.abspath(__file__)
+                    command = [sys.executable, here, "--serve", path, request["preload"]]
                     servers[path] = subprocess.Popen(
-                        [
-                            sys.executable,
-                            os.path.abspath(__file__),
-                            "--serve",
-                            path,
-                            request["preload"],
-                        ],
+                        command,
                         env={**request["env"], ROOM_ENV: "." * ROOM},
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.DEVNULL,
