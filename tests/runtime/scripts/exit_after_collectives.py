@@ -28,6 +28,7 @@ import json
 import os
 import socket
 import sys
+import time
 from typing import Any
 
 import torch
@@ -94,7 +95,14 @@ def gloo_threads() -> list[str]:
 
 
 def check_group_released() -> None:
+    # A thread whose join has returned is still listed in /proc until the kernel has finished
+    # its exit, a moment later (longer on a busy machine): wait for that. A group that outlived
+    # its release keeps its threads for good.
     left = gloo_threads()
+    deadline = time.monotonic() + 10.0
+    while left and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left = gloo_threads()
     if left:
         sys.stderr.write(f"process group outlived its release: threads {left} still run\n")
         sys.stderr.flush()
