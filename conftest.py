@@ -1,7 +1,15 @@
-"""The whole suite's setting: the ranks that PopenLauncher starts in the tests' jobs are forks of
-a process that has already imported torch (tests/rankfork.py), reached through the launcher's
-documented prefix, STRATLIB_RANK_PREFIX. The tests of the launchers themselves (tests/runtime,
+"""The whole suite's settings.
+
+The ranks that PopenLauncher starts in the tests' jobs are forks of a process that has already
+imported torch (tests/rankfork.py), reached through the launcher's documented prefix,
+STRATLIB_RANK_PREFIX. The tests of the launchers themselves (tests/runtime,
 tests/checkpoints/test_launch_fixes.py) remove it: there, ranks start as users' ranks do.
+
+Every process the tests start has a temporary folder of the session's as its TMPDIR, removed when
+the session ends: several tests kill a launching process on purpose (SIGKILL leaves no chance to
+clean up), and the engines under test keep files of a failed job (torch.multiprocessing's error
+files, torchelastic's folders); none of it stays in the machine's /tmp. pytest's own temporary
+folders (``tmp_path``) stay where pytest keeps them.
 """
 
 from __future__ import annotations
@@ -27,7 +35,12 @@ sys.modules["rankfork"] = rankfork  # tests/test_rankfork.py imports this same m
 _spec.loader.exec_module(rankfork)
 
 if rankfork.FOLDER_ENV not in os.environ:
-    # The first pytest process: pytest-xdist's workers inherit the folder and its servers.
+    # The first pytest process: pytest-xdist's workers inherit the folders and the servers.
+    # This process keeps the machine's temporary folder (tempfile remembers it from the first
+    # mkdtemp), so pytest's own folders stay there; the processes it starts use the session's.
+    temporary = tempfile.mkdtemp(prefix="stratgen-tests-")
+    atexit.register(shutil.rmtree, temporary, ignore_errors=True)
+    os.environ["TMPDIR"] = temporary
     folder = tempfile.mkdtemp(prefix="stratgen-rank-forks-")
     os.environ[rankfork.FOLDER_ENV] = folder
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
