@@ -207,15 +207,53 @@ def is_timeout_error(error: BaseException) -> bool:
 
 
 def release_process_group() -> None:
-    """Destroy the default process group of this process, if there is one."""
-    if dist.is_available() and dist.is_initialized():
-        # Wrappers left in reference cycles (DDP's reducer) hold pending work of the group:
-        # free them while the interpreter is whole, not during its shutdown, where gloo's
-        # threads can abort the process.
-        gc.collect()
-        _clear_dtensor_caches()
-        with contextlib.suppress(Exception):
+    """Destroy the default process group of this process, if there is one, with every group
+    made from it, so that their threads end while the interpreter is whole: during its
+    shutdown, gloo's threads can abort the process after a successful run.
+
+    A group lives as long as something holds it, destroyed or not. Besides the modules that
+    take it as a default argument (``parallel.import_group_defaults``), what holds groups is
+    let go of first: DTensor's caches and the models DeepSpeed keeps
+    (``forget_deepspeed_models``); then reference cycles (DDP's reducer, engines) are freed.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    _clear_dtensor_caches()
+    forget_deepspeed_models()
+    gc.collect()
+    with contextlib.suppress(Exception):
+        deepspeed_comm = sys.modules.get("deepspeed.comm.comm")
+        if getattr(deepspeed_comm, "cdb", None) is not None:
+            # DeepSpeed keeps groups of its own (its world group among them); its
+            # destroy_process_group destroys torch's groups and lets go of those.
+            deepspeed_comm.destroy_process_group()  # type: ignore[union-attr]
+        else:
             dist.destroy_process_group()
+
+
+def forget_deepspeed_models(module: Any = None) -> None:
+    """Let go of what DeepSpeed's ZeRO stage 3 keeps of ``module`` (of every model without
+    one), where DeepSpeed is imported.
+
+    A stage-3 engine puts its model on a list of DeepSpeed's (``FWD_MODULE_STACK``) when it is
+    set up, and its parameter coordinator remembers itself in a cache of its class's; neither
+    lets go, not in ``engine.destroy()`` either, so the model, its engine and the engine's
+    process groups would live as long as the process. The cache only saves recomputing which
+    parameters to release after each module: it is emptied for every engine.
+    """
+    offload = sys.modules.get("deepspeed.runtime.zero.parameter_offload")
+    stack = getattr(offload, "FWD_MODULE_STACK", None)
+    if isinstance(stack, list):
+        stack[:] = [] if module is None else [held for held in stack if held is not module]
+    coordinator = sys.modules.get("deepspeed.runtime.zero.partitioned_param_coordinator")
+    coordinator_class = getattr(coordinator, "PartitionedParameterCoordinator", None)
+    method = getattr(coordinator_class, "_PartitionedParameterCoordinator__params_to_release", None)
+    # The cached function is wrapped in DeepSpeed's profiling decorator: its closure holds it.
+    for cell in getattr(method, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            clear = getattr(cell.cell_contents, "cache_clear", None)
+            if callable(clear):
+                clear()
 
 
 def _clear_dtensor_caches() -> None:

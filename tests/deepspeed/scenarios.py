@@ -6,7 +6,8 @@ one ``RESULT <json>`` line. Each scenario combines several checks, because start
 is slow. ``python scenarios.py cases --cases JSON`` runs a list of cases
 ``{"case", "scenario", "strategy", "options", "precision", "args"}`` in the processes of one
 job, each a launch of a strategy of its own, and prints ``RESULT {"case": ..., "result": ...}``
-as each ends.
+as each ends; the result's ``models_alive`` counts the models set up so far that the launches'
+teardowns have not freed.
 
 Scenarios:
     train       train with gradient accumulation (two micro-batches per step, the first inside
@@ -20,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,9 @@ import stratlib
 #: importing the package imported deepspeed.
 STARTED_WITH_DS_ACCELERATOR = os.environ.get("DS_ACCELERATOR")
 DEEPSPEED_IMPORTED_BY_PACKAGE = "deepspeed" in sys.modules
+
+#: The models the scenarios set up, to tell whether each is freed after its launch.
+MODELS: list[weakref.ref[nn.Module]] = []
 
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
@@ -110,6 +116,7 @@ def train(
 ) -> dict[str, Any]:
     model = testing.reference_model()
     optimizer = OPTIMIZERS[optimizer_name](model.parameters())
+    MODELS.append(weakref.ref(model))
     model, optimizer = strategy.setup(model, optimizer)
     _train_steps(strategy, model, optimizer, 2, divide)
     after_two = _params(strategy, model)
@@ -133,6 +140,7 @@ def train(
 
 def resume(strategy: Any, checkpoint: str, optimizer_name: str = "sgd") -> dict[str, Any]:
     model = testing.reference_model(seed=5)
+    MODELS.append(weakref.ref(model))
     optimizer = OTHER_OPTIMIZERS[optimizer_name](model.parameters())
     model, optimizer = strategy.setup(model, optimizer)
     remaining = strategy.load_checkpoint(checkpoint, state={"model": model, "optimizer": optimizer})
@@ -157,6 +165,7 @@ def _refusal(setup: Any) -> str:
 
 def config_opt(strategy: Any) -> dict[str, Any]:
     model = testing.reference_model()
+    MODELS.append(weakref.ref(model))
     both = _refusal(lambda: strategy.setup(model, torch.optim.SGD(model.parameters(), lr=0.1)))
     two = _refusal(
         lambda: strategy.setup(
@@ -209,6 +218,8 @@ def main() -> int:
         # The launcher keeps the processes it started for every later launch of the script.
         for case in json.loads(args.cases):
             result = _launch(case)
+            gc.collect()
+            result["models_alive"] = sum(model() is not None for model in MODELS)
             if rank_zero:
                 report = {"case": case["case"], "result": result}
                 print("RESULT " + json.dumps(report, default=str), flush=True)

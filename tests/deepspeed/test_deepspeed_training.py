@@ -161,6 +161,15 @@ def _result(runs: Runs, case: str) -> Any:
     return results[case]
 
 
+def test_each_launch_frees_its_model(runs: Runs) -> None:
+    """ZeRO stage 3 keeps every model it set up (and its engine and process groups) unless
+    the strategy's teardown lets go of it."""
+    process, results = runs
+    assert results, process.stderr[-6000:]
+    alive = {case: result["models_alive"] for case, result in results.items()}
+    assert alive == dict.fromkeys(results, 0)
+
+
 @pytest.fixture(scope="module")
 def stage_2_run(runs: Runs) -> tuple[subprocess.CompletedProcess[str], Any]:
     """The 'train' scenario under deepspeed_stage_2 with Adam, shared by the tests that read

@@ -23,6 +23,7 @@ from torch.optim import Optimizer
 from ..accelerator import Accelerator
 from ..checkpoint_io import PathLike
 from ..checkpoint_state import check_entries, is_stateful, restore_entries
+from ..collectives import forget_deepspeed_models
 from ..exceptions import MisconfigurationError
 from ..parallel import ParallelStrategyBase
 from .deepspeed_config import (
@@ -95,6 +96,8 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
     """
 
     wrapper: ClassVar[str] = "deepspeed"
+    #: DeepSpeed's backend declares its barriers with the default group as a default argument.
+    group_default_modules = (*ParallelStrategyBase.group_default_modules, "deepspeed.comm.torch")
 
     zero_stage: int = 2
     offload_optimizer: bool = False
@@ -428,6 +431,7 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         self._optimizer_groups = None
         if engine is not None:
             engine.destroy()
+            forget_deepspeed_models(engine.module)  # else they live as long as the process
         super().teardown()
         if self._saved_local_rank is not None:
             (previous,) = self._saved_local_rank

@@ -1,36 +1,36 @@
-"""Many short 2-rank gloo jobs that end right after asynchronous collectives.
+"""Short 2-rank gloo jobs that end right after asynchronous collectives, for each strategy.
 
-Usage: ``python exit_after_collectives.py RUNS STRATEGY``
+Usage: ``python exit_after_collectives.py RUNS STRATEGY [STRATEGY ...]``: RUNS jobs of each.
 
 This process imports torch, torch._dynamo and stratlib once, then forks the two ranks of each
 job (as a cluster scheduler would start them: ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_PORT``
 set), so a job costs a fraction of a second instead of two interpreter start-ups. Each rank
-trains a few steps (DistributedDataParallel reduces gradients in asynchronous buckets), runs
-a burst of asynchronous broadcasts, and leaves the script normally: the interpreter shuts
-down as in any job, which is where gloo aborted.
+trains a few steps through the strategy (DistributedDataParallel reduces gradients in
+asynchronous buckets), runs a burst of asynchronous broadcasts, and leaves the script
+normally: the interpreter shuts down as in any job, which is where gloo aborted now and then.
 
-The abort came from a process group that outlived ``destroy_process_group``:
-``torch.distributed.nn.functional``, imported while the group exists, keeps it in its
-functions' default arguments (in a fresh process DDP's constructor imports it through
-torch._dynamo). This process drops that module after importing torch._dynamo, so that every
-rank imports it anew, after the group exists, as training code using its differentiable
-collectives does. After stratlib's exit handler ran, each rank checks that no gloo thread is
-left (the group is gone before the interpreter shuts down), and exits with code 3 naming them
-if one is. Prints ``RESULT <json>`` with the number of jobs and every rank that did not exit
-with code 0.
+The abort came from a process group that outlived ``destroy_process_group``: whatever holds a
+group keeps its threads alive. ``torch.distributed.nn.functional``, imported while the group
+exists, keeps it in its functions' default arguments (in a fresh process DDP's constructor
+imports it through torch._dynamo); this process drops that module after importing
+torch._dynamo, so that every rank imports it anew, after the group exists, as training code
+using its differentiable collectives does. FSDP2's DTensor caches, DeepSpeed's own references
+to its groups and the models its ZeRO stage 3 keeps hold them too. After stratlib's exit
+handler ran, each rank checks that no gloo thread is left (``group_release``), and exits with
+code 3 naming them if one is. Prints ``RESULT <json>`` with the number of jobs of each strategy
+and every rank that did not exit with code 0.
 """
 
 from __future__ import annotations
 
-import atexit
 import gc
 import json
 import os
 import socket
 import sys
-import time
 from typing import Any
 
+import group_release
 import torch
 from torch import nn
 
@@ -47,9 +47,9 @@ def train(strategy: Any) -> None:
     model, optimizer = strategy.setup(model, optimizer)
     x = torch.randn(8, 16)
     for _ in range(2):
-        optimizer.zero_grad()
         strategy.backward(model(x).pow(2).mean())
-        optimizer.step()
+        strategy.optimizer_step(optimizer)
+        optimizer.zero_grad()
     tensors = [torch.full((1000,), float(i)) for i in range(100)]
     for handle in [dist.broadcast(t, 0, async_op=True) for t in tensors]:
         handle.wait()
@@ -61,57 +61,33 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def run_jobs(runs: int) -> tuple[int, int, str] | None:
+def run_jobs(runs: int, strategies: list[str]) -> tuple[int, int, str] | None:
     """In this process: fork every job's ranks and wait for them. In a rank: return
     (rank, port, strategy name) for the caller to run."""
-    strategy_name = sys.argv[2]
     failures: list[dict[str, Any]] = []
-    for job in range(runs):
-        port = free_port()
-        children = {}
-        for rank in (0, 1):
-            pid = os.fork()
-            if pid == 0:
-                return rank, port, strategy_name
-            children[pid] = rank
-        for pid, rank in children.items():
-            _, status = os.waitpid(pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-            if code != 0:
-                failures.append({"job": job, "rank": rank, "exit": code})
-    print("RESULT " + json.dumps({"runs": runs, "failures": failures}), flush=True)
+    for strategy_name in strategies:
+        for job in range(runs):
+            port = free_port()
+            children = {}
+            for rank in (0, 1):
+                pid = os.fork()
+                if pid == 0:
+                    return rank, port, strategy_name
+                children[pid] = rank
+            for pid, rank in children.items():
+                _, status = os.waitpid(pid, 0)
+                code = os.waitstatus_to_exitcode(status)
+                if code != 0:
+                    failures.append(
+                        {"strategy": strategy_name, "job": job, "rank": rank, "exit": code}
+                    )
+    runs_of = {strategy_name: runs for strategy_name in strategies}
+    print("RESULT " + json.dumps({"runs": runs_of, "failures": failures}), flush=True)
     return None
 
 
-def gloo_threads() -> list[str]:
-    names = []
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as comm:
-                names.append(comm.read().strip())
-        except OSError:
-            continue
-    return sorted(name for name in names if "gloo" in name)
-
-
-def check_group_released() -> None:
-    # A thread whose join has returned is still listed in /proc until the kernel has finished
-    # its exit, a moment later (longer on a busy machine): wait for that. A group that outlived
-    # its release keeps its threads for good.
-    left = gloo_threads()
-    deadline = time.monotonic() + 10.0
-    while left and time.monotonic() < deadline:
-        time.sleep(0.01)
-        left = gloo_threads()
-    if left:
-        sys.stderr.write(f"process group outlived its release: threads {left} still run\n")
-        sys.stderr.flush()
-        os._exit(3)
-
-
 def run_rank(rank: int, port: int, strategy_name: str) -> None:
-    # Registered before the launch creates the group, so it runs after stratlib's release.
-    atexit.register(check_group_released)
+    group_release.check_at_exit()  # before the launch creates the group
     os.environ.update(
         LOCAL_RANK=str(rank),
         NODE_RANK="0",
@@ -128,6 +104,6 @@ if __name__ == "__main__":
 
     sys.modules.pop("torch.distributed.nn.functional", None)
     gc.freeze()  # the ranks inherit these objects: their collections need not copy them
-    assignment = run_jobs(int(sys.argv[1]))
+    assignment = run_jobs(int(sys.argv[1]), sys.argv[2:])
     if assignment is not None:
         run_rank(*assignment)
