@@ -6,7 +6,8 @@ DeepSpeed is imported, as a user's script does; then ZeRO stages 1, 2 and 3 trai
 problem through ``deepspeed.initialize`` (an SGD optimizer, each rank on its half of the
 batch), and, given a strategy, through ``<package>.get_strategy("<strategy>_stage_<n>")``.
 Rank 0 prints one ``CASE <name> <json>`` line per case: the parameters after training, or the
-error; what DeepSpeed ran on is the ``facts`` case.
+error; what DeepSpeed ran on is the ``facts`` case. A process whose groups outlive the
+generated accelerator's release at exit fails with code 3 (``group_release``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import group_release
 import torch
 import torch.distributed as dist
 from stratcore import testing
@@ -29,6 +31,7 @@ STRATEGY = sys.argv[3] if len(sys.argv) > 3 else None
 STEPS = 3
 STAGES = (1, 2, 3)
 
+group_release.check_at_exit()  # before the generated accelerator arranges the release
 package = importlib.import_module(PACKAGE)
 generated = getattr(importlib.import_module(f"{PACKAGE}.deepspeed"), ACCELERATOR)
 generated.install()  # before DeepSpeed is imported: its op builders are bound then

@@ -90,7 +90,8 @@ class DeepSpeedAcceleratorBase(DeviceMemory):
         creates its accelerator module, before anything asks for an accelerator: what DeepSpeed
         binds at import (its op builder classes) is then this accelerator's. Called later, it is
         ``set_accelerator(cls())``, and what DeepSpeed bound at import stays with the
-        accelerator it found then.
+        accelerator it found then. The process groups DeepSpeed creates are destroyed when the
+        process ends (``collectives.release_process_group``).
         """
         install(cls)
 

@@ -49,7 +49,21 @@ def deepspeed_class(cls: type[DeepSpeedAcceleratorBase]) -> type[DeepSpeedAccele
 
 
 def install(cls: type[DeepSpeedAcceleratorBase]) -> None:
-    """Make DeepSpeed train on ``cls`` (``DeepSpeedAcceleratorBase.install``)."""
+    """Make DeepSpeed train on ``cls`` (``DeepSpeedAcceleratorBase.install``).
+
+    DeepSpeed creates the process group of a script that calls ``deepspeed.initialize``: as
+    around the groups stratcore's strategies create, the modules that would keep it alive are
+    imported before it exists, and it is destroyed when the process ends
+    (``parallel.creating_process_group``).
+    """
+    from ..parallel import (
+        ParallelStrategyBase,
+        import_group_defaults,
+        release_process_group_at_exit,
+    )
+
+    import_group_defaults(ParallelStrategyBase.group_default_modules)
+    release_process_group_at_exit()
     real = sys.modules.get(REAL_ACCELERATOR)
     if real is None:
         _InstallOnImport.arrange(cls)
