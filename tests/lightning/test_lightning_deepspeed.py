@@ -13,8 +13,10 @@ accelerators with DeepSpeed directly.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -52,7 +54,8 @@ def two_xpus(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _set_up(strategy: Any, lightning_class: type, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Run the strategy's setup_environment with the class after Lightning's DeepSpeedStrategy
-    (which would create the process group) and the accelerator selection recorded."""
+    (which would create the process group), the accelerator selection and the modules imported
+    before the group exists recorded."""
     calls: list[str] = []
     mro = type(strategy).__mro__
     following = mro[mro.index(lightning_class) + 1]
@@ -61,8 +64,22 @@ def _set_up(strategy: Any, lightning_class: type, monkeypatch: pytest.MonkeyPatc
         "stratcore.lightning.deepspeed.select_for",
         lambda accelerator: calls.append(f"select {accelerator.__name__}"),
     )
+
+    @contextlib.contextmanager
+    def creating_process_group(modules: tuple[str, ...]) -> Iterator[None]:
+        calls.append(f"import {', '.join(modules)}")
+        yield
+
+    monkeypatch.setattr(
+        "stratcore.lightning.strategies.creating_process_group", creating_process_group
+    )
     strategy.setup_environment()
     return calls
+
+
+#: Imported before the process group exists, after the selection (DeepSpeed binds its op
+#: builders to the accelerator it has when it is first imported).
+GROUP_DEFAULTS = "import torch.distributed.nn.functional, deepspeed.comm.torch"
 
 
 def test_a_trainer_sets_up_the_devices_deepspeed_strategy(
@@ -79,7 +96,7 @@ def test_a_trainer_sets_up_the_devices_deepspeed_strategy(
     assert strategy.config["zero_optimization"]["stage"] == 3
     assert strategy.parallel_devices == [torch.device("xpu", i) for i in (0, 1)]
     calls = _set_up(strategy, TrainerDeepSpeedStrategy, monkeypatch)
-    assert calls == [f"select {stratlib.XPUAccelerator.__name__}", "lightning"]
+    assert calls == [f"select {stratlib.XPUAccelerator.__name__}", GROUP_DEFAULTS, "lightning"]
 
 
 def test_fabric_sets_up_the_devices_deepspeed_strategy(
@@ -92,4 +109,4 @@ def test_fabric_sets_up_the_devices_deepspeed_strategy(
     assert type(strategy) is plugins.XPUDeepSpeedStrategy
     assert strategy.config["zero_optimization"]["stage"] == 1
     calls = _set_up(strategy, FabricDeepSpeedStrategy, monkeypatch)
-    assert calls == [f"select {stratlib.XPUAccelerator.__name__}", "lightning"]
+    assert calls == [f"select {stratlib.XPUAccelerator.__name__}", GROUP_DEFAULTS, "lightning"]

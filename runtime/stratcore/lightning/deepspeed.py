@@ -41,10 +41,15 @@ class DeepSpeedAdapter(StrategyAdapter):
             kwargs["stage"] = zero_stage
         super().__init__(*args, **kwargs)
 
-    def _setup_lightning_environment(self) -> None:
+    def setup_environment(self) -> None:
+        # Before anything imports DeepSpeed: the modules imported before the process group is
+        # created include DeepSpeed's backend (the spec's group_default_modules).
         accelerator = self.accelerator_spec
-        if accelerator is not None:
+        if accelerator is not None and self._is_parallel():
             select_for(type(accelerator))
+        super().setup_environment()
+
+    def _setup_lightning_environment(self) -> None:
         if isinstance(self, TrainerDeepSpeedStrategy):
             super(TrainerDeepSpeedStrategy, self).setup_environment()
         else:

@@ -185,9 +185,11 @@ class StrategyAdapter:
             return
         self._run_init_hook()
         # Lightning creates the group here. As around stratcore's own strategies, modules that
-        # keep the default group as an argument default are imported before it exists, and the
-        # group is destroyed at exit, so gloo's threads do not abort the interpreter's shutdown.
-        with creating_process_group(ParallelStrategyBase.group_default_modules):
+        # keep the default group as an argument default (the spec's engine's among them) are
+        # imported before it exists, and the group is destroyed at exit, so gloo's threads do
+        # not abort the interpreter's shutdown.
+        modules = getattr(self.spec, "group_default_modules", None)
+        with creating_process_group(modules or ParallelStrategyBase.group_default_modules):
             self._setup_lightning_environment()
 
     def _setup_lightning_environment(self) -> None:
