@@ -3,10 +3,11 @@
 A process group lives as long as something holds it, ``destroy_process_group`` or not: held
 past stratlib's exit handler, its gloo threads lived on into interpreter shutdown, where a rank
 now and then died with SIGABRT after a successful run. What held them: ``torch.distributed.nn.
-functional`` (DDP, imported after the group exists), DTensor's caches (FSDP2), DeepSpeed's own
-references to its groups, its backend's default arguments and the models its ZeRO stage 3
-keeps. The scenario script forks real 2-rank gloo jobs (see its documentation); a rank whose
-group is still alive after stratlib's exit handler fails with exit code 3, an abort shows as -6.
+functional`` (DDP, imported after the group exists), DTensor's caches (FSDP2, ModelParallel),
+DeepSpeed's own references to its groups, its backend's default arguments and the models its
+ZeRO stage 3 keeps. The scenario script forks real 2-rank gloo jobs (see its documentation); a
+rank whose group is still alive after stratlib's exit handler fails with exit code 3, an abort
+shows as -6.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ DDP_JOBS = 12
 JOBS = 2
 STRATEGIES = [
     "fsdp",
+    "model_parallel",
     "ddp_sharded",
     "deepspeed_stage_1",
     "deepspeed_stage_2",
