@@ -128,7 +128,9 @@ def start(name: str, folder: Path, extra_path: list[Path]) -> tuple[watch.Job, P
     events = folder / "events.jsonl"
     environ = clean_environ(
         {
-            "PYTHONPATH": os.pathsep.join(map(str, [site, *extra_path, REPO / "tests"])),
+            "PYTHONPATH": os.pathsep.join(
+                map(str, [site, *extra_path, REPO / "tests" / "job_modules"])
+            ),
             "STANDIN_ON_CPU": name,
             "STANDIN_EVENTS": str(events),
         }

@@ -1,7 +1,7 @@
 """Whether a job's process group outlived its release, checked in the job's own processes.
 
-Imported by the scripts of jobs that check it (their tests put this folder on the jobs'
-PYTHONPATH). ``check_at_exit()``, called before the process group exists, registers an exit
+Imported by the scripts of jobs that check it: their tests put this folder, which holds only
+modules for jobs to import, on the jobs' PYTHONPATH. ``check_at_exit()``, called before the process group exists, registers an exit
 handler that runs after the one that releases the group (exit handlers run in reverse order):
 if a gloo thread is still alive then, something still holds the group, and its threads would
 live on into interpreter shutdown, where now and then one ends the process with SIGABRT after a
