@@ -216,11 +216,11 @@ def release_process_group() -> None:
     let go of first: DTensor's caches and the models DeepSpeed keeps
     (``forget_deepspeed_models``); then reference cycles (DDP's reducer, engines) are freed.
     """
-    if not (dist.is_available() and dist.is_initialized()):
-        return
     _clear_dtensor_caches()
     forget_deepspeed_models()
-    gc.collect()
+    gc.collect()  # also where the group is destroyed already: what still holds it is freed
+    if not (dist.is_available() and dist.is_initialized()):
+        return
     with contextlib.suppress(Exception):
         deepspeed_comm = sys.modules.get("deepspeed.comm.comm")
         if getattr(deepspeed_comm, "cdb", None) is not None:

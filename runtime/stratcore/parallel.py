@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Generator, Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -405,8 +406,18 @@ def release_process_group_at_exit() -> None:
     """Destroy the default process group when the interpreter exits (once registered)."""
     global _release_registered
     if not _release_registered:
-        atexit.register(release_process_group)
+        atexit.register(_release_at_exit)
         _release_registered = True
+
+
+def _release_at_exit() -> None:
+    # Python keeps the exception that ended a script for a debugger (sys.last_value and the
+    # rest), and its traceback's frames hold what they held: the strategy, the model, the
+    # groups. Nothing inspects it once the interpreter exits; let go of it first.
+    for name in ("last_exc", "last_type", "last_value", "last_traceback"):
+        with contextlib.suppress(AttributeError):
+            delattr(sys, name)
+    release_process_group()
 
 
 @contextlib.contextmanager

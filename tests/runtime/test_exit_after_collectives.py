@@ -5,9 +5,9 @@ past stratlib's exit handler, its gloo threads lived on into interpreter shutdow
 now and then died with SIGABRT after a successful run. What held them: ``torch.distributed.nn.
 functional`` (DDP, imported after the group exists), DTensor's caches (FSDP2, ModelParallel),
 DeepSpeed's own references to its groups, its backend's default arguments and the models its
-ZeRO stage 3 keeps. The scenario script forks real 2-rank gloo jobs (see its documentation); a
-rank whose group is still alive after stratlib's exit handler fails with exit code 3, an abort
-shows as -6.
+ZeRO stage 3 keeps, and the exception that ended a script. The scenario script forks real
+2-rank gloo jobs (see its documentation); a rank whose group is still alive after stratlib's
+exit handler fails with exit code 3, an abort shows as -6.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ STRATEGIES = [
 
 
 def assert_clean_exits(runs: int, strategies: list[str]) -> None:
-    """``runs`` jobs of each strategy: every rank exits with code 0."""
+    """``runs`` jobs of each strategy: every rank exits with code 0 (1 where it raises)."""
     process = watch.run(
         [sys.executable, str(SCRIPTS / "exit_after_collectives.py"), str(runs), *strategies],
         what=f"{runs} jobs of {', '.join(strategies)}",
@@ -66,3 +66,10 @@ def test_sharding_strategies_leave_no_group_behind() -> None:
     pytest.importorskip("deepspeed")
     pytest.importorskip("fairscale")
     assert_clean_exits(JOBS, STRATEGIES)
+
+
+def test_scripts_that_raise_leave_no_group_behind() -> None:
+    """The exception that ended a script holds, in its traceback, the frames that held the
+    strategy and the model: the exit handler lets go of it before the release."""
+    pytest.importorskip("deepspeed")
+    assert_clean_exits(1, ["ddp+raise", "fsdp+raise", "deepspeed_stage_3+raise"])

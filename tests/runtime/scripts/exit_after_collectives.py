@@ -1,6 +1,8 @@
 """Short 2-rank gloo jobs that end right after asynchronous collectives, for each strategy.
 
-Usage: ``python exit_after_collectives.py RUNS STRATEGY [STRATEGY ...]``: RUNS jobs of each.
+Usage: ``python exit_after_collectives.py RUNS STRATEGY [STRATEGY ...]``: RUNS jobs of each. A
+strategy named with ``+raise`` (``ddp+raise``) trains as the others, then raises: the script
+ends with an uncaught exception, and each rank must exit with code 1.
 
 This process imports torch, torch._dynamo and stratlib once, then forks the two ranks of each
 job (as a cluster scheduler would start them: ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_PORT``
@@ -17,8 +19,9 @@ torch._dynamo, so that every rank imports it anew, after the group exists, as tr
 using its differentiable collectives does. FSDP2's DTensor caches, DeepSpeed's own references
 to its groups and the models its ZeRO stage 3 keeps hold them too. After stratlib's exit
 handler ran, each rank checks that no gloo thread is left (``group_release``), and exits with
-code 3 naming them if one is. Prints ``RESULT <json>`` with the number of jobs of each strategy
-and every rank that did not exit with code 0.
+code 3 naming them if one is. Python keeps the exception that ended a script, and with it the
+frames that hold the strategy. Prints ``RESULT <json>`` with the number of jobs of each strategy
+and every rank that did not exit with the expected code.
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ from torch import nn
 
 import stratlib
 
+#: What a rank of a ``+raise`` job raises, after its training and collectives.
+RAISING = "+raise"
 
-def train(strategy: Any) -> None:
+
+def train(strategy: Any, raising: bool = False) -> None:
     import torch.distributed as dist
     import torch.distributed.nn.functional  # noqa: F401  (see the module documentation)
 
@@ -53,6 +59,8 @@ def train(strategy: Any) -> None:
     tensors = [torch.full((1000,), float(i)) for i in range(100)]
     for handle in [dist.broadcast(t, 0, async_op=True) for t in tensors]:
         handle.wait()
+    if raising:
+        raise RuntimeError("the script's deliberate failure, after training")
 
 
 def free_port() -> int:
@@ -77,7 +85,7 @@ def run_jobs(runs: int, strategies: list[str]) -> tuple[int, int, str] | None:
             for pid, rank in children.items():
                 _, status = os.waitpid(pid, 0)
                 code = os.waitstatus_to_exitcode(status)
-                if code != 0:
+                if code != (1 if strategy_name.endswith(RAISING) else 0):
                     failures.append(
                         {"strategy": strategy_name, "job": job, "rank": rank, "exit": code}
                     )
@@ -95,8 +103,9 @@ def run_rank(rank: int, port: int, strategy_name: str) -> None:
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
-    strategy = stratlib.get_strategy(strategy_name, accelerator="cpu", devices=2)
-    strategy.launch(train)
+    name, raising = strategy_name.removesuffix(RAISING), strategy_name.endswith(RAISING)
+    strategy = stratlib.get_strategy(name, accelerator="cpu", devices=2)
+    strategy.launch(train, raising)
 
 
 if __name__ == "__main__":
