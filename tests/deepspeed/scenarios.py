@@ -7,7 +7,8 @@ is slow. ``python scenarios.py cases --cases JSON`` runs a list of cases
 ``{"case", "scenario", "strategy", "options", "precision", "args"}`` in the processes of one
 job, each a launch of a strategy of its own, and prints ``RESULT {"case": ..., "result": ...}``
 as each ends; the result's ``models_alive`` counts the models set up so far that the launches'
-teardowns have not freed.
+teardowns have not freed, and ``optimizers_held`` names the modules of the optimizers the
+strategy holds after its teardown.
 
 Scenarios:
     train       train with gradient accumulation (two micro-batches per step, the first inside
@@ -193,11 +194,14 @@ class SpawnDeepSpeedStrategy(stratlib.DeepSpeedStrategy):
     launcher_class = SpawnLauncher
 
 
-def _launch(case: dict[str, Any]) -> Any:
+def _strategy(case: dict[str, Any]) -> Any:
     name: Any = SpawnDeepSpeedStrategy if case["scenario"] == "spawn" else case["strategy"]
-    strategy = stratlib.get_strategy(
+    return stratlib.get_strategy(
         name, accelerator="cpu", devices=2, precision=case.get("precision"), **case["options"]
     )
+
+
+def _launch(strategy: Any, case: dict[str, Any]) -> Any:
     function = {"train": train, "resume": resume, "config_opt": config_opt, "spawn": train}[
         case["scenario"]
     ]
@@ -217,7 +221,10 @@ def main() -> int:
     if args.scenario == "cases":
         # The launcher keeps the processes it started for every later launch of the script.
         for case in json.loads(args.cases):
-            result = _launch(case)
+            strategy = _strategy(case)
+            result = _launch(strategy, case)
+            result["optimizers_held"] = [type(held).__module__ for held in strategy.optimizers]
+            del strategy  # it holds the user's model after its teardown, as it should
             gc.collect()
             result["models_alive"] = sum(model() is not None for model in MODELS)
             if rank_zero:
@@ -225,7 +232,8 @@ def main() -> int:
                 print("RESULT " + json.dumps(report, default=str), flush=True)
         return 0
     case = {"scenario": args.scenario, "strategy": args.strategy, "precision": args.precision}
-    result = _launch({**case, "options": json.loads(args.options), "args": json.loads(args.args)})
+    case = {**case, "options": json.loads(args.options), "args": json.loads(args.args)}
+    result = _launch(_strategy(case), case)
     if rank_zero and result is not None:
         print("RESULT " + json.dumps(result, default=str), flush=True)
     return 0

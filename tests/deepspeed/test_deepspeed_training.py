@@ -161,13 +161,23 @@ def _result(runs: Runs, case: str) -> Any:
     return results[case]
 
 
-def test_each_launch_frees_its_model(runs: Runs) -> None:
+def test_each_launch_frees_its_model_and_engine(runs: Runs) -> None:
     """ZeRO stage 3 keeps every model it set up (and its engine and process groups) unless
-    the strategy's teardown lets go of it."""
+    the strategy's teardown lets go of it; after the teardown, the strategy holds the user's
+    optimizers, not the engine's, which hold its groups."""
     process, results = runs
     assert results, process.stderr[-6000:]
     alive = {case: result["models_alive"] for case, result in results.items()}
     assert alive == dict.fromkeys(results, 0)
+    # DeepSpeed's wrappers (ZeRO's, bf16's) live in deepspeed.runtime; what they wrap does not.
+    wrappers = {
+        case: [
+            module for module in result["optimizers_held"] if module.startswith("deepspeed.runtime")
+        ]
+        for case, result in results.items()
+    }
+    assert wrappers == {case: [] for case in results}
+    assert all(result["optimizers_held"] for result in results.values()), results
 
 
 @pytest.fixture(scope="module")

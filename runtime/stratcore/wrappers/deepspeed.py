@@ -432,6 +432,8 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         if engine is not None:
             engine.destroy()
             forget_deepspeed_models(engine.module)  # else they live as long as the process
+            # The engine's optimizer wraps the user's and holds the engine's process groups.
+            self._optimizers = [getattr(opt, "optimizer", opt) for opt in self._optimizers]
         super().teardown()
         if self._saved_local_rank is not None:
             (previous,) = self._saved_local_rank
