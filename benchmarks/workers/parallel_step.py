@@ -182,6 +182,13 @@ def _pipeline_by_hand(cfg: Config, share_loss: bool = True) -> Any:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    def settle() -> None:
+        """Wait for the last step's loss sum, as 'model_parallel''s teardown does: work left
+        running keeps its process group alive past the group's release."""
+        while pending:
+            pending.pop().wait()
+
+    step.settle = settle  # type: ignore[attr-defined]
     return step
 
 
@@ -218,6 +225,10 @@ def _paired(strategy: Any, layout: str, cfg: Config) -> dict[str, Any] | None:
             steps[name](inputs, targets)
             if index >= cfg.warmup:
                 times[name].append(time.perf_counter() - started)
+    for step in steps.values():
+        settle = getattr(step, "settle", None)
+        if settle is not None:
+            settle()
     if not strategy.is_global_zero:
         return None
     return {"step_times": times, "threads_as_launched": launched}
