@@ -19,6 +19,8 @@ from torch import nn
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE.parents[1] / "generated"
+#: The modules the scenarios' processes import from the test tree (the exit check).
+JOB_MODULES = HERE.parent / "job_modules"
 SCENARIOS = HERE / "scenarios.py"
 
 Runner = Callable[..., tuple[subprocess.CompletedProcess[str], Any]]
@@ -35,12 +37,12 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _environ(env: dict[str, str] | None) -> dict[str, str]:
-    """A clean environment with the generated package importable and no DeepSpeed
-    accelerator chosen in advance."""
+    """A clean environment with the generated package and the exit check importable and no
+    DeepSpeed accelerator chosen in advance."""
     environ = testing.clean_environ(env)
     environ.pop("DS_ACCELERATOR", None)
     environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(GENERATED), environ.get("PYTHONPATH")])
+        filter(None, [str(GENERATED), str(JOB_MODULES), environ.get("PYTHONPATH")])
     )
     return environ
 

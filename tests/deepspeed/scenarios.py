@@ -30,6 +30,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import group_release
 import torch
 from stratcore import testing
 from stratcore.exceptions import MisconfigurationError
@@ -37,6 +38,10 @@ from stratcore.launchers import SpawnLauncher
 from torch import nn
 
 import stratlib
+
+# Every process of a scenario (the spawned ones import this module too) fails with exit code 3
+# if a process group outlives the release at exit.
+group_release.check_at_exit()
 
 #: Whether this process started with DeepSpeed's accelerator variable set, and whether
 #: importing the package imported deepspeed.

@@ -26,13 +26,16 @@ if TYPE_CHECKING:
 
 def _spawned_worker(
     local_rank: int,
-    strategy: ParallelStrategyBase,
+    held: list[ParallelStrategyBase],
     function: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     result_file: str,
     rendezvous: Mapping[str, str],
 ) -> None:
+    # The process keeps its arguments for its whole life: taken out of their list, the strategy
+    # (its model, an engine, their process groups) is freed once this function is done.
+    strategy = held.pop()
     # The parent is the launching process, or the forkserver, which ends with it.
     watch_parent(os.getppid())
     os.environ["LOCAL_RANK"] = str(local_rank)
@@ -49,6 +52,7 @@ def _spawned_worker(
                 pickle.dump(_to_cpu(result), handle, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(partial, result_file)
     finally:
+        del strategy  # the release frees it, where nothing else holds it (an exception does)
         # Processes started by fork or forkserver end without running atexit handlers.
         release_process_group()
 
@@ -98,7 +102,7 @@ class SpawnLauncher(Launcher):
             try:
                 process_context = mp.start_processes(
                     _spawned_worker,
-                    args=(strategy, function, args, kwargs, result_file, rendezvous),
+                    args=([strategy], function, args, kwargs, result_file, rendezvous),
                     nprocs=strategy.num_processes,
                     join=False,
                     start_method=self.start_method,
