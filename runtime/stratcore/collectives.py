@@ -12,8 +12,9 @@ import gc
 import importlib
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import FunctionType
 from typing import Any
 
 import torch
@@ -213,11 +214,14 @@ def release_process_group() -> None:
 
     A group lives as long as something holds it, destroyed or not. Besides the modules that
     take it as a default argument (``parallel.import_group_defaults``), what holds groups is
-    let go of first: DTensor's caches and the models DeepSpeed keeps
-    (``forget_deepspeed_models``); then reference cycles (DDP's reducer, engines) are freed.
+    let go of first: DTensor's and fairscale's caches, the models DeepSpeed keeps
+    (``forget_deepspeed_models``) and defaults of modules imported after the group existed;
+    then reference cycles (DDP's reducer, engines) are freed.
     """
     _clear_dtensor_caches()
+    _clear_fairscale_group_cache()
     forget_deepspeed_models()
+    _drop_group_defaults()
     gc.collect()  # also where the group is destroyed already: what still holds it is freed
     if not (dist.is_available() and dist.is_initialized()):
         return
@@ -229,6 +233,45 @@ def release_process_group() -> None:
             deepspeed_comm.destroy_process_group()  # type: ignore[union-attr]
         else:
             dist.destroy_process_group()
+
+
+#: Modules (with their submodules) whose functions take the default group as a default
+#: argument, evaluated on import (``parallel.import_group_defaults``); strategies add theirs.
+GROUP_DEFAULT_MODULES: set[str] = set()
+
+
+def _drop_group_defaults() -> None:
+    """Replace by None every default argument that holds a process group in the functions and
+    classes of ``GROUP_DEFAULT_MODULES``: imported after the group existed (a later launch
+    reusing the group of an earlier one with other modules), they would keep it alive. None
+    is the default group at call time, what the defaults meant."""
+    if not (GROUP_DEFAULT_MODULES and dist.is_available()):
+        return
+    prefixes = tuple(f"{name}." for name in GROUP_DEFAULT_MODULES)
+    for name, module in list(sys.modules.items()):
+        if module is None or (name not in GROUP_DEFAULT_MODULES and not name.startswith(prefixes)):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == name:
+                members = [getattr(member, "__func__", member) for member in vars(value).values()]
+            else:
+                members = [value]
+            for function in members:
+                if isinstance(function, FunctionType):
+                    _drop_defaults(function)
+
+
+def _drop_defaults(function: FunctionType) -> None:
+    def holds_group(values: Iterable[Any]) -> bool:
+        return any(isinstance(value, dist.ProcessGroup) for value in values)
+
+    def dropped(value: Any) -> Any:
+        return None if isinstance(value, dist.ProcessGroup) else value
+
+    if function.__defaults__ and holds_group(function.__defaults__):
+        function.__defaults__ = tuple(map(dropped, function.__defaults__))
+    if function.__kwdefaults__ and holds_group(function.__kwdefaults__.values()):
+        function.__kwdefaults__ = {k: dropped(v) for k, v in function.__kwdefaults__.items()}
 
 
 def forget_deepspeed_models(module: Any = None) -> None:
@@ -254,6 +297,15 @@ def forget_deepspeed_models(module: Any = None) -> None:
             clear = getattr(cell.cell_contents, "cache_clear", None)
             if callable(clear):
                 clear()
+
+
+def _clear_fairscale_group_cache() -> None:
+    """Forget the groups fairscale's FSDP keeps in a cache of its own (an attribute of
+    ``get_process_group_cached``): they would outlive ``destroy_process_group``, and a later
+    launch would get destroyed groups from it. fairscale makes the cache again when asked."""
+    parallel = sys.modules.get("fairscale.internal.parallel")
+    with contextlib.suppress(AttributeError):
+        del parallel.get_process_group_cached._global_group_cache  # type: ignore[union-attr]
 
 
 def _clear_dtensor_caches() -> None:

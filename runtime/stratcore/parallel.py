@@ -215,6 +215,9 @@ class ParallelStrategyBase(StrategyBase):
         """Create the default process group, or reuse the one an earlier launch created."""
         backend = self.collective_backend
         if dist.is_initialized() and not self._replace_process_group(backend.process_group_name):
+            # This launch's modules, imported after the group exists, take it as a default:
+            # the release lets go of them (collectives.release_process_group).
+            collectives.GROUP_DEFAULT_MODULES.update(self.group_default_modules)
             return
         require(backend.requires, f"backend {backend.name!r}")
         backend.register()
@@ -397,6 +400,7 @@ def import_group_defaults(modules: tuple[str, ...]) -> None:
     """
     import importlib
 
+    collectives.GROUP_DEFAULT_MODULES.update(modules)  # for a group reused by later launches
     for name in modules:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)

@@ -5,7 +5,8 @@ past stratlib's exit handler, its gloo threads lived on into interpreter shutdow
 now and then died with SIGABRT after a successful run. What held them: ``torch.distributed.nn.
 functional`` (DDP, imported after the group exists), DTensor's caches (FSDP2, ModelParallel),
 DeepSpeed's own references to its groups, its backend's default arguments and the models its
-ZeRO stage 3 keeps, and the exception that ended a script. The scenario script forks real
+ZeRO stage 3 keeps, and the exception that ended a script; where a later launch reuses the
+group, the defaults of modules it imports after the group exists. The scenario script forks real
 2-rank gloo jobs (see its documentation); a rank whose group is still alive after stratlib's
 exit handler fails with exit code 3, an abort shows as -6.
 """
@@ -40,6 +41,9 @@ STRATEGIES = [
     "deepspeed_stage_1",
     "deepspeed_stage_2",
     "deepspeed_stage_3",
+    # later launches reusing the group of an earlier one, imported after it existed
+    "ddp,ddp_sharded",
+    "ddp,deepspeed_stage_2",
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +20,15 @@ from torch import nn
 
 SCRIPTS = Path(__file__).parent / "scripts"
 GENERATED = Path(__file__).resolve().parents[2] / "generated"
+#: The modules the scripts' processes import from the test tree (the exit check).
+JOB_MODULES = Path(__file__).resolve().parents[1] / "job_modules"
 
 
 def environ(**extra: str) -> dict[str, str]:
     """The test process's environment without cluster variables, importing this checkout's
-    package."""
+    package and the exit check."""
     env = clean_environ(extra)
-    env["PYTHONPATH"] = str(GENERATED)
+    env["PYTHONPATH"] = os.pathsep.join([str(GENERATED), str(JOB_MODULES)])
     return env
 
 

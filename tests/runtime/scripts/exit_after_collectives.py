@@ -2,7 +2,9 @@
 
 Usage: ``python exit_after_collectives.py RUNS STRATEGY [STRATEGY ...]``: RUNS jobs of each. A
 strategy named with ``+raise`` (``ddp+raise``) trains as the others, then raises: the script
-ends with an uncaught exception, and each rank must exit with code 1.
+ends with an uncaught exception, and each rank must exit with code 1. Strategies joined by
+commas (``ddp,ddp_sharded``) are launched one after the other in the same processes, the later
+ones reusing the group the first created.
 
 This process imports torch, torch._dynamo and stratlib once, then forks the two ranks of each
 job (as a cluster scheduler would start them: ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_PORT``
@@ -103,9 +105,10 @@ def run_rank(rank: int, port: int, strategy_name: str) -> None:
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
-    name, raising = strategy_name.removesuffix(RAISING), strategy_name.endswith(RAISING)
-    strategy = stratlib.get_strategy(name, accelerator="cpu", devices=2)
-    strategy.launch(train, raising)
+    names, raising = strategy_name.removesuffix(RAISING), strategy_name.endswith(RAISING)
+    for name in names.split(","):  # launches one after the other, reusing the group
+        strategy = stratlib.get_strategy(name, accelerator="cpu", devices=2)
+        strategy.launch(train, raising)
 
 
 if __name__ == "__main__":

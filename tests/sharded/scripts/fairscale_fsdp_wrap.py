@@ -9,7 +9,8 @@ set by hand). Only the module state-dict calls, which summon full parameters on 
 are checked with recording stand-ins on the real wrapped instance.
 
 Started once per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; rank 0 prints
-``RESULT <json>``.
+``RESULT <json>``. A rank whose process groups outlive the release at exit (fairscale caches
+the ones it makes) fails with exit code 3 (``group_release``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import sys
 from typing import Any
 
+import group_release
 import torch
 import torch.distributed as dist
 from stratcore.exceptions import MisconfigurationError
@@ -198,6 +200,7 @@ def main() -> int:
     # As the strategy itself would create it: fairscale.optim, whose functions take the group
     # as a default argument, is imported first, else the group outlives destroy_process_group
     # and gloo's threads can abort the process at exit.
+    group_release.check_at_exit()  # before the group exists: it runs after the release
     with creating_process_group(stratlib.DDPFullyShardedStrategy.group_default_modules):
         dist.init_process_group("gloo")
     try:
