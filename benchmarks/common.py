@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stratcore.watch import Job, Stalled
+from stratcore.testing.watch import Job, Stalled
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where the generated package and the generator live in a source checkout.
@@ -179,7 +179,7 @@ class Completed:
 def run_command(command: Sequence[str], env: dict[str, str], cwd: Path = ROOT) -> Completed:
     """Run ``command`` to its end. It fails (BenchmarkError) only when it stops making
     progress: no output and no CPU time used by it or any process it started for
-    ``watch.STALL`` seconds (see ``stratcore.watch``), which on a busy machine tells a hang
+    ``watch.STALL`` seconds (see ``stratcore.testing.watch``), which on a busy machine tells a hang
     from slowness; the error then says where each of its processes was. Every process it
     started is stopped with it, training ranks included, and none is waited for after it
     ended (a rank that outlives its launcher cannot hold the harness).

@@ -24,7 +24,7 @@ ranks do. tests/test_rankfork.py holds a forked script to what a fresh interpret
 What differs from a fresh interpreter, by construction: the rank is the server's child (the
 client lives as long as the rank, and killing it kills the rank); its command line in /proc is
 the server's (its initial environment there is its own: the child writes it in the place the
-server's was, so that stratcore.watch finds the job's marker in it); and str hashes use the
+server's was, so that stratcore.testing.watch finds the job's marker in it); and str hashes use the
 server's seed, not one of its own.
 """
 
@@ -54,7 +54,7 @@ HOST_SOCKET = "host.sock"
 SHAPING_PREFIXES = ("TORCH", "PYTORCH", "STANDIN_", "OMP_", "MKL_", "KMP_", "PYTHON", "LD_")
 SHAPING_NAMES = ("CUDA_VISIBLE_DEVICES", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE")
 #: What a server imports once, for every child: torch, or for the first process of a Lightning
-#: job (``stratcore.lightning.testing``'s runner) Lightning too, which takes longer than torch.
+#: job (``stratcore.testing.lightning.program``) Lightning too, which takes longer than torch.
 TORCH = ("torch", "torch._dynamo", "torch.distributed")
 PRELOADS = {"torch": TORCH, "lightning": (*TORCH, "lightning")}
 #: A variable that only holds room: a server starts with it, so that the place where /proc shows
@@ -372,7 +372,7 @@ def _become(request: dict[str, Any], base_path: list[str]) -> None:
 def _show_environment(env: dict[str, str]) -> None:
     """Write ``env`` where /proc/<pid>/environ reads a process's initial environment: the
     server's strings, in this process's own memory (as setproctitle rewrites a command line).
-    There, stratcore.watch finds the job's marker in it and counts the rank's CPU time as the
+    There, stratcore.testing.watch finds the job's marker in it and counts the rank's CPU time as the
     job's progress, and finds it if it outlives its job. Called once ``os.environ`` no longer
     points into that place. Variables that do not fit in it are left out, the markers last."""
     import ctypes

@@ -16,11 +16,10 @@ from types import ModuleType
 import pytest
 import stratcore
 from stratcore import contract
+from stratcore.contract import RuntimeClass
 
-Ref = tuple[str, str]
 
-
-def resolve(ref: Ref) -> type | None:
+def resolve(ref: RuntimeClass) -> type | None:
     """The class a contract entry names, or None when its module or class is missing."""
     module, name = ref
     try:
@@ -30,7 +29,7 @@ def resolve(ref: Ref) -> type | None:
     return found if inspect.isclass(found) else None
 
 
-def unimplemented(table: dict[str, Ref]) -> list[str]:
+def unimplemented(table: dict[str, RuntimeClass]) -> list[str]:
     """Entries of a contract table whose runtime class does not exist."""
     return [f"{key}: {ref[0]}.{ref[1]}" for key, ref in table.items() if resolve(ref) is None]
 
@@ -61,14 +60,14 @@ def runtime_subclasses(base: type) -> set[type]:
     return found
 
 
-def unnamed(classes: Iterable[type], refs: Iterable[Ref]) -> list[str]:
+def unnamed(classes: Iterable[type], refs: Iterable[RuntimeClass]) -> list[str]:
     """Runtime classes that no contract entry names (an entry may name a class by the module
     that defines it or by a package that exports it)."""
     named = {id(found) for found in map(resolve, refs) if found is not None}
     return sorted(f"{c.__module__}.{c.__name__}" for c in classes if id(c) not in named)
 
 
-def wrapper_refs() -> dict[str, Ref]:
+def wrapper_refs() -> dict[str, RuntimeClass]:
     return {name: w.base for name, w in contract.WRAPPERS.items() if w.base is not None}
 
 
@@ -154,7 +153,7 @@ def test_every_launcher_has_its_runtime_class(name: str) -> None:
 
 
 def test_every_precision_kind_has_its_runtime_class() -> None:
-    from stratcore.precision import PrecisionBase
+    from stratcore.precision.base import PrecisionBase
 
     assert unimplemented(contract.PRECISION_KINDS) == []
     for ref in contract.PRECISION_KINDS.values():
@@ -164,7 +163,8 @@ def test_every_precision_kind_has_its_runtime_class() -> None:
 
 def test_plain_vocabularies_match_the_runtime() -> None:
     import torch
-    from stratcore import accelerator, collectives, environment, precision
+    from stratcore import accelerator, collectives, environment
+    from stratcore.precision import base as precision
 
     # The runtime imports the contract's vocabularies rather than restating them.
     assert accelerator.PRECISIONS is contract.PRECISIONS
@@ -189,12 +189,12 @@ def test_the_shared_value_types_are_the_runtimes() -> None:
     assert unimplemented(contract.VALUE_TYPES) == []
 
 
-@pytest.mark.parametrize("base", list(contract.PLUMBING))
+@pytest.mark.parametrize("base", list(contract.CONSTRUCTOR_ARGUMENTS))
 def test_plumbing_is_what_the_runtime_bases_take(base: str) -> None:
     cls = resolve(contract.BASES[base])
     assert cls is not None
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    assert tuple(p.name for p in parameters) == contract.PLUMBING[base]
+    assert tuple(p.name for p in parameters) == contract.CONSTRUCTOR_ARGUMENTS[base]
 
 
 def test_package_exports_exist() -> None:
@@ -213,7 +213,7 @@ def test_every_runtime_launcher_is_named() -> None:
     assert unnamed(classes, contract.LAUNCHERS.values()) == []
 
 
-def shared_bases(refs: Iterable[Ref]) -> set[type]:
+def shared_bases(refs: Iterable[RuntimeClass]) -> set[type]:
     """Runtime classes that named classes derive from (the bases they share)."""
     named = [cls for cls in map(resolve, refs) if cls is not None]
     return {base for cls in named for base in cls.__mro__[1:]}
@@ -235,12 +235,14 @@ def test_every_runtime_strategy_base_is_named() -> None:
 def test_every_runtime_precision_base_is_named() -> None:
     """Every precision base is a kind a spec can name, or shared by kinds that are
     (``CastPrecisionBase``, under the double and half kinds)."""
-    from stratcore.precision import PrecisionBase
+    from stratcore.precision.base import PrecisionBase
 
     refs = list(contract.PRECISION_KINDS.values())
     classes = runtime_subclasses(PrecisionBase)
     assert unnamed(classes - shared_bases(refs), refs) == []
-    assert unnamed(classes & shared_bases(refs), refs) == ["stratcore.precision.CastPrecisionBase"]
+    assert unnamed(classes & shared_bases(refs), refs) == [
+        "stratcore.precision.base.CastPrecisionBase"
+    ]
 
 
 def test_precision_scoring_prefers_the_wrapper_then_the_accelerator() -> None:

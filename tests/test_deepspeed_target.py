@@ -104,8 +104,8 @@ def test_without_the_target_the_strategy_makes_the_same_class(tmp_path: Path) ->
     done = run_python_in(
         root / "out",
         "import sys\n"
-        "from stratcore.wrappers.deepspeed_accelerator import DeepSpeedAcceleratorBase\n"
-        "from stratcore.wrappers.deepspeed_select import generated_class\n"
+        "from stratcore.wrappers.deepspeed.accelerator.base import DeepSpeedAcceleratorBase\n"
+        "from stratcore.wrappers.deepspeed.select import generated_class\n"
         "from minilib import ZetaAccelerator, ZetaDeepSpeedStrategy\n"
         "made = generated_class(ZetaAccelerator)\n"
         "assert issubclass(made, DeepSpeedAcceleratorBase), made.__mro__\n"

@@ -243,7 +243,7 @@ def test_the_rule_covers_every_spec_field() -> None:
     bases = {
         "AcceleratorSpec": ("stratcore.accelerator", "Accelerator"),
         "StrategySpec": ("stratcore.strategy", "StrategyBase"),
-        "PrecisionPluginSpec": ("stratcore.precision", "PrecisionBase"),
+        "PrecisionPluginSpec": ("stratcore.precision.base", "PrecisionBase"),
         "ClusterEnvironmentSpec": ("stratcore.environment", "ClusterEnvironmentBase"),
     }
     missing = []

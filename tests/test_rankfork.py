@@ -90,7 +90,7 @@ while time.process_time() < end:
 
 
 def test_a_watched_job_sees_the_cpu_time_of_its_forked_rank(tmp_path: Path) -> None:
-    """stratcore.watch counts the CPU time of a job's processes, found by the marker in their
+    """stratcore.testing.watch counts the CPU time of a job's processes, found by the marker in their
     initial environment, as progress: a forked rank that computes without a word for longer
     than the stall limit is not a hung job."""
     script = tmp_path / "spin.py"

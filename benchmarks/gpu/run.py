@@ -4,7 +4,7 @@
                              [--budget SECONDS] [--only TEXT ...] [--wheels DIR] [--list]
 
 Each check runs in a fresh process (``benchmarks/gpu/workers``), watched for progress
-(``stratcore.watch``): one that fails, hangs or crashes fails its own row and the next check
+(``stratcore.testing.watch``): one that fails, hangs or crashes fails its own row and the next check
 runs. On a GPU the checks share a time budget (``plan.GPU_BUDGET``): a check starts only while
 the budget has its expected seconds left, and is stopped at three times them. Without a GPU
 the same checks run on the CPU, small, with no budget unless one is given. The exit code is 1
@@ -36,7 +36,7 @@ SOURCE_PATHS = (ROOT, ROOT / "runtime", ROOT / "generated", ROOT / "generator")
 # installed (a bare GPU machine).
 sys.path[1:1] = [str(p) for p in SOURCE_PATHS if str(p) not in sys.path]
 
-from stratcore import watch  # noqa: E402
+from stratcore.testing import watch  # noqa: E402
 
 from benchmarks.gpu import plan, report  # noqa: E402
 from benchmarks.gpu.report import Outcome  # noqa: E402

@@ -101,7 +101,7 @@ def _loss(model: Any, inputs: Any, targets: Any) -> Any:
 
 def import_group_defaults() -> None:
     """Import ``torch.distributed.nn.functional`` before the process group exists, as stratlib
-    does (``stratcore.parallel.import_group_defaults``).
+    does (``stratcore.process_group.import_group_defaults``).
 
     DistributedDataParallel's constructor imports it otherwise, while the group exists, and
     its functions then keep the group as a default argument past ``destroy_process_group``:

@@ -14,7 +14,7 @@ from typing import Any
 from stratcore.contract import (
     DEFAULT_PRECISION,
     PARALLEL_OPTIONS,
-    PLUMBING_NAMES,
+    CONSTRUCTOR_ARGUMENT_NAMES,
     PRECISIONS,
     WRAPPERS,
     core_read_options,
@@ -37,7 +37,7 @@ from .reserved import RESERVED_CLASS_NAMES
 
 #: Names an option may not take besides the core's own attributes (see ``reserved_option_names``):
 #: constructor arguments of the core and keyword arguments of get_strategy.
-RESERVED_ARGUMENTS = PLUMBING_NAMES | {"self", "strategy", "precision", "devices", "sync_batchnorm"}
+RESERVED_ARGUMENTS = CONSTRUCTOR_ARGUMENT_NAMES | {"self", "strategy", "precision", "devices", "sync_batchnorm"}
 
 
 def reserved_option_names() -> frozenset[str]:

@@ -76,7 +76,7 @@ class Accelerator:
     #: where it is not the device type.
     deepspeed_accelerator: ClassVar[str | None] = None
     #: Whether DeepSpeed strategies train on the DeepSpeed accelerator generated from the spec
-    #: (``stratcore.wrappers.deepspeed_accelerator``) rather than on DeepSpeed's own class.
+    #: (``stratcore.wrappers.deepspeed.accelerator.base``) rather than on DeepSpeed's own class.
     deepspeed_generated: ClassVar[bool] = False
     #: Whether torch.nn.SyncBatchNorm synchronises batch statistics on this device.
     sync_batchnorm: ClassVar[bool] = False

@@ -7,14 +7,10 @@ size, and unsupported dtypes are reduced in a wider one and cast back.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import importlib
 import re
-import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from types import FunctionType
 from typing import Any
 
 import torch
@@ -205,120 +201,3 @@ def is_timeout_error(error: BaseException) -> bool:
     if isinstance(error, TimeoutError):
         return True
     return isinstance(error, RuntimeError) and bool(_TIMEOUT_WORDING.search(str(error)))
-
-
-def release_process_group() -> None:
-    """Destroy the default process group of this process, if there is one, with every group
-    made from it, so that their threads end while the interpreter is whole: during its
-    shutdown, gloo's threads can abort the process after a successful run.
-
-    A group lives as long as something holds it, destroyed or not. Besides the modules that
-    take it as a default argument (``parallel.import_group_defaults``), what holds groups is
-    let go of first: DTensor's and fairscale's caches, the models DeepSpeed keeps
-    (``forget_deepspeed_models``) and defaults of modules imported after the group existed;
-    then reference cycles (DDP's reducer, engines) are freed.
-    """
-    _clear_dtensor_caches()
-    _clear_fairscale_group_cache()
-    forget_deepspeed_models()
-    _drop_group_defaults()
-    gc.collect()  # also where the group is destroyed already: what still holds it is freed
-    if not (dist.is_available() and dist.is_initialized()):
-        return
-    with contextlib.suppress(Exception):
-        deepspeed_comm = sys.modules.get("deepspeed.comm.comm")
-        if getattr(deepspeed_comm, "cdb", None) is not None:
-            # DeepSpeed keeps groups of its own (its world group among them); its
-            # destroy_process_group destroys torch's groups and lets go of those.
-            deepspeed_comm.destroy_process_group()  # type: ignore[union-attr]
-        else:
-            dist.destroy_process_group()
-
-
-#: Modules (with their submodules) whose functions take the default group as a default
-#: argument, evaluated on import (``parallel.import_group_defaults``); strategies add theirs.
-GROUP_DEFAULT_MODULES: set[str] = set()
-
-
-def _drop_group_defaults() -> None:
-    """Replace by None every default argument that holds a process group in the functions and
-    classes of ``GROUP_DEFAULT_MODULES``: imported after the group existed (a later launch
-    reusing the group of an earlier one with other modules), they would keep it alive. None
-    is the default group at call time, what the defaults meant."""
-    if not (GROUP_DEFAULT_MODULES and dist.is_available()):
-        return
-    prefixes = tuple(f"{name}." for name in GROUP_DEFAULT_MODULES)
-    for name, module in list(sys.modules.items()):
-        if module is None or (name not in GROUP_DEFAULT_MODULES and not name.startswith(prefixes)):
-            continue
-        for value in list(vars(module).values()):
-            if isinstance(value, type) and value.__module__ == name:
-                members = [getattr(member, "__func__", member) for member in vars(value).values()]
-            else:
-                members = [value]
-            for function in members:
-                if isinstance(function, FunctionType):
-                    _drop_defaults(function)
-
-
-def _drop_defaults(function: FunctionType) -> None:
-    def holds_group(values: Iterable[Any]) -> bool:
-        return any(isinstance(value, dist.ProcessGroup) for value in values)
-
-    def dropped(value: Any) -> Any:
-        return None if isinstance(value, dist.ProcessGroup) else value
-
-    if function.__defaults__ and holds_group(function.__defaults__):
-        function.__defaults__ = tuple(map(dropped, function.__defaults__))
-    if function.__kwdefaults__ and holds_group(function.__kwdefaults__.values()):
-        function.__kwdefaults__ = {k: dropped(v) for k, v in function.__kwdefaults__.items()}
-
-
-def forget_deepspeed_models(module: Any = None) -> None:
-    """Let go of what DeepSpeed's ZeRO stage 3 keeps of ``module`` (of every model without
-    one), where DeepSpeed is imported.
-
-    A stage-3 engine puts its model on a list of DeepSpeed's (``FWD_MODULE_STACK``) when it is
-    set up, and its parameter coordinator remembers itself in a cache of its class's; neither
-    lets go, not in ``engine.destroy()`` either, so the model, its engine and the engine's
-    process groups would live as long as the process. The cache only saves recomputing which
-    parameters to release after each module: it is emptied for every engine.
-    """
-    offload = sys.modules.get("deepspeed.runtime.zero.parameter_offload")
-    stack = getattr(offload, "FWD_MODULE_STACK", None)
-    if isinstance(stack, list):
-        stack[:] = [] if module is None else [held for held in stack if held is not module]
-    coordinator = sys.modules.get("deepspeed.runtime.zero.partitioned_param_coordinator")
-    coordinator_class = getattr(coordinator, "PartitionedParameterCoordinator", None)
-    method = getattr(coordinator_class, "_PartitionedParameterCoordinator__params_to_release", None)
-    # The cached function is wrapped in DeepSpeed's profiling decorator: its closure holds it.
-    for cell in getattr(method, "__closure__", None) or ():
-        with contextlib.suppress(ValueError):  # an empty cell
-            clear = getattr(cell.cell_contents, "cache_clear", None)
-            if callable(clear):
-                clear()
-
-
-def _clear_fairscale_group_cache() -> None:
-    """Forget the groups fairscale's FSDP keeps in a cache of its own (an attribute of
-    ``get_process_group_cached``): they would outlive ``destroy_process_group``, and a later
-    launch would get destroyed groups from it. fairscale makes the cache again when asked."""
-    parallel = sys.modules.get("fairscale.internal.parallel")
-    with contextlib.suppress(AttributeError):
-        del parallel.get_process_group_cached._global_group_cache  # type: ignore[union-attr]
-
-
-def _clear_dtensor_caches() -> None:
-    """Empty DTensor's caches of sharding plans (FSDP2 fills them): their entries hold device
-    meshes, and the meshes the process group, which would then outlive
-    ``destroy_process_group`` like the defaults described in ``import_group_defaults``."""
-    if "torch.distributed.tensor" not in sys.modules:
-        return
-    with contextlib.suppress(Exception):
-        from torch.distributed.tensor import _collective_utils, _redistribute
-        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
-
-        _clear_sharding_prop_cache()
-        _redistribute.clear_redistribute_planner_cache()
-        _redistribute._gen_transform_infos.cache_clear()
-        _collective_utils.MeshTopoInfo.build_from_mesh.cache_clear()

@@ -5,6 +5,7 @@ mistake gets a one-line error that names the argument and what is allowed."""
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,19 +13,15 @@ from functools import cache
 from typing import Any, Literal, Union
 
 from .accelerator import Accelerator
-from .checkpoint_io import CheckpointIO
-from .contract import PLUMBING_NAMES
+from .checkpoints.io import CheckpointIO
+from .contract import CONSTRUCTOR_ARGUMENT_NAMES
 from .environment import ClusterEnvironmentBase
 from .exceptions import MisconfigurationError
 from .imports import require
 from .layer_sync import TorchSyncBatchNorm
-from .precision import canonical_precision
+from .precision.base import canonical_precision
 from .registry import Registry, close_matches
 from .strategy import StrategyBase
-
-#: Arguments of the core constructors; everything else a strategy takes is an option.
-PLUMBING = PLUMBING_NAMES
-
 
 # --- options -------------------------------------------------------------------------------------
 
@@ -55,7 +52,7 @@ def strategy_options(cls: type[StrategyBase]) -> dict[str, inspect.Parameter]:
         for name, p in inspect.signature(init).parameters.items():
             if (
                 name != "self"
-                and name not in PLUMBING
+                and name not in CONSTRUCTOR_ARGUMENT_NAMES
                 and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
             ):
                 options[name] = p
@@ -80,7 +77,7 @@ def _fits(value: Any, annotation: Any) -> tuple[bool, str]:
     if origin is Literal:
         choices = typing.get_args(annotation)
         return value in choices, "one of " + ", ".join(repr(c) for c in choices)
-    if origin in (Union, getattr(__import__("types"), "UnionType", Union)):
+    if origin in (Union, types.UnionType):
         results = [_fits(value, member) for member in typing.get_args(annotation)]
         return any(ok for ok, _ in results), " or ".join(text for _, text in results)
     if annotation is type(None):
@@ -201,8 +198,8 @@ def _resolve_accelerator(
     if isinstance(accelerator, Accelerator):
         obj = accelerator
     elif accelerator == "auto":
-        if instance is not None and instance._accelerator is not None:
-            obj = instance._accelerator
+        if instance is not None and instance.has_accelerator:
+            obj = instance.accelerator
         else:
             obj = registry.default_accelerator(cls)
     elif isinstance(accelerator, str):
@@ -309,6 +306,8 @@ class StrategyFactory:
             sync_batchnorm: Convert BatchNorm layers to SyncBatchNorm in ``setup``.
             **options: Options of the strategy (see its class), on top of the registry name's preset.
         """
+        from .parallel import ParallelStrategyBase
+
         registry = self.registry
         num_nodes = _count_of_nodes(num_nodes)
         if isinstance(devices, str):
@@ -327,8 +326,10 @@ class StrategyFactory:
         elif isinstance(strategy, str):
             name = strategy.strip().lower()
             if name == "auto":
-                any_strategy: Any = StrategyBase
-                probe = _resolve_accelerator(registry, any_strategy, accelerator, None)
+                # The abstract root stands for any strategy: every accelerator is allowed.
+                probe = _resolve_accelerator(
+                    registry, StrategyBase, accelerator, None  # type: ignore[type-abstract]
+                )
                 name = auto_strategy(registry, probe, len(probe.parse_devices(devices)) * num_nodes)
             entry = registry.strategy_entry(name)
             cls, preset = entry.cls, dict(entry.preset)
@@ -391,20 +392,18 @@ class StrategyFactory:
             instance = cls(**kwargs)
         else:
             instance.accelerator = accelerator_obj
-            if instance._precision_plugin is None or precision is not None:
+            if not instance.has_precision_plugin or precision is not None:
                 instance.precision_plugin = plugin
             if checkpoint_io is not None:
                 instance.checkpoint_io = checkpoint_io
-            if kind == "parallel":
-                existing: Any = instance
-                if getattr(existing, "_parallel_devices", None) is None or devices != "auto":
-                    existing.parallel_devices = device_list
-                existing.num_nodes = num_nodes
+            if isinstance(instance, ParallelStrategyBase):
+                if not instance.has_parallel_devices or devices != "auto":
+                    instance.parallel_devices = device_list
+                instance.num_nodes = num_nodes
                 if cluster_environment is not None:
-                    existing.cluster_environment = cluster_environment
-        if kind == "parallel":
-            parallel: Any = instance
-            parallel.cluster_environment.validate_settings(parallel.num_processes, num_nodes)
+                    instance.cluster_environment = cluster_environment
+        if isinstance(instance, ParallelStrategyBase):
+            instance.cluster_environment.validate_settings(instance.num_processes, num_nodes)
         instance.validate_configuration()
         if sync_batchnorm:
             instance.layer_sync = TorchSyncBatchNorm()

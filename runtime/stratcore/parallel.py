@@ -4,18 +4,16 @@ Ranks and the world size come from the cluster environment. Collectives run on a
 torch.distributed process group created in ``setup_environment`` with the strategy's backend
 (the accelerator's by default), and honour what that backend can do natively.
 
-The process group belongs to the process, not to one strategy: a script that launches several
-times (training, then evaluation) reuses it, because a second rendezvous on the same address
-would meet the first one's leftovers. It is destroyed when the process ends, or when a launch
-fails (its peers are gone).
+The process group belongs to the process, not to one strategy (``stratcore.process_group``): a
+script that launches several times (training, then evaluation) reuses it, and a group someone
+else created (Ray Train, a script's own ``init_process_group``) is reused where it fits and
+never destroyed.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import sys
 from collections.abc import Callable, Generator, Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -23,15 +21,15 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from . import collectives
+from . import collectives, process_group
 from .accelerator import Accelerator
-from .checkpoint_io import CheckpointIO
-from .collectives import CollectiveBackend, release_process_group
+from .checkpoints.io import CheckpointIO
+from .collectives import CollectiveBackend
 from .environment import ClusterEnvironmentBase
 from .exceptions import CollectiveTimeoutError, MisconfigurationError
 from .imports import import_object, require
 from .launchers import ExternalLauncher, Launcher
-from .precision import PrecisionBase
+from .precision.base import PrecisionBase
 from .registry import registry_of
 from .rendezvous import joined_store
 from .strategy import StrategyBase
@@ -114,6 +112,11 @@ class ParallelStrategyBase(StrategyBase):
     @cluster_environment.setter
     def cluster_environment(self, environment: ClusterEnvironmentBase) -> None:
         self._cluster_environment = environment
+
+    @property
+    def has_parallel_devices(self) -> bool:
+        """Whether devices were given (else ``parallel_devices`` are every device found)."""
+        return self._parallel_devices is not None
 
     @property
     def parallel_devices(self) -> list[torch.device]:
@@ -216,8 +219,8 @@ class ParallelStrategyBase(StrategyBase):
         backend = self.collective_backend
         if dist.is_initialized() and not self._replace_process_group(backend.process_group_name):
             # This launch's modules, imported after the group exists, take it as a default:
-            # the release lets go of them (collectives.release_process_group).
-            collectives.GROUP_DEFAULT_MODULES.update(self.group_default_modules)
+            # the release lets go of them (process_group.release_process_group).
+            process_group.GROUP_DEFAULT_MODULES.update(self.group_default_modules)
             return
         require(backend.requires, f"backend {backend.name!r}")
         backend.register()
@@ -230,7 +233,7 @@ class ParallelStrategyBase(StrategyBase):
         # strategy's timeout (where torch can change a group's timeout after creating it).
         joining = max(self.timeout, JOIN_TIMEOUT) if _can_set_group_timeout() else self.timeout
         with (
-            creating_process_group(self.group_default_modules),
+            process_group.creating_process_group(self.group_default_modules),
             self.timeouts_reported("connecting the processes", joining),
         ):
             # The store the launcher holds, where it holds one; else the env:// rendezvous.
@@ -252,8 +255,8 @@ class ParallelStrategyBase(StrategyBase):
         if existing == (backend, self.world_size, self.global_rank):
             _set_group_timeout(self.timeout)  # this launch's timeout, where torch can change it
             return False
-        if existing[1] == 1:  # nobody else is connected to it
-            release_process_group()
+        if existing[1] == 1 and process_group.created_by_runtime():  # nobody else uses it
+            process_group.release_process_group()
             return True
         raise MisconfigurationError(
             f"this process already belongs to a process group of {existing[1]} processes "
@@ -271,7 +274,8 @@ class ParallelStrategyBase(StrategyBase):
             try:
                 return super().run_worker(function, args, kwargs)
             except BaseException:
-                release_process_group()  # its peers are stopping: it cannot be used again
+                # Its peers are stopping: a group the runtime created cannot be used again.
+                process_group.release_process_group()
                 raise
 
     @contextlib.contextmanager
@@ -380,56 +384,3 @@ class OneProcessStrategyBase(ParallelStrategyBase):
 
     def setup_distributed(self) -> None:
         """One process needs no process group."""
-
-
-_release_registered = False
-
-
-def import_group_defaults(modules: tuple[str, ...]) -> None:
-    """Import, before the default group exists, modules that take it as a default argument.
-
-    ``torch.distributed.nn.functional`` declares its collectives with ``group=group.WORLD``, a
-    default evaluated on import: imported while a group exists (DistributedDataParallel's
-    constructor imports it through ``torch._dynamo``), its ten functions keep that group alive
-    past ``destroy_process_group`` (fairscale's OSS and ShardedGradScaler do the same). The
-    group's gloo worker and transport threads then live on into interpreter shutdown, and
-    there, now and then, a thread other than the main one ended the process with "terminate
-    called without an active exception" (SIGABRT) after a successful run. Imported first,
-    the defaults are None (the default group at call time) and hold nothing, and the group
-    and its threads are gone when the exit handler has run.
-    """
-    import importlib
-
-    collectives.GROUP_DEFAULT_MODULES.update(modules)  # for a group reused by later launches
-    for name in modules:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-
-
-def release_process_group_at_exit() -> None:
-    """Destroy the default process group when the interpreter exits (once registered)."""
-    global _release_registered
-    if not _release_registered:
-        atexit.register(_release_at_exit)
-        _release_registered = True
-
-
-def _release_at_exit() -> None:
-    # Python keeps the exception that ended a script for a debugger (sys.last_value and the
-    # rest), and its traceback's frames hold what they held: the strategy, the model, the
-    # groups. Nothing inspects it once the interpreter exits; let go of it first.
-    for name in ("last_exc", "last_type", "last_value", "last_traceback"):
-        with contextlib.suppress(AttributeError):
-            delattr(sys, name)
-    release_process_group()
-
-
-@contextlib.contextmanager
-def creating_process_group(group_default_modules: tuple[str, ...]) -> Generator[None, None, None]:
-    """Around the code that creates the default process group, whichever library runs it
-    (torch.distributed itself, or Bagua's and torch_xla's own functions): the modules that take
-    the group as a default argument are imported before it exists, and the group is destroyed
-    when the process ends (see ``import_group_defaults``)."""
-    import_group_defaults(group_default_modules)
-    yield
-    release_process_group_at_exit()

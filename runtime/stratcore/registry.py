@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from .collectives import CollectiveBackend
 from .contract import best_plugin
 from .exceptions import MisconfigurationError
-from .precision import canonical_precision
+from .precision.base import canonical_precision
 
 if TYPE_CHECKING:
     from .accelerator import Accelerator
     from .environment import ClusterEnvironmentBase
-    from .precision import PrecisionBase
+    from .precision.base import PrecisionBase
     from .strategy import StrategyBase
 
 

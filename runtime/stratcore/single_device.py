@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from .accelerator import Accelerator
-from .checkpoint_io import CheckpointIO
-from .precision import PrecisionBase
+from .checkpoints.io import CheckpointIO
+from .precision.base import PrecisionBase
 from .strategy import StrategyBase
 
 

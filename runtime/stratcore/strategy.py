@@ -25,8 +25,8 @@ from torch import nn
 from torch.optim import Optimizer
 
 from .accelerator import Accelerator
-from .checkpoint_io import CheckpointIO, TorchCheckpointIO
-from .checkpoint_state import CheckpointingBase
+from .checkpoints.io import CheckpointIO, TorchCheckpointIO
+from .checkpoints.state import CheckpointingBase
 from .collectives import CollectiveBackend
 from .contract import PRECISIONS
 from .exceptions import MisconfigurationError
@@ -34,7 +34,7 @@ from .imports import Requirement, require
 from .launchers import InlineLauncher, Launcher
 from .layer_sync import LayerSync
 from .parameter_moves import follow_move, parameters_by_name
-from .precision import PrecisionBase
+from .precision.base import PrecisionBase
 from .registry import registry_of
 
 
@@ -99,8 +99,21 @@ class StrategyBase(CheckpointingBase):
         return registry_of(type(self)).default_accelerator(type(self))
 
     @property
+    def has_accelerator(self) -> bool:
+        """Whether an accelerator was given or chosen already (else ``accelerator`` chooses the
+        first available one on first use)."""
+        return self._accelerator is not None
+
+    @property
+    def has_precision_plugin(self) -> bool:
+        """Whether a precision plugin was given or chosen already (else ``precision_plugin``
+        chooses one on first use)."""
+        return self._precision_plugin is not None
+
+    @property
     def precision_plugin(self) -> PrecisionBase:
-        """The precision plugin for the precision, wrapper and accelerator, built on first use."""
+        """The precision plugin chosen for the precision, wrapper and accelerator, built on first
+        use."""
         if self._precision_plugin is None:
             precision = self.default_precision or self.accelerator.default_precision
             self._precision_plugin = registry_of(type(self)).select_precision_plugin(
@@ -124,7 +137,8 @@ class StrategyBase(CheckpointingBase):
 
     @property
     def layer_sync(self) -> LayerSync | None:
-        """What converts batch norms for synchronisation (``sync_batchnorm=True``), if any."""
+        """What converts the model's batch norms for synchronisation (``sync_batchnorm=True``),
+        if anything."""
         return self._layer_sync
 
     @layer_sync.setter
@@ -163,7 +177,7 @@ class StrategyBase(CheckpointingBase):
 
     @property
     def lightning_module(self) -> nn.Module | None:
-        """The user's module inside any wrapper (named after the seeds' API)."""
+        """The user's module inside any wrapper (the name Lightning's strategies give it)."""
         return self.unwrap(self._model) if self._model is not None else None
 
     # -- devices and ranks ---------------------------------------------------------------
@@ -252,7 +266,11 @@ class StrategyBase(CheckpointingBase):
     def setup(self, module: nn.Module, *optimizers: Optimizer) -> Any:
         """Convert, move and wrap ``module`` and set up ``optimizers``; the strategy owns them.
 
-        ``optimizers`` follow a move that gives the module new Parameters (``parameter_moves``).
+        ``optimizers`` made from the module before train the parameters the moved module holds
+        (pointed at new Parameter objects where the move made some, as moves onto XLA devices
+        do), and the state they hold follows the parameters' device and dtype (see
+        ``parameter_moves``).
+
         Returns the wrapped module, or the module and the optimizers as a tuple when
         optimizers are given. A module compiled with ``torch.compile`` is set up without its
         compiled wrapper and compiled again once wrapped (in place, ``nn.Module.compile`` with
@@ -268,7 +286,8 @@ class StrategyBase(CheckpointingBase):
             )
             module = self._layer_sync.apply(module)
         module = self.model_to_device(module)
-        follow_move(module, before, optimizers)  # a move onto XLA makes new Parameters
+        # A move onto some devices (XLA's) gives the module new Parameter objects.
+        follow_move(module, before, optimizers)
         hook = self.hook("setup")
         if hook is not None:
             module, optimizer_list = hook(self, module, list(optimizers))

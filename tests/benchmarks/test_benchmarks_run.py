@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from stratcore import watch
+from stratcore.testing import watch
 
 ROOT = Path(__file__).resolve().parents[2]
 #: One worker runs both tests, so that the quick run (the module's fixture) runs once.

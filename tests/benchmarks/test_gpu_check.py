@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from stratcore import watch
+from stratcore.testing import watch
 
 ROOT = Path(__file__).resolve().parents[2]
 # The checkout's `benchmarks` package, not fairscale's of the same name.

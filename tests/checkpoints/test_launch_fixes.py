@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import testing, watch
+from stratcore import testing
+from stratcore.testing import watch
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE.parents[1] / "generated"
@@ -59,7 +60,7 @@ def test_reduce_over_two_ranks_takes_numbers_dicts_and_lists(tmp_path: Path) -> 
 def test_a_sharded_save_killed_midway_leaves_the_previous_checkpoint(
     asynchronous: bool, tmp_path: Path
 ) -> None:
-    from stratcore.sharded_checkpoint import consolidated
+    from stratcore.checkpoints.sharded import consolidated
 
     command = [sys.executable, str(HERE / "scripts" / "killed_save.py"), str(tmp_path)]
     if asynchronous:

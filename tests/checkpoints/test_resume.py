@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import testing, watch
+from stratcore import testing
 from stratcore.launchers.base import rank_command
+from stratcore.testing import watch
 
 import stratlib
 
@@ -222,7 +223,13 @@ def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
     checkpoint = jobs.checkpoint(name)
     assert checkpoint.is_dir(), "a sharded checkpoint is a folder"
     single = tmp_path / "single.ckpt"
-    command = [sys.executable, "-m", "stratcore.consolidate", str(checkpoint), str(single)]
+    command = [
+        sys.executable,
+        "-m",
+        "stratcore.checkpoints.consolidate",
+        str(checkpoint),
+        str(single),
+    ]
     converted = watch.run(command, env=_environ())
     assert converted.returncode == 0, converted.stderr
 
@@ -242,7 +249,7 @@ def test_a_sharded_checkpoint_converts_into_one_file_that_loads_anywhere(
 
 def test_not_a_sharded_checkpoint_is_refused_with_exit_code_2(tmp_path: Path) -> None:
     env = testing.clean_environ({"PYTHONPATH": str(GENERATED)})
-    command = [sys.executable, "-m", "stratcore.consolidate", str(tmp_path), "out.ckpt"]
+    command = [sys.executable, "-m", "stratcore.checkpoints.consolidate", str(tmp_path), "out.ckpt"]
     result = watch.run(command, env=env, cwd=tmp_path)
     assert result.returncode == 2
     assert "is not a sharded checkpoint" in result.stderr and "Traceback" not in result.stderr

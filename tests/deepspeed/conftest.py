@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import testing, watch
+from stratcore import testing
 from stratcore.launchers.base import rank_command
+from stratcore.testing import watch
 from torch import nn
 
 HERE = Path(__file__).resolve().parent

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import testing, watch
+from stratcore import testing
 from stratcore.exceptions import MisconfigurationError
-from stratcore.wrappers.deepspeed_config import CONFIG_DEFAULTS, extension_build_lock, ops_to_build
+from stratcore.testing import watch
+from stratcore.wrappers.deepspeed.config import CONFIG_DEFAULTS, extension_build_lock, ops_to_build
 from torch import nn
 
 import stratlib
@@ -303,7 +304,7 @@ def test_extension_builds_take_turns_across_processes(
             "-c",
             textwrap.dedent("""
                 import sys, time
-                from stratcore.wrappers.deepspeed_config import extension_build_lock
+                from stratcore.wrappers.deepspeed.config import extension_build_lock
                 with extension_build_lock("probe_op"):
                     print("locked", flush=True)
                     time.sleep(2.0)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 from stratcore import testing
-from stratcore.wrappers.deepspeed_config import cpu_has_fp16_kernels
+from stratcore.wrappers.deepspeed.config import cpu_has_fp16_kernels
 
 #: Every test of the module runs in one pytest process, where they share the jobs.
 pytestmark = [

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 from stratcore.exceptions import MisconfigurationError
-from stratcore.wrappers.deepspeed_accelerator import DeepSpeedAcceleratorBase
+from stratcore.wrappers.deepspeed.accelerator.base import DeepSpeedAcceleratorBase
 
 import stratlib
 import stratlib.deepspeed as generated

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from docblocks import DOCS, REPO, block, marked_blocks
 from sgtest import run_cli
-from stratcore import watch
+from stratcore.testing import watch
 
 #: Every marked block, with the test that runs it.
 TESTED = {

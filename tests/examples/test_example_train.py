@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from stratcore import watch
 from stratcore.launchers.base import rank_command
+from stratcore.testing import watch
 
 pytest.importorskip("sklearn", reason="the example's data set ships with scikit-learn")
 

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stratcore import watch
-from stratcore.testing import clean_environ
+from stratcore.testing import clean_environ, watch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

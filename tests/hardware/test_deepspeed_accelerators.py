@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stratcore import testing, watch
-from stratcore.testing import clean_environ
+from stratcore import testing
+from stratcore.testing import clean_environ, watch
 
 from .support import GENERATED, REPO, install_standins
 
@@ -195,7 +195,7 @@ def test_deepspeed_ran_on_the_generated_accelerator(device: str, runs: dict[str,
         "backend": DEVICES[device].backend,
         # installed before DeepSpeed was imported: the op builders it bound are the generated
         # accelerator's, which report themselves unavailable
-        "fused_adam_builder": "stratcore.wrappers.deepspeed_install",
+        "fused_adam_builder": "stratcore.wrappers.deepspeed.accelerator.install",
     }
     # Both ranks selected their device through the vendor's function (the spec's set_device).
     selecting = {e["pid"] for e in run.events if e["event"] == "set_device"}

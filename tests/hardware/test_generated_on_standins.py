@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stratcore import watch
-from stratcore.testing import clean_environ
-from stratcore.wrappers.deepspeed_config import cpu_has_fp16_kernels
+from stratcore.testing import clean_environ, watch
+from stratcore.wrappers.deepspeed.config import cpu_has_fp16_kernels
 
 from .support import GENERATED, REPO, install_standins
 

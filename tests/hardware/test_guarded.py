@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from stratcore import watch
 from stratcore.imports import module_available
-from stratcore.testing import clean_environ
+from stratcore.testing import clean_environ, watch
 
 import stratlib
 from stratlib import registry
@@ -69,7 +68,7 @@ import json, sys
 import stratlib
 stratlib.list_strategies()
 import stratcore.wrappers.horovod, stratcore.wrappers.bagua, stratcore.wrappers.xla
-import stratcore.ipu, stratlib.hooks.ipu
+import stratcore.wrappers.poptorch, stratlib.hooks.ipu
 print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
 """
     environ = clean_environ({"PYTHONPATH": str(GENERATED)})

@@ -18,11 +18,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from stratcore import watch
 from stratcore.testing import (
     assert_parameters_close,
     clean_environ,
     reference_parameters,
+    watch,
 )
 
 from .support import REPO

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from sgtest import make_project, run_cli
-from stratcore import watch
+from stratcore.testing import watch
 
 pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
 

@@ -24,7 +24,6 @@ from lightning.fabric.strategies import STRATEGY_REGISTRY
 from lightning.pytorch import Trainer
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
-from stratcore import watch
 from stratcore.accelerator import Accelerator
 from stratcore.exceptions import MisconfigurationError, MissingDependencyError
 from stratcore.lightning import check_lightning_version
@@ -32,6 +31,7 @@ from stratcore.lightning.accelerators import AcceleratorAdapter
 from stratcore.lightning.precision import build_precision, lightning_precision_class
 from stratcore.lightning.strategies import StrategyAdapter, register
 from stratcore.single_device import SingleDeviceStrategyBase
+from stratcore.testing import watch
 
 ROOT = Path(__file__).parents[2]
 SCHEDULER_VARIABLES = (

@@ -35,4 +35,4 @@ def test_a_lightning_job_starts_under_the_rank_prefix(
     # Both ranks trained; only the first started under the prefix.
     assert testing.read_reports(case) is not None, done.stdout[-3000:]
     [logged] = (tmp_path / "prefix.log").read_text(encoding="utf-8").splitlines()
-    assert " -m stratcore.lightning.testing cases " in logged, logged
+    assert " -m stratcore.testing.lightning.program cases " in logged, logged

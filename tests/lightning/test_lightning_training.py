@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from stratcore import watch
+from stratcore.testing import watch
 
 SUPPORT = Path(__file__).parent / "support"
 ROOT = Path(__file__).parents[2]

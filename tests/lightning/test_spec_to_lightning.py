@@ -22,11 +22,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from stratcore import watch
 from stratcore.testing import (
     assert_parameters_close,
     clean_environ,
     reference_parameters,
+    watch,
 )
 from stratcore.testing.processes import run_given_a_port
 

@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from stratcore import watch
+from stratcore.testing import watch
 
 ROOT = Path(__file__).resolve().parents[2]
 

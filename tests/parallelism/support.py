@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from stratcore import watch
 from stratcore.launchers.base import rank_command
-from stratcore.testing import clean_environ
+from stratcore.testing import clean_environ, watch
 from stratcore.testing.processes import run_given_a_port
 from torch import nn
 
@@ -19,7 +18,7 @@ GENERATED = Path(__file__).resolve().parents[2] / "generated"
 
 
 #: Seconds a job may go without progress (output, or CPU time used by any of its processes)
-#: before it counts as hung (``stratcore.watch``). The scripts' strategies also time out their
+#: before it counts as hung (``stratcore.testing.watch``). The scripts' strategies also time out their
 #: collectives (their ``timeout`` option), which ends a job whose processes wait on each other.
 STALL = watch.STALL
 
@@ -37,7 +36,7 @@ def run_nodes(
     ``--out``) once per node, NODE_RANK, MASTER_ADDR and MASTER_PORT set when there are
     several; returns each one's exit code and stderr (stdout is also kept in
     ``OUT/stdout-<node>.log``). The job fails when it makes no progress for ``stall`` seconds
-    (``stratcore.watch``), however long it takes; a port taken before the job bound it gives
+    (``stratcore.testing.watch``), however long it takes; a port taken before the job bound it gives
     the job another one."""
     path = SCRIPTS / script
     command = [sys.executable, str(path), *args]

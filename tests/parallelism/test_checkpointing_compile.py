@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore.wrappers.mesh import apply_activation_checkpointing
+from stratcore.wrappers.fsdp.activation_checkpointing import apply_activation_checkpointing
 from torch import nn
 
 from .support import SCRIPTS, assert_close, run_job, train_alone

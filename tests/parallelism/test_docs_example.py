@@ -64,7 +64,13 @@ def test_the_guides_example_trains_like_one_process(tmp_path: Path) -> None:
     # The checkpoint holds every stage: made one file, it is the model's own state dict.
     consolidated = tmp_path / "whole.ckpt"
     subprocess.run(
-        [sys.executable, "-m", "stratcore.consolidate", "checkpoints/pipeline", str(consolidated)],
+        [
+            sys.executable,
+            "-m",
+            "stratcore.checkpoints.consolidate",
+            "checkpoints/pipeline",
+            str(consolidated),
+        ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(GENERATED)},
         check=True,

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 from stratcore.exceptions import MisconfigurationError
-from stratcore.wrappers.parallel_dims import NAMED_DIMS, named_dims
+from stratcore.wrappers.model_parallel.parallel_dims import NAMED_DIMS, named_dims
 from torch import nn
 
 import stratlib
@@ -191,7 +191,7 @@ def test_a_default_layout_with_tensor_parallelism_needs_a_parallelize_fn() -> No
 
 
 def test_context_parallel_changes_nothing_without_a_cp_dimension() -> None:
-    from stratcore.wrappers.context_parallel import context_parallel
+    from stratcore.wrappers.model_parallel.context_parallel import context_parallel
 
     x = torch.arange(8.0).view(1, 8)
     with context_parallel(None, torch.device("cpu"), [x], seq_dims=[1]):

@@ -14,7 +14,12 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stratcore.exceptions import MisconfigurationError
-from stratcore.wrappers.pipeline import pipeline_units, split_units, stage_count, stage_module
+from stratcore.wrappers.model_parallel.pipeline import (
+    pipeline_units,
+    split_units,
+    stage_count,
+    stage_module,
+)
 from torch import nn
 
 import stratlib
@@ -214,7 +219,7 @@ class Scaled(nn.Module):
     ],
 )  # fmt: skip
 def test_splits_that_cannot_work_are_refused(model: Any, split: Any, message: str) -> None:
-    from stratcore.wrappers.pipeline import _check_unshared
+    from stratcore.wrappers.model_parallel.pipeline import _check_unshared
 
     with pytest.raises(MisconfigurationError, match=message.replace("(", r"\(")):
         _check_unshared(split_units(model(), split))

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stratcore import testing, watch
+from stratcore import testing
+from stratcore.testing import watch
 from stratcore.testing.processes import run_given_a_port
 
 ROOT = Path(__file__).resolve().parents[2]

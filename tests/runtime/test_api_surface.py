@@ -16,7 +16,7 @@ import pytest
 import torch
 from stratcore import testing
 from stratcore.launchers import InlineLauncher, PopenLauncher, SpawnLauncher
-from stratcore.parallel import release_process_group
+from stratcore.process_group import release_process_group
 
 import stratlib
 from stratlib import registry

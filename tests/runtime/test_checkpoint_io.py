@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore.checkpoint_io import CheckpointIO, PathLike
+from stratcore.checkpoints.io import CheckpointIO, PathLike
 
 import stratlib
 

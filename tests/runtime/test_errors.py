@@ -167,7 +167,7 @@ def test_popen_strategy_from_an_interactive_session_explains_the_alternative() -
     """`python -c` has no script to start again for the other ranks."""
     import sys
 
-    from stratcore import watch
+    from stratcore.testing import watch
 
     from .support import script_env
 
@@ -184,7 +184,7 @@ def test_a_folder_named_like_a_package_is_not_the_package(
 ) -> None:
     """A folder without code on the path (a checkout's ``deepspeed/`` of config files, or a
     test folder) does not make a strategy that needs that package look runnable."""
-    from stratcore.values import Requirement
+    from stratcore.contract.values import Requirement
 
     (tmp_path / "stratcore_lookalike_configs").mkdir()
     (tmp_path / "stratcore_lookalike_package").mkdir()

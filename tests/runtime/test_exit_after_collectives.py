@@ -17,7 +17,7 @@ import json
 import sys
 
 import pytest
-from stratcore import watch
+from stratcore.testing import watch
 
 from .support import ROOT, SCRIPTS, script_env
 

@@ -17,8 +17,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from stratcore import testing, watch
+from stratcore import testing
 from stratcore.launchers.base import RANK_PREFIX_ENV
+from stratcore.testing import watch
 
 from .support import SCRIPTS, finish, python, start
 

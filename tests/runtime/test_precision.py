@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from stratcore import testing
-from stratcore.precision import canonical_precision
+from stratcore.precision.base import canonical_precision
 from torch import nn
 
 import stratlib

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from stratcore import watch
+from stratcore.testing import watch
 
 from .support import python, script_env
 

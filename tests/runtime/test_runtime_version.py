@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import stratcore
-from stratcore import watch
+from stratcore.testing import watch
 from stratcore.version import RUNTIME_SERIES, RuntimeVersionError, check_runtime_version
 
 GENERATED = Path(__file__).resolve().parents[2] / "generated"

@@ -1,4 +1,4 @@
-"""stratcore.watch: a job fails on an absence of progress, not on the clock.
+"""stratcore.testing.watch: a job fails on an absence of progress, not on the clock.
 
 Real processes: one that works slowly, one that writes now and then, one that waits (for a
 child that sleeps), and a command that ends while a process it started keeps its output open.
@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from stratcore import watch
+from stratcore.testing import watch
 
 PYTHON = sys.executable
 #: Short enough for a test; each job below is far from it or far past it.
@@ -99,6 +99,6 @@ def test_the_processes_of_a_job_watched_inside_another_are_the_outer_jobs_too() 
     # A command that watches its own command (the benchmark harness under a test): the work
     # below it is the outer job's progress too.
     work = f"import time; end = time.monotonic() + {2 * STALL}\nwhile time.monotonic() < end: pass"
-    inner = f"import sys; from stratcore import watch; watch.run([sys.executable, '-c', {work!r}])"
+    inner = f"import sys; from stratcore.testing import watch; watch.run([sys.executable, '-c', {work!r}])"
     completed = watch.run([PYTHON, "-c", inner], what="an outer job", stall=STALL)
     assert completed.returncode == 0, completed.stderr

@@ -13,9 +13,8 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from stratcore import watch
 from stratcore.launchers.base import rank_command
-from stratcore.testing import clean_environ, reference_batch
+from stratcore.testing import clean_environ, reference_batch, watch
 from torch import nn
 
 SCRIPTS = Path(__file__).parent / "scripts"

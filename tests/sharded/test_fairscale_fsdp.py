@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-from stratcore import watch
 from stratcore.exceptions import MisconfigurationError
+from stratcore.testing import watch
 from stratcore.testing.processes import run_given_a_port
 
 import stratlib

@@ -12,11 +12,11 @@ from typing import Any, ClassVar
 import pytest
 import torch
 from fairscale.optim.grad_scaler import ShardedGradScaler
-from stratcore import precision as precision_module
-from stratcore import testing, watch
+from stratcore import testing
 from stratcore.exceptions import MisconfigurationError
-from stratcore.precision import make_grad_scaler
-from stratcore.testing import reference_model
+from stratcore.precision import base as precision_module
+from stratcore.precision.base import make_grad_scaler
+from stratcore.testing import reference_model, watch
 
 import stratlib
 from stratlib import DDPShardedStrategy, ShardedNativeMixedPrecisionPlugin

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from stratcore.wrappers.deepspeed_accelerator import DeepSpeedAcceleratorBase
+from stratcore.wrappers.deepspeed.accelerator.base import DeepSpeedAcceleratorBase
 
 from .. import accelerators
 

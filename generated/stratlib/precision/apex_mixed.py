@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.precision import ApexPrecisionBase
+from stratcore.precision.base import ApexPrecisionBase
 
 from .mixed import MixedPrecisionPlugin
 

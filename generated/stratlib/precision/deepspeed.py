@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.wrappers.deepspeed_precision import DeepSpeedPrecisionBase
+from stratcore.wrappers.deepspeed.precision import DeepSpeedPrecisionBase
 
 from .precision import PrecisionPlugin
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.precision import DoublePrecisionBase
+from stratcore.precision.base import DoublePrecisionBase
 
 from .precision import PrecisionPlugin
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.wrappers.fsdp import FSDPPrecisionBase
+from stratcore.wrappers.fsdp.strategy import FSDPPrecisionBase
 
 from .mixed import MixedPrecisionPlugin
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.precision import HalfPrecisionBase
+from stratcore.precision.base import HalfPrecisionBase
 
 from .precision import PrecisionPlugin
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from stratcore.imports import Requirement
-from stratcore.ipu import IPUPrecisionBase
+from stratcore.wrappers.poptorch import IPUPrecisionBase
 
 from .precision import PrecisionPlugin
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.precision import MixedPrecisionBase
+from stratcore.precision.base import MixedPrecisionBase
 
 from .precision import PrecisionPlugin
 

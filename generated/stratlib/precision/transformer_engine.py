@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from stratcore.imports import Requirement
-from stratcore.transformer_engine import TransformerEnginePrecisionBase
+from stratcore.precision.transformer_engine import TransformerEnginePrecisionBase
 
 from .precision import PrecisionPlugin
 

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.wrappers.fairscale_fsdp import FairscaleFSDPStrategyBase
+from stratcore.wrappers.fairscale.fsdp import FairscaleFSDPStrategyBase
 
 from .parallel import ParallelStrategy
 

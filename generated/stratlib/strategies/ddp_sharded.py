@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.wrappers.sharded import ShardedStrategyBase
+from stratcore.wrappers.fairscale.oss import ShardedStrategyBase
 
 from .parallel import ParallelStrategy
 

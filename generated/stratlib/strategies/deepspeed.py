@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.wrappers.deepspeed import DeepSpeedStrategyBase
+from stratcore.wrappers.deepspeed.strategy import DeepSpeedStrategyBase
 
 from .parallel import ParallelStrategy
 

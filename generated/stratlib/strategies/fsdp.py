@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.wrappers.fsdp import FSDPStrategyBase
+from stratcore.wrappers.fsdp.strategy import FSDPStrategyBase
 
 from .parallel import ParallelStrategy
 

@@ -9,7 +9,8 @@ from typing import Any, ClassVar, Literal
 from stratcore.collectives import CollectiveBackend
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher
-from stratcore.wrappers.horovod import HorovodRunLauncher, HorovodStrategyBase
+from stratcore.launchers.horovodrun import HorovodRunLauncher
+from stratcore.wrappers.horovod import HorovodStrategyBase
 
 from ..backends import HOROVOD
 from .parallel import ParallelStrategy

@@ -9,8 +9,8 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from stratcore.imports import Requirement
-from stratcore.ipu import IPUStrategyBase
 from stratcore.launchers import InlineLauncher, Launcher
+from stratcore.wrappers.poptorch import IPUStrategyBase
 
 from ..hooks import ipu as ipu_hooks
 from .parallel import ParallelStrategy

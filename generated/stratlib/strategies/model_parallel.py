@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from stratcore.launchers import Launcher, PopenLauncher
-from stratcore.wrappers.model_parallel import ModelParallelStrategyBase
+from stratcore.wrappers.model_parallel.strategy import ModelParallelStrategyBase
 
 from .parallel import ParallelStrategy
 

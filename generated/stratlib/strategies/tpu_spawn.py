@@ -10,7 +10,8 @@ from typing import Any, ClassVar, Literal
 from stratcore.collectives import CollectiveBackend
 from stratcore.imports import Requirement
 from stratcore.launchers import Launcher
-from stratcore.wrappers.xla import XLALauncher, XLAStrategyBase
+from stratcore.launchers.xla import XLALauncher
+from stratcore.wrappers.xla import XLAStrategyBase
 
 from ..backends import XLA
 from .parallel import ParallelStrategy

@@ -10,7 +10,8 @@
 
 A strategy names its launcher by class (``StrategyBase.launcher_class``); each launcher class has a
 ``name`` ('none', 'external', 'popen', 'spawn', 'fork', 'forkserver'; the XLA and horovodrun
-launchers live next to their wrappers, in ``stratcore.wrappers.xla`` and ``.horovod``).
+launchers, which come with their engines, are ``stratcore.launchers.xla`` and
+``stratcore.launchers.horovodrun``, imported by the strategies that use them).
 
 The launchers that start ranks themselves bind the job's rendezvous store before the first
 rank starts and hold it while the job runs (``stratcore.rendezvous``): no other process can
@@ -21,15 +22,18 @@ launcher dies ends itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .base import ExternalLauncher, InlineLauncher, Launcher, run_reporting_errors, watch_parent
+from .base import (
+    ExternalLauncher,
+    InlineLauncher,
+    LaunchTarget,
+    Launcher,
+    ParallelLaunchTarget,
+    run_reporting_errors,
+    watch_parent,
+)
 from .popen import PopenLauncher, script_command
 from .reports import PEER_FAILURE_PATTERNS, Report, failure_message, is_peer_failure, root_cause
 from .spawn import ForkLauncher, ForkServerLauncher, SpawnLauncher
-
-if TYPE_CHECKING:
-    from ..strategy import StrategyBase
 
 __all__ = [
     "PEER_FAILURE_PATTERNS",
@@ -37,11 +41,12 @@ __all__ = [
     "ForkLauncher",
     "ForkServerLauncher",
     "InlineLauncher",
+    "LaunchTarget",
     "Launcher",
+    "ParallelLaunchTarget",
     "PopenLauncher",
     "Report",
     "SpawnLauncher",
-    "create_launcher",
     "failure_message",
     "is_peer_failure",
     "root_cause",
@@ -49,8 +54,3 @@ __all__ = [
     "script_command",
     "watch_parent",
 ]
-
-
-def create_launcher(strategy: StrategyBase) -> Launcher:
-    """The launcher of ``strategy``: its class's ``launcher``, made with it."""
-    return type(strategy).launcher_class(strategy)

@@ -14,14 +14,11 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
+from ..environment import ClusterEnvironmentBase
 from ..exceptions import MisconfigurationError
 from ..rendezvous import HostedStore
-
-if TYPE_CHECKING:
-    from ..parallel import ParallelStrategyBase
-    from ..strategy import StrategyBase
 
 #: Set in processes started by PopenLauncher: where to write a traceback, where to count the
 #: launches the process entered, and whom to watch.
@@ -52,6 +49,36 @@ POLL_INTERVAL = 0.1
 Report = tuple[int, int | None, str]
 
 
+class LaunchTarget(Protocol):
+    """What a launcher uses of the strategy it launches (every ``StrategyBase``): the launchers
+    know strategies only through this, so that they import nothing of the strategies, which
+    import them."""
+
+    @property
+    def is_global_zero(self) -> bool: ...
+
+    def run_worker(
+        self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any: ...
+
+
+class ParallelLaunchTarget(LaunchTarget, Protocol):
+    """What the launchers that start (or find) several processes use of a parallel strategy
+    (every ``ParallelStrategyBase``)."""
+
+    num_nodes: int
+    timeout: float
+
+    @property
+    def num_processes(self) -> int: ...
+
+    @property
+    def node_rank(self) -> int: ...
+
+    @property
+    def cluster_environment(self) -> ClusterEnvironmentBase: ...
+
+
 class Launcher(ABC):
     """Starts the processes of a strategy and runs a function in each."""
 
@@ -60,7 +87,7 @@ class Launcher(ABC):
     #: Whether a launch runs in the calling process alone, with no other process taking part.
     in_calling_process: ClassVar[bool] = False
 
-    def __init__(self, strategy: StrategyBase) -> None:
+    def __init__(self, strategy: LaunchTarget) -> None:
         self.strategy = strategy
 
     @property
@@ -102,7 +129,7 @@ class ExternalLauncher(Launcher):
 
     name = "external"
 
-    strategy: ParallelStrategyBase
+    strategy: ParallelLaunchTarget
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         strategy = self.strategy
@@ -116,7 +143,7 @@ class ExternalLauncher(Launcher):
         return run_reporting_errors(strategy, function, args, kwargs)
 
 
-def rendezvous_environ(strategy: ParallelStrategyBase) -> tuple[HostedStore | None, dict[str, str]]:
+def rendezvous_environ(strategy: ParallelLaunchTarget) -> tuple[HostedStore | None, dict[str, str]]:
     """Where the ranks of a job started here meet: on the first node, a store bound now, before
     any rank starts, and held by the caller until the job ends (see ``stratcore.rendezvous``);
     on other nodes, the first node's address and port. Returns the store and the variables
@@ -141,7 +168,7 @@ _launches_entered = 0
 
 
 def run_reporting_errors(
-    strategy: StrategyBase,
+    strategy: LaunchTarget,
     function: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],

@@ -31,6 +31,7 @@ from .base import (
     POLL_INTERVAL,
     TERMINATE_GRACE,
     Launcher,
+    ParallelLaunchTarget,
     rank_command,
     rendezvous_environ,
     run_reporting_errors,
@@ -39,7 +40,6 @@ from .base import (
 from .reports import Report, failure_message, is_peer_failure, root_cause, uneven_launches
 
 if TYPE_CHECKING:
-    from ..parallel import ParallelStrategyBase
     from ..rendezvous import HostedStore
 
 
@@ -81,7 +81,7 @@ class _PopenJob:
 
     def __init__(
         self,
-        strategy: ParallelStrategyBase,
+        strategy: ParallelLaunchTarget,
         command: list[str],
         env: dict[str, str],
         store: HostedStore | None,
@@ -226,7 +226,7 @@ class _PopenJob:
 
     def run_rank_zero(
         self,
-        strategy: ParallelStrategyBase,
+        strategy: ParallelLaunchTarget,
         function: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
@@ -364,7 +364,7 @@ class PopenLauncher(Launcher):
     name = "popen"
     script_is_a_rank: ClassVar[bool] = True
 
-    strategy: ParallelStrategyBase
+    strategy: ParallelLaunchTarget
 
     @property
     def is_interactive_compatible(self) -> bool:

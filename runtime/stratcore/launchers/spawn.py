@@ -9,24 +9,27 @@ import pickle
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from ..collectives import release_process_group
 from ..contract import LAUNCHER_OPTIONS
 from ..exceptions import ProcessFailedError
-from ..precision import apply_to_tensors
+from ..precision.base import apply_to_tensors
+from ..process_group import release_process_group
 from . import base
-from .base import Launcher, rendezvous_environ, run_reporting_errors, watch_parent
+from .base import (
+    LaunchTarget,
+    Launcher,
+    ParallelLaunchTarget,
+    rendezvous_environ,
+    run_reporting_errors,
+    watch_parent,
+)
 from .reports import failure_message, is_peer_failure, root_cause
-
-if TYPE_CHECKING:
-    from ..parallel import ParallelStrategyBase
-    from ..strategy import StrategyBase
 
 
 def _spawned_worker(
     local_rank: int,
-    held: list[ParallelStrategyBase],
+    held: list[ParallelLaunchTarget],
     function: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
@@ -70,9 +73,9 @@ class SpawnLauncher(Launcher):
 
     name = "spawn"
     default_start_method: ClassVar[str] = LAUNCHER_OPTIONS["spawn"]["start_method"].default
-    strategy: ParallelStrategyBase
+    strategy: ParallelLaunchTarget
 
-    def __init__(self, strategy: StrategyBase, start_method: str | None = None) -> None:
+    def __init__(self, strategy: LaunchTarget, start_method: str | None = None) -> None:
         super().__init__(strategy)
         start_method = (
             start_method or getattr(strategy, "start_method", None) or self.default_start_method

@@ -7,7 +7,7 @@ only runs ParallelStrategy's. The rest of it reaches the device through DeepSpee
 (``deepspeed.accelerator.get_accelerator()``) and the strategy's ``root_device``, whatever its
 type. So this adapter makes DeepSpeed train on the device's DeepSpeed accelerator (the
 generated one where the accelerator spec says so, else DeepSpeed's own class selected by
-``DS_ACCELERATOR``: ``stratcore.wrappers.deepspeed_select.select_for``), then runs
+``DS_ACCELERATOR``: ``stratcore.wrappers.deepspeed.select.select_for``), then runs
 ParallelStrategy's ``setup_environment`` itself. ``tests/lightning/test_lightning_deepspeed.py``
 checks that the method it passes over still does nothing else.
 """
@@ -24,7 +24,7 @@ from lightning.pytorch.strategies import (  # noqa: E402
     DeepSpeedStrategy as TrainerDeepSpeedStrategy,
 )
 
-from ..wrappers.deepspeed_select import select_for  # noqa: E402
+from ..wrappers.deepspeed.select import select_for  # noqa: E402
 from .strategies import StrategyAdapter  # noqa: E402
 
 __all__ = ["DeepSpeedAdapter"]

@@ -27,8 +27,8 @@ from lightning.fabric.strategies import (  # noqa: E402
 )
 from torch import nn  # noqa: E402
 
-from ..wrappers.fsdp2 import fsdp2  # noqa: E402
-from ..wrappers.parallel_dims import lightning_sizes  # noqa: E402
+from ..wrappers.fsdp.fully_shard import fsdp2  # noqa: E402
+from ..wrappers.model_parallel.parallel_dims import lightning_sizes  # noqa: E402
 from .strategies import StrategyAdapter  # noqa: E402
 
 __all__ = ["ModelParallelAdapter", "shard_data_parallel"]

@@ -19,7 +19,7 @@ check_lightning_version()
 import torch  # noqa: E402
 
 from ..exceptions import MisconfigurationError  # noqa: E402
-from ..precision import canonical_precision  # noqa: E402
+from ..precision.base import canonical_precision  # noqa: E402
 
 __all__ = [
     "KIND_CLASSES",

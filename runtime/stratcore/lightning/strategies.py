@@ -50,7 +50,8 @@ from ..collectives import CollectiveBackend, normalize_reduce_op  # noqa: E402
 from ..contract import DEFAULT_PRECISION, PRECISIONS  # noqa: E402
 from ..exceptions import MisconfigurationError  # noqa: E402
 from ..imports import import_object  # noqa: E402
-from ..parallel import ParallelStrategyBase, creating_process_group  # noqa: E402
+from ..parallel import ParallelStrategyBase  # noqa: E402
+from ..process_group import creating_process_group  # noqa: E402
 from ..strategy import StrategyBase  # noqa: E402
 from .accelerators import AcceleratorAdapter  # noqa: E402
 from .precision import Flavour, build_precision  # noqa: E402

@@ -18,7 +18,7 @@ from .expectations import Expectation, precision_tolerance, reference_dtype
 from .reference import LARGE_INT, reference_batch, reference_model, reference_parameters
 
 if TYPE_CHECKING:
-    from ..precision import PrecisionBase
+    from ..precision.base import PrecisionBase
     from ..strategy import StrategyBase
 
 

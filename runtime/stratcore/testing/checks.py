@@ -155,7 +155,7 @@ def assert_abstract_base(cls: type[Any]) -> None:
     """An abstract base strategy has no registry name, an abstract cluster environment is never
     detected, and an abstract precision plugin never chosen."""
     from ..environment import ClusterEnvironmentBase
-    from ..precision import PrecisionBase
+    from ..precision.base import PrecisionBase
     from ..strategy import StrategyBase
 
     registry = registry_of(cls)

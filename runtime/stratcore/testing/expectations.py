@@ -14,7 +14,7 @@ from .devices import devices_refused
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
-    from ..precision import PrecisionBase
+    from ..precision.base import PrecisionBase
     from ..strategy import StrategyBase
 
 # --- assertions for generated tests ------------------------------------------------------------

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import watch
 from ..environment import find_free_port
+from . import watch
 from .environ import (
     RUN_MARKER_ENV,
     package_environ,
@@ -80,7 +80,7 @@ def run_scenario(
 
     Keyword arguments become the scenario's command-line options (``precision="64-true"``,
     ``steps=3``, ``folder=...``); ``strategy_options`` is a dict of strategy options. There is
-    no time limit: the run fails (``stratcore.watch.Stalled``) only when none of its
+    no time limit: the run fails (``stratcore.testing.watch.Stalled``) only when none of its
     processes has used the CPU or written output for ``stall`` seconds.
     """
     skip_unless_optimizers_in_setup(strategy)
@@ -146,7 +146,7 @@ class FailureRun:
 
 
 #: How long every process of a failing job may go without using the CPU or writing output
-#: before the run fails (``stratcore.watch``). A launcher that stops the job after a failure
+#: before the run fails (``stratcore.testing.watch``). A launcher that stops the job after a failure
 #: keeps its processes busy ending, however loaded the machine; one that waits instead (for a
 #: collective's timeout, or a grace that never ends) leaves them idle, and is caught within
 #: this many seconds.
@@ -169,7 +169,7 @@ def run_failure_scenario(
 
     With ``kill_launcher``, the launching process is SIGKILLed once the failing rank is in
     place (use it with ``how="hang"``): its ranks must notice and end. A job that does not
-    end promptly fails the test (``stratcore.watch.Stalled``) once none of its processes has
+    end promptly fails the test (``stratcore.testing.watch.Stalled``) once none of its processes has
     used the CPU or written output for ``stall`` seconds, with what each of them was doing.
     """
     folder = Path(folder)

@@ -19,7 +19,7 @@ from .expectations import Expectation, expectation_for
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
-    from ..precision import PrecisionBase
+    from ..precision.base import PrecisionBase
     from ..strategy import StrategyBase
 
 

@@ -18,7 +18,8 @@ from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
 from ..imports import require
-from ..parallel import ParallelStrategyBase, creating_process_group
+from ..parallel import ParallelStrategyBase
+from ..process_group import creating_process_group
 
 #: Algorithms Bagua registers under these names (``Algorithm.init(name, **kwargs)``).
 BAGUA_ALGORITHMS = (

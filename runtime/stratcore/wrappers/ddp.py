@@ -37,7 +37,7 @@ class DDPStrategyBase(ParallelStrategyBase):
         configure = self.configure_ddp
         if inspect.signature(configure).parameters:
             return configure(module), optimizers
-        # The form of the seeds' examples, ``def configure_ddp(self)``: it replaces
+        # The form Lightning 1.x's DDP hook had, ``def configure_ddp(self)``: it replaces
         # ``self.model`` by the wrapped model.
         self.model = module
         configure()  # type: ignore[call-arg]

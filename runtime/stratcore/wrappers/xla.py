@@ -1,7 +1,7 @@
-"""PyTorch/XLA (TPUs): strategies, precision and the launcher built on torch_xla.
+"""PyTorch/XLA (TPUs): strategies and precision built on torch_xla.
 
-torch_xla starts one process per device itself (``xmp.spawn``), so the ``xla`` launcher hands
-the work to it and collects rank 0's result. The model is not wrapped: gradients are
+torch_xla starts one process per device itself (``xmp.spawn``), so the ``xla`` launcher
+(``stratcore.launchers.xla``) hands the work to it and collects rank 0's result. The model is not wrapped: gradients are
 all-reduced across processes (``xm.reduce_gradients``) right before each optimizer step, and
 collectives run on torch_xla's process group (``init_method='xla://'``). torch_xla is imported
 only when a strategy, plugin or launcher of this module is used.
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
-import pickle
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -21,13 +20,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
-from ..collectives import broadcast_object, release_process_group
-from ..contract import LAUNCHER_OPTIONS
-from ..exceptions import MisconfigurationError, ProcessFailedError
+from ..collectives import broadcast_object
+from ..exceptions import MisconfigurationError
 from ..imports import Requirement, require
-from ..launchers import Launcher, run_reporting_errors
-from ..parallel import ParallelStrategyBase, creating_process_group
-from ..precision import PrecisionBase, apply_to_tensors, default_dtype
+from ..parallel import ParallelStrategyBase
+from ..precision.base import PrecisionBase, apply_to_tensors, default_dtype
+from ..process_group import creating_process_group
 from ..strategy import StrategyBase
 
 #: Set to print PyTorch/XLA's debug information.
@@ -244,79 +242,3 @@ class XLAPrecisionBase(PrecisionBase):
                 os.environ[variable] = previous
             self._saved_variable = None
         super().teardown()
-
-
-# --- the launcher ---------------------------------------------------------------------------
-
-
-def _xla_worker(
-    index: int,
-    strategy: StrategyBase,
-    function: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    results: Any,
-) -> None:
-    """One process started by torch_xla (``index`` is its ordinal)."""
-    try:
-        result = strategy.run_worker(function, args, kwargs)
-        if strategy.is_global_zero:
-            results.put(pickle.dumps(apply_to_tensors(result, lambda t: t.detach().cpu())))
-    finally:
-        # torch_xla starts its processes with fork by default: they end without atexit handlers.
-        release_process_group()
-
-
-class XLALauncher(Launcher):
-    """Starts the processes with torch_xla's ``xmp.spawn`` and returns rank 0's result.
-
-    torch_xla starts either one process or one per device of the host, nothing in between.
-    """
-
-    name = "xla"
-
-    def __init__(self, strategy: StrategyBase) -> None:
-        super().__init__(strategy)
-        option = LAUNCHER_OPTIONS["xla"]["start_method"]
-        start_method = getattr(strategy, "start_method", None) or option.default
-        option.check("start_method", start_method)
-        self.start_method = start_method
-
-    @property
-    def is_interactive_compatible(self) -> bool:
-        return self.start_method == "fork"
-
-    def spawn_arguments(self) -> dict[str, Any]:
-        """Keyword arguments for ``xmp.spawn`` besides the function and its arguments."""
-        strategy: Any = self.strategy
-        wanted = strategy.num_processes
-        available = strategy.accelerator.device_count()
-        if wanted == 1:
-            nprocs = 1
-        elif available is None or wanted == available:
-            nprocs = None  # torch_xla's way to say "every device"
-        else:
-            raise MisconfigurationError(
-                f"devices={wanted}: torch_xla starts one process or one per device; use "
-                f"devices=1 or devices={available}"
-            )
-        return {"nprocs": nprocs, "start_method": self.start_method}
-
-    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        strategy: Any = self.strategy
-        if strategy.cluster_environment.creates_processes_externally:
-            return run_reporting_errors(strategy, function, args, kwargs)
-        spawn_kwargs = self.spawn_arguments()
-        xmp = strategy.xla_module("torch_xla.distributed.xla_multiprocessing")
-        import torch.multiprocessing as mp
-
-        # A manager's queue, unlike a plain one, survives being pickled to the processes.
-        with mp.get_context(self.start_method).Manager() as manager:
-            results = manager.Queue()
-            try:
-                xmp.spawn(
-                    _xla_worker, args=(strategy, function, args, kwargs, results), **spawn_kwargs
-                )
-            except Exception as exc:
-                raise ProcessFailedError(f"an XLA process failed: {exc}", error=str(exc)) from exc
-            return pickle.loads(results.get()) if not results.empty() else None

@@ -1,6 +1,6 @@
 """Progress marks of the parallelism scripts: a line on stderr whenever a script reaches a
 milestone (a launch done), which a failure report shows; output is also what tells the
-tests' waiting (``stratcore.watch``) that a job is alive."""
+tests' waiting (``stratcore.testing.watch``) that a job is alive."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import group_release
 import torch
 import torch.distributed as dist
 from stratcore.exceptions import MisconfigurationError
-from stratcore.parallel import creating_process_group
+from stratcore.process_group import creating_process_group
 from torch import nn
 
 import stratlib

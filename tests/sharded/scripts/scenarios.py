@@ -17,8 +17,14 @@ from typing import Any
 
 import torch
 from stratcore.exceptions import MisconfigurationError
-from stratcore.testing import reference_batch, reference_model, shard
-from stratcore.testing import scenarios as testing_scenarios
+from stratcore.testing import (
+    reference_batch,
+    reference_model,
+    shard,
+)
+from stratcore.testing import (
+    scenarios as testing_scenarios,
+)
 from torch import nn
 
 import stratlib

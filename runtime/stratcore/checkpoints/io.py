@@ -1,0 +1,218 @@
+"""Saving and loading checkpoints.
+
+``TorchCheckpointIO`` writes atomically: the checkpoint goes to a temporary file in the same
+folder, is flushed to disk, and replaces the target in one rename, so a crash mid-save never
+destroys the previous checkpoint. ``AsyncCheckpointIO`` moves the write to a background thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+import tempfile
+import threading
+from abc import ABC, abstractmethod
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..precision.base import apply_to_tensors
+
+PathLike = str | os.PathLike[str]
+
+
+class CheckpointIO(ABC):
+    """Interface of checkpoint plugins."""
+
+    @abstractmethod
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None
+    ) -> None:
+        """Write ``checkpoint`` to ``path``."""
+
+    @abstractmethod
+    def load_checkpoint(self, path: PathLike, map_location: Any = None) -> dict[str, Any]:
+        """Read the checkpoint at ``path``."""
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        """Delete the checkpoint file at ``path``; a file that is not there is no error."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def wait(self) -> None:
+        """Block until every save started so far is complete (saves are synchronous here)."""
+        return None
+
+    def teardown(self) -> None:
+        """Finish outstanding work and release resources."""
+        return None
+
+
+class TorchCheckpointIO(CheckpointIO):
+    """torch.save / torch.load with atomic replacement of the target file.
+
+    Args:
+        weights_only: Load with ``torch.load(weights_only=True)``, which refuses arbitrary
+            pickled objects; set to False only for checkpoints you trust.
+    """
+
+    def __init__(self, weights_only: bool = True) -> None:
+        self.weights_only = weights_only
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            # mkstemp creates the file private (0600); give it the mode a plain open() would.
+            with contextlib.suppress(OSError):
+                os.chmod(tmp, 0o666 & ~_umask())
+            # Given a path, torch.save writes through its own C++ file stream, with no call
+            # into Python per record as a Python file object would need.
+            torch.save(checkpoint, tmp)
+            _fsync_file(tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        fsync_folder(target.parent)
+
+    def load_checkpoint(self, path: PathLike, map_location: Any = None) -> dict[str, Any]:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"checkpoint {os.fspath(path)!r} does not exist")
+        try:
+            return torch.load(
+                path, map_location=map_location or "cpu", weights_only=self.weights_only
+            )
+        except pickle.UnpicklingError as error:
+            if not self.weights_only:
+                raise
+            raise CheckpointLoadError(_refused_message(path, error)) from None
+
+
+class CheckpointLoadError(pickle.UnpicklingError):
+    """``torch.load(weights_only=True)`` refused an object in the checkpoint; the message
+    names it and the ways to allow it."""
+
+
+def _refused_message(path: PathLike, error: Exception) -> str:
+    found = re.search(r"GLOBAL ([\w.]+)", str(error))
+    what = f"an object of class {found.group(1)}" if found else "a pickled object"
+    allow = (
+        f"torch.serialization.add_safe_globals([{found.group(1).rsplit('.', 1)[-1]}])"
+        if found
+        else "torch.serialization.add_safe_globals([...])"
+    )
+    return (
+        f"checkpoint {os.fspath(path)!r} holds {what}, which loading with weights_only=True "
+        f"refuses; save its state_dict() instead (stateful objects are saved that way), allow "
+        f"the class with {allow}, or, for a file you trust, use "
+        f"TorchCheckpointIO(weights_only=False)"
+    )
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the platform allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_file(path: str) -> None:
+    """Wait until the file's content is on disk (whoever wrote it, through whatever handle)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename into ``folder`` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class AsyncCheckpointIO(CheckpointIO):
+    """Save in a background thread through another CheckpointIO (torch by default).
+
+    Tensors are copied to the CPU before ``save_checkpoint`` returns, so training can go on
+    changing them. An error in a background save is raised by the next call, by ``wait`` or by
+    ``teardown``. Loads wait for outstanding saves first, and a strategy's
+    ``load_checkpoint`` waits for rank 0's saves before any rank reads.
+    """
+
+    def __init__(self, checkpoint_io: CheckpointIO | None = None) -> None:
+        self.checkpoint_io = checkpoint_io or TorchCheckpointIO()
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
+        self._lock = threading.Lock()
+
+    def _submit(self, function: Any, *args: Any) -> None:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+            self._pending.append(self._executor.submit(function, *args))
+
+    def wait(self) -> None:
+        """Block until every save has finished; re-raise the first error."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None
+    ) -> None:
+        self._raise_finished_errors()
+        snapshot = apply_to_tensors(checkpoint, lambda t: t.detach().to("cpu", copy=True))
+        self._submit(self.checkpoint_io.save_checkpoint, snapshot, path, storage_options)
+
+    def load_checkpoint(self, path: PathLike, map_location: Any = None) -> dict[str, Any]:
+        self.wait()
+        return self.checkpoint_io.load_checkpoint(path, map_location)
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        self.wait()
+        self.checkpoint_io.remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+
+    def _raise_finished_errors(self) -> None:
+        with self._lock:
+            done = [f for f in self._pending if f.done()]
+            self._pending = [f for f in self._pending if not f.done()]
+        for future in done:
+            future.result()
+            self.checkpoint_io.teardown()
