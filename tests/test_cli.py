@@ -21,7 +21,7 @@ from sgtest import (
 from stratgen import __version__
 from stratgen.cli import build_parser, main
 from stratgen.project import Project, load_config
-from stratgen.resolve import resolve
+from stratgen.resolve.resolver import resolve
 
 
 def _commands() -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sgtest import run_cli
 
-from stratgen.speccomments import SpecText, facts, trailing_comment
+from stratgen.targets.docs.spec_comments import SpecText, facts, trailing_comment
 
 SPEC = """\
 # The Widget device: one process per device.

@@ -8,7 +8,7 @@ from pathlib import Path
 from sgtest import make_project, run_cli
 
 from stratgen.project import Project, load_config
-from stratgen.resolve import resolve
+from stratgen.resolve.resolver import resolve
 
 
 def _builtin_catalog(root: Path):  # type: ignore[no-untyped-def]

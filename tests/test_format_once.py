@@ -10,7 +10,7 @@ from pathlib import Path
 import black
 import pytest
 
-from stratgen.fmt import LINE_LENGTH
+from stratgen.codegen.formatting import LINE_LENGTH
 
 REPO = Path(__file__).resolve().parent.parent
 TREES = [REPO / "generated", *sorted((REPO / "tests" / "golden").iterdir())]

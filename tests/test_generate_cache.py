@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 from sgtest import builtin_specs_project
 
-from stratgen import fmt, templating
-from stratgen.files import Tree
-from stratgen.fmt import LINE_LENGTH, FormatError, Formatter
+from stratgen.codegen import formatting
+from stratgen.codegen import templating
+from stratgen.codegen.formatting import LINE_LENGTH, FormatError, Formatter
+from stratgen.codegen.templating import Renderer
+from stratgen.output.file_tree import Tree
 from stratgen.project import Project, load_config
-from stratgen.templating import Renderer
 
 
 def _plan(root: Path, cache: Path | None) -> tuple[dict[str, bytes], Formatter]:
@@ -98,7 +99,7 @@ def test_another_black_is_another_key(
 ) -> None:
     root, expected = uncached
     cache, _ = _copy(filled, tmp_path)
-    monkeypatch.setattr(fmt, "black_version", lambda: "0.0-another")
+    monkeypatch.setattr(formatting, "black_version", lambda: "0.0-another")
     files, formatter = _plan(root, cache)
     assert formatter.hits == 0 and formatter.misses > 50
     assert files == expected
@@ -122,7 +123,7 @@ def test_a_damaged_file_is_ignored(
         # A change inside a layout keeps the file valid JSON: the hash of the payload finds it.
         "flipped byte": data[:-20] + bytes([data[-20] ^ 0x01]) + data[-19:],
         # Whole, under the right project and hash, but not a table of layouts.
-        "not json": fmt._wrap(b"[not json", name.decode()),
+        "not json": formatting._wrap(b"[not json", name.decode()),
     }[damage]
     layouts.write_bytes(damaged)
     files, formatter = _plan(root, cache)
@@ -145,7 +146,7 @@ def test_no_cache_folder_or_an_unwritable_one_only_costs_time(
 
 
 def test_the_layouts_file_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("stratgen.fmt.MOST_LAYOUTS", 3)
+    monkeypatch.setattr("stratgen.codegen.formatting.MOST_LAYOUTS", 3)
     sources = [f"x{i} = {'(' + ', '.join(['1'] * 60) + ')'}\n" for i in range(5)]
 
     def run(items: list[str]) -> Formatter:

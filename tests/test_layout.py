@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sgtest import MINIMAL_BASE, REPO, run_cli
 
-from stratgen.fmt import LINE_LENGTH, Formatter, long_statements
-from stratgen.pyapi import literal, string_literal
+from stratgen.codegen.formatting import LINE_LENGTH, Formatter, long_statements
+from stratgen.codegen.python_source import literal, string_literal
 
 MODE = black.Mode(line_length=LINE_LENGTH, target_versions={black.TargetVersion.PY311})
 

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from sgtest import MINIMAL_BASE, args_section, indented, option_text
 from stratcore.contract import core_read_options
 
-from stratgen.checks import RESERVED_CLASS_NAMES, reserved_option_names
-from stratgen.fmt import LINE_LENGTH, Formatter
+from stratgen.codegen.formatting import LINE_LENGTH, Formatter
 from stratgen.project import Project, load_config
+from stratgen.resolve.checks import RESERVED_CLASS_NAMES, reserved_option_names
 
 
 class PackageFormatter(Formatter):

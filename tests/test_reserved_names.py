@@ -13,7 +13,7 @@ import pytest
 from sgtest import REPO, STRATEGY_SPEC, make_project, run_cli
 from stratcore import contract
 
-from stratgen.checks import RESERVED_CLASS_NAMES, reserved_option_names
+from stratgen.resolve.checks import RESERVED_CLASS_NAMES, reserved_option_names
 
 RESERVED_OPTION_NAMES = reserved_option_names()
 #: Options the core reads on purpose: mixins declare them as class-level defaults.

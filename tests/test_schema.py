@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sgtest import BAD, FIXTURES, REPO, bad_files, run_cli
 
-from stratgen.yamlload import load_yaml
+from stratgen.spec.yaml_loader import load_yaml
 
 SCHEMA_FILE = REPO / "specs" / "stratgen.schema.json"
 SCHEMA_COMMENT = "# yaml-language-server: $schema=stratgen.schema.json"

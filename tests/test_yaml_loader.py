@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sgtest import BAD
 
-from stratgen import yamlload
-from stratgen.errors import Location, SpecError
-from stratgen.yamlload import MAX_BYTES, MAX_DEPTH, MAX_NODES, load_yaml
+from stratgen.spec import yaml_loader
+from stratgen.spec.errors import Location, SpecError
+from stratgen.spec.yaml_loader import MAX_BYTES, MAX_DEPTH, MAX_NODES, load_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -94,7 +94,7 @@ class _WorkBudget:
         if event != "call":  # the profiler sees every call and return: the cheap test first
             return
         code = frame.f_code
-        if code.co_name in self.NODE_FUNCTIONS and code.co_filename == yamlload.__file__:
+        if code.co_name in self.NODE_FUNCTIONS and code.co_filename == yaml_loader.__file__:
             self.calls += 1
             if self.calls > self.budget:
                 raise AssertionError(f"the loader visited more than {self.budget} nodes")
@@ -155,12 +155,12 @@ def _located(node: yaml.Node) -> object:
 
 
 def _both(text: str) -> tuple[object, object]:
-    assert yamlload._FastLoader is not None
+    assert yaml_loader._FastLoader is not None
     results = []
-    for loader in (yamlload._FastLoader, yamlload._Loader):
+    for loader in (yaml_loader._FastLoader, yaml_loader._Loader):
         try:
             root = loader(text).get_single_node()
-        except (yaml.YAMLError, yamlload._LimitExceeded) as exc:
+        except (yaml.YAMLError, yaml_loader._LimitExceeded) as exc:
             results.append(type(exc).__name__)
             continue
         results.append(None if root is None else _located(root))
@@ -168,7 +168,7 @@ def _both(text: str) -> tuple[object, object]:
 
 
 needs_libyaml = pytest.mark.skipif(
-    yamlload._FastLoader is None, reason="PyYAML is built without libyaml here"
+    yaml_loader._FastLoader is None, reason="PyYAML is built without libyaml here"
 )
 
 

@@ -16,9 +16,9 @@ from typing import TextIO
 from stratcore.contract import DEFAULT_PRECISION, GENERAL_LAUNCHERS, STRATEGY_KINDS
 
 from . import __version__
-from .console import Console, wants_color  # noqa: F401 - re-exported
-from .errors import SpecError, StratgenError
-from .fmt import FormatError
+from .codegen.formatting import FormatError
+from .commands.console import Console, wants_color  # noqa: F401 - re-exported
+from .spec.errors import SpecError, StratgenError
 
 EXIT_OK, EXIT_DRIFT, EXIT_ERROR = 0, 1, 2
 
@@ -194,10 +194,10 @@ def _run(argv: Sequence[str] | None, out: TextIO | None, err: TextIO | None) -> 
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     console = Console(out, err, False if args.no_color else None)
-    from . import commands
+    from .commands import handlers
 
     try:
-        return commands.run(args, console)
+        return handlers.run(args, console)
     except SpecError as exc:
         for problem in exc.problems:
             console.error(str(problem))

@@ -18,14 +18,14 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from . import paths
-from .errors import Location, SpecError, StratgenError, did_you_mean
-from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
-from .fmt import Formatter
-from .yamlload import read_spec_bytes
+from .codegen.formatting import Formatter
+from .output.file_tree import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
+from .spec.errors import Location, SpecError, StratgenError, did_you_mean
+from .spec.yaml_loader import read_spec_bytes
 
 if TYPE_CHECKING:
-    from .catalog import Catalog, Source
-    from .selection import Selection
+    from .resolve.catalog import Catalog, Source
+    from .resolve.selection import Selection
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
@@ -222,9 +222,9 @@ class Project:
                 f"spec file name {Path(display).name!r} must be letters, digits, '_' and '-' "
                 f"before .yaml (its tests are generated as test_<name>.py)",
             )
-        from .catalog import Source
-        from .parse import parse_spec_file
-        from .yamlload import load_yaml
+        from .resolve.catalog import Source
+        from .spec.parse import parse_spec_file
+        from .spec.yaml_loader import load_yaml
 
         data = read_spec_bytes(path, display)
         tree = load_yaml(data, display)
@@ -291,9 +291,9 @@ class Project:
 
     def plan(self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None) -> Plan:
         """Every file the specs produce, formatted, and the manifest that lists them."""
-        from .render import Renderer, render
-        from .resolve import resolve
-        from .selection import select
+        from .resolve.resolver import resolve
+        from .resolve.selection import select
+        from .targets.stratlib.package import Renderer, render
 
         sources = self.sources(extra, skip)
         started = time.perf_counter()
@@ -316,7 +316,7 @@ class Project:
             self.config.targets,
         )
         if "docs" in self.config.targets:
-            from .devicepages import render_pages
+            from .targets.docs.device_pages import render_pages
 
             rendered += render_pages(
                 catalog,

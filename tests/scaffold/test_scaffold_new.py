@@ -18,9 +18,9 @@ from scaffold_helpers import PACKAGE, source_env, stratgen, stratgen_process
 from stratcore import watch
 
 from stratgen.cli import Console, build_parser
-from stratgen.commands import config_from
+from stratgen.commands.handlers import config_from
+from stratgen.commands.new_spec import new_spec
 from stratgen.project import Project
-from stratgen.scaffold import new_spec
 
 
 class Answers:
