@@ -117,7 +117,7 @@ def test_without_the_target_the_strategy_makes_the_same_class(tmp_path: Path) ->
 
 
 def test_the_generators_deepspeed_accelerators_are_the_installed_deepspeeds() -> None:
-    from stratgen.targets.deepspeed.accelerators import DEEPSPEED_ACCELERATORS
+    from stratgen.resolve.deepspeed_accelerators import DEEPSPEED_ACCELERATORS
 
     spec = importlib.util.find_spec("deepspeed")
     if spec is None or spec.origin is None:

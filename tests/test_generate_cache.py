@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 from sgtest import builtin_specs_project
 
-from stratgen.codegen import formatting
-from stratgen.codegen import templating
+from stratgen.codegen import formatting, templating
 from stratgen.codegen.formatting import LINE_LENGTH, FormatError, Formatter
 from stratgen.codegen.templating import Renderer
 from stratgen.output.file_tree import Tree

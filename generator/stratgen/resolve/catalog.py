@@ -39,6 +39,14 @@ class Source:
     tree: Any = field(default=None, compare=False, repr=False)
 
 
+def test_module_name(source: Source) -> str:
+    """The generated test module of a spec file, test_<spec>.py (the stratlib target writes it,
+    the docs target's page of a device names it); built-in specs rendered into a user's project
+    are told apart from the project's own specs of the same file name."""
+    prefix = "test_stratgen_" if source.path.startswith("stratgen:") else "test_"
+    return f"{prefix}{source.stem}.py"
+
+
 #: The root strategy spec, and the specs that define the base kinds (each named after its kind).
 ROOT_STRATEGY = ROOT_BASE
 BASE_SPECS = tuple(BASES)

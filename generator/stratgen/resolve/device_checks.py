@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from ..spec.errors import did_you_mean, one_of
 from ..spec.model import AcceleratorSpec, Backend, PrecisionDefaults
-from ..targets.deepspeed.accelerators import DEEPSPEED_ACCELERATORS, deepspeed_generated
 from .checks import Problems, field_loc
+from .deepspeed_accelerators import DEEPSPEED_ACCELERATORS, deepspeed_generated
 
 
 def check_accelerator(

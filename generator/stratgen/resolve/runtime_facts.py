@@ -12,7 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .catalog import Strategy
 
 
 @cache
@@ -244,6 +247,19 @@ def runtime_bases(base: str, wrapper: str) -> list[tuple[str, str]]:
 
     wrapped = WRAPPERS[wrapper].base
     return [wrapped, BASES[base]] if wrapped is not None else [BASES[base]]
+
+
+def processes_per_node(strategy: Strategy) -> int:
+    """The processes per node of a strategy's real runs: one where its runtime classes drive
+    every device of a node from one process (``one_process_per_node``) or its launcher runs in
+    the calling process alone (``in_calling_process``); two (CPU processes over gloo) else.
+    The tests of the stratlib and Lightning targets run it so."""
+    from stratcore.contract import LAUNCHERS
+
+    alone = inherited_fact(
+        runtime_bases(strategy.base, strategy.wrapper), "one_process_per_node"
+    ) or inherited_fact([LAUNCHERS[strategy.launcher]], "in_calling_process")
+    return 1 if alone else 2
 
 
 #: Option types of the plain annotations of the runtime's option attributes.

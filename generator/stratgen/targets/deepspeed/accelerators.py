@@ -8,7 +8,8 @@ implements DeepSpeed's accelerator interface from them.
 
 Which DeepSpeed accelerator a device's DeepSpeed strategies train on is the accelerator spec's
 to say: DeepSpeed's own class (``deepspeed_accelerator``, by default the device type) where
-DeepSpeed has one, else the generated one (``deepspeed_generated``, resolved here). Without
+DeepSpeed has one, else the generated one (``deepspeed_generated``, resolved with the
+specs: ``stratgen.resolve.deepspeed_accelerators``). Without
 this target, the runtime makes the same class from the accelerator's facts when a strategy needs
 it; the target gives it a module and a name to import.
 """
@@ -21,24 +22,10 @@ from stratcore.contract import DEEPSPEED_ACCELERATOR_ROOT, deepspeed_accelerator
 
 from ...codegen.python_source import Imports, PyClass, PyModule, first_sentence, wrap_exactly
 from ...resolve.catalog import Accelerator, Catalog
-from ...spec.model import AcceleratorSpec
+from ...resolve.deepspeed_accelerators import deepspeed_generated
 
-#: DeepSpeed's own accelerator classes, by the DS_ACCELERATOR names that select them
-#: (deepspeed 0.19.8, deepspeed/accelerator/real_accelerator.py: SUPPORTED_ACCELERATOR_LIST;
-#: tests/test_deepspeed_target.py compares it with the installed DeepSpeed).
-DEEPSPEED_ACCELERATORS = ("cuda", "cpu", "xpu", "npu", "mps", "hpu", "mlu", "sdaa", "supa", "klxpu")
 #: The target's subpackage of a generated package.
 SUBPACKAGE = "deepspeed"
-
-
-def deepspeed_generated(spec: AcceleratorSpec) -> bool:
-    """Whether the device's DeepSpeed strategies train on the generated DeepSpeed accelerator:
-    where the spec says so, and by default where DeepSpeed has no class of its own for it
-    (no ``deepspeed_accelerator``, and a device type that is none of DeepSpeed's names or is
-    found only at run time)."""
-    if spec.deepspeed_generated is not None:
-        return spec.deepspeed_generated
-    return spec.deepspeed_accelerator is None and spec.device_type not in DEEPSPEED_ACCELERATORS
 
 
 def rendered(accelerator: Accelerator) -> bool:

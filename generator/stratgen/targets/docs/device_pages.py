@@ -20,12 +20,12 @@ from stratcore.lightning.contract import ACCELERATOR_NAMES, FRAMEWORKS, REQUIREM
 
 from ...codegen.python_source import first_sentence, literal
 from ...codegen.templating import Renderer, template_problem
-from ...resolve.catalog import Accelerator, Catalog, Strategy
+from ...resolve.catalog import Accelerator, Catalog, Strategy, test_module_name
 from ...resolve.selection import Selection
 from ...spec.errors import StratgenError
 from ...spec.model import Backend
 from ..lightning import plugins as lightning_plugins
-from ..stratlib.package import RenderedFile, test_module_name
+from ..stratlib.package import RenderedFile
 from .device_table import HEADER, device_rows, install_text
 from .markdown import call, code, header, paragraphs, text, tidy
 from .spec_comments import SpecText, facts

@@ -13,7 +13,8 @@ from stratcore.contract import PRECISIONS
 from stratcore.lightning.contract import ACCELERATOR_NAMES, FRAMEWORKS
 
 from ...resolve.catalog import Accelerator, Catalog
-from ..deepspeed.accelerators import class_name, deepspeed_generated, rendered
+from ...resolve.deepspeed_accelerators import deepspeed_generated
+from ..deepspeed.accelerators import class_name, rendered
 from ..lightning import plugins as lightning_plugins
 
 HEADER = [

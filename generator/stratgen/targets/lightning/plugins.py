@@ -44,8 +44,8 @@ from ...codegen.python_source import (
     wrap_exactly,
 )
 from ...resolve.catalog import Accelerator, Catalog, ClusterEnvironment, Strategy
+from ...resolve.runtime_facts import processes_per_node
 from ...spec.errors import StratgenError
-from ..stratlib.test_tables import processes_per_node
 
 WHAT = {"pytorch": "Lightning's Trainer", "fabric": "Lightning Fabric"}
 

@@ -29,8 +29,8 @@ from ...codegen.python_source import (
     module_doc,
 )
 from ...resolve.catalog import Accelerator, Catalog, ClusterEnvironment, PrecisionPlugin, Source
+from ...resolve.deepspeed_accelerators import deepspeed_generated
 from ...resolve.runtime_facts import class_defaults
-from ..deepspeed.accelerators import deepspeed_generated
 from .strategy_modules import backend_constant, backend_ref, requirements_source, runtime_facts
 
 # --- accelerators --------------------------------------------------------------------------------

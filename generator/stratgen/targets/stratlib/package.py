@@ -21,7 +21,7 @@ from stratcore.version import RUNTIME_SERIES
 from ...codegen import python_source
 from ...codegen.python_source import PyModule, literal
 from ...codegen.templating import Renderer, header, template_problem
-from ...resolve.catalog import Catalog, Source, Strategy
+from ...resolve.catalog import Catalog, Source, Strategy, test_module_name
 from ...resolve.selection import Selection
 from ...spec.errors import StratgenError
 from ..deepspeed import accelerators as deepspeed_accelerators
@@ -33,13 +33,6 @@ class RenderedFile:
     path: str  # relative to the project root
     text: str
     python: bool  # whether to format it with black
-
-
-def test_module_name(source: Source) -> str:
-    """test_<spec>.py; built-in specs rendered into a user's project are told apart from the
-    project's own specs of the same file name."""
-    prefix = "test_stratgen_" if source.path.startswith("stratgen:") else "test_"
-    return f"{prefix}{source.stem}.py"
 
 
 def render(

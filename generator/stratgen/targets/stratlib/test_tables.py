@@ -10,32 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stratcore.contract import (
-    BASES,
     DEFAULT_PRECISION,
     EXAMPLE_JOB,
-    LAUNCHERS,
     PRECISIONS,
     REDUCE_OPS,
-    WRAPPERS,
     best_plugin,
 )
 
 from ...codegen.python_source import literal, sorted_names
 from ...resolve.catalog import Accelerator, Catalog, ClusterEnvironment, PrecisionPlugin, Strategy
-from ...resolve.runtime_facts import inherited_fact
+from ...resolve.runtime_facts import processes_per_node
 from ...spec.model import Condition, ValueSource
-
-
-def processes_per_node(strategy: Strategy) -> int:
-    """The processes per node of a strategy's real runs: one where its runtime classes drive
-    every device of a node from one process (``one_process_per_node``) or its launcher runs in
-    the calling process alone (``in_calling_process``); two (CPU processes over gloo) else."""
-    wrapper = WRAPPERS[strategy.wrapper].base
-    bases = [wrapper, BASES[strategy.base]] if wrapper is not None else [BASES[strategy.base]]
-    alone = inherited_fact(bases, "one_process_per_node") or inherited_fact(
-        [LAUNCHERS[strategy.launcher]], "in_calling_process"
-    )
-    return 1 if alone else 2
 
 
 @dataclass
