@@ -291,9 +291,10 @@ class Project:
 
     def plan(self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None) -> Plan:
         """Every file the specs produce, formatted, and the manifest that lists them."""
+        from .codegen.templating import Renderer
         from .resolve.resolver import resolve
         from .resolve.selection import select
-        from .targets.stratlib.package import Renderer, render
+        from .targets.rendering import render_targets
 
         sources = self.sources(extra, skip)
         started = time.perf_counter()
@@ -306,27 +307,16 @@ class Project:
         if self.config.templates:
             template_dirs.insert(0, self.config.root / self.config.templates)
         renderer = Renderer(template_dirs)
-        rendered = render(
+        rendered = render_targets(
             catalog,
             selection,
             renderer,
             self.config.package,
             self.config.package_dir,
             self.config.tests,
+            self.config.docs,
             self.config.targets,
         )
-        if "docs" in self.config.targets:
-            from .targets.docs.device_pages import render_pages
-
-            rendered += render_pages(
-                catalog,
-                selection,
-                renderer,
-                self.config.package,
-                self.config.tests,
-                self.config.docs,
-                self.config.targets,
-            )
         self.timings.add("render", started)
 
         started = time.perf_counter()

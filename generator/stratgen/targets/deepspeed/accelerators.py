@@ -21,8 +21,10 @@ from collections.abc import Iterable
 from stratcore.contract import DEEPSPEED_ACCELERATOR_ROOT, deepspeed_accelerator_name
 
 from ...codegen.python_source import Imports, PyClass, PyModule, first_sentence, wrap_exactly
+from ...codegen.templating import RenderedFile, Renderer, describe_sources, header
 from ...resolve.catalog import Accelerator, Catalog
 from ...resolve.deepspeed_accelerators import deepspeed_generated
+from ...resolve.selection import Selection
 
 #: The target's subpackage of a generated package.
 SUBPACKAGE = "deepspeed"
@@ -109,3 +111,19 @@ def modules(catalog: Catalog, accelerator_names: Iterable[str], sources: str) ->
     chosen = [catalog.accelerators[n] for n in accelerator_names]
     chosen = [a for a in chosen if rendered(a)]
     return [package_init(chosen, sources), *(accelerator_module(a) for a in chosen)]
+
+
+def render_accelerators(
+    catalog: Catalog, selection: Selection, renderer: Renderer, package_dir: str
+) -> list[RenderedFile]:
+    """The deepspeed target: a DeepSpeed accelerator for each device of the package."""
+    module_template = renderer.template("package/module.py.j2")
+    sources = describe_sources(catalog.sources)
+    return [
+        RenderedFile(
+            f"{package_dir}/{module.path}",
+            module_template.render(header=header(module.source), module=module),
+            True,
+        )
+        for module in modules(catalog, selection.accelerators, sources)
+    ]

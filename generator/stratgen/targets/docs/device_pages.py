@@ -19,15 +19,14 @@ from stratcore.contract import DEFAULT_PRECISION, PRECISIONS
 from stratcore.lightning.contract import ACCELERATOR_NAMES, FRAMEWORKS, REQUIREMENT, STRATEGY_NAMES
 
 from ...codegen.python_source import first_sentence, literal
-from ...codegen.templating import Renderer, template_problem
+from ...codegen.templating import RenderedFile, Renderer, header, template_problem
 from ...resolve.catalog import Accelerator, Catalog, Strategy, test_module_name
 from ...resolve.selection import Selection
 from ...spec.errors import StratgenError
 from ...spec.model import Backend
 from ..lightning import plugins as lightning_plugins
-from ..stratlib.package import RenderedFile
 from .device_table import HEADER, device_rows, install_text
-from .markdown import call, code, header, paragraphs, text, tidy
+from .markdown import call, code, paragraphs, text, tidy
 from .spec_comments import SpecText, facts
 
 INDEX = "index.md"
@@ -412,13 +411,18 @@ def render_pages(
         files = []
         for device in devices:
             page = device_page(catalog, selection, device, package, tests_dir, folder, plugins)
-            text_ = page_template.render(header=header(device.source.path), page=page)
+            text_ = page_template.render(
+                header=header(device.source.path, markup="markdown"), page=page
+            )
             files.append(RenderedFile(page.path, tidy(text_), False))
         rows = device_rows(
             catalog, selection.strategies, [d.name for d in devices], plugins is not None
         )
         index = renderer.template("docs/index.md.j2").render(
-            header=header(", ".join(sorted({d.source.path for d in devices})) or "the specs"),
+            header=header(
+                ", ".join(sorted({d.source.path for d in devices})) or "the specs",
+                markup="markdown",
+            ),
             rows=[
                 (f"[{row.device}]({row.device}.md)", *(text(c) for c in row.cells()[1:]))
                 for row in rows

@@ -43,8 +43,10 @@ from ...codegen.python_source import (
     literal,
     wrap_exactly,
 )
+from ...codegen.templating import RenderedFile, Renderer, describe_sources, header
 from ...resolve.catalog import Accelerator, Catalog, ClusterEnvironment, Strategy
 from ...resolve.runtime_facts import processes_per_node
+from ...resolve.selection import Selection as PackageSelection
 from ...spec.errors import StratgenError
 
 WHAT = {"pytorch": "Lightning's Trainer", "fabric": "Lightning Fabric"}
@@ -417,3 +419,34 @@ def test_cases(catalog: Catalog, strategy_names: Iterable[str]) -> dict[str, Tes
                 for index, (name, preset) in enumerate(plugin.names)
             )
     return cases
+
+
+def render_plugins(
+    catalog: Catalog,
+    selection: PackageSelection,
+    renderer: Renderer,
+    package: str,
+    package_dir: str,
+    tests_dir: str,
+) -> list[RenderedFile]:
+    """The Lightning target: plugins for the Trainer and Fabric built on the package's
+    classes, and their tests."""
+    module_template = renderer.template("package/module.py.j2")
+    sources = describe_sources(catalog.sources)
+    files = []
+    for module in modules(catalog, selection.strategies, sources):
+        text = module_template.render(header=header(module.source), module=module)
+        files.append(RenderedFile(f"{package_dir}/{module.path}", text, True))
+    test_template = renderer.template("tests/test_lightning.py.j2")
+    for stem, case in sorted(test_cases(catalog, selection.strategies).items()):
+        used = {row[0] for row in case.rows} | {framework for framework, _ in case.accelerators}
+        frameworks = [f for f in ("fabric", "pytorch") if f in used]
+        text = test_template.render(
+            header=header(f"{case.source} (Lightning target)"),
+            case=case,
+            package=package,
+            frameworks=frameworks,
+        )
+        name = stem.replace("-", "_")
+        files.append(RenderedFile(f"{tests_dir}/test_lightning_{name}.py", text, True))
+    return files

@@ -28,7 +28,7 @@ from ...codegen.python_source import (
     literal,
     module_doc,
 )
-from ...resolve.catalog import Accelerator, Catalog, ClusterEnvironment, PrecisionPlugin, Source
+from ...resolve.catalog import Accelerator, Catalog, ClusterEnvironment, PrecisionPlugin
 from ...resolve.deepspeed_accelerators import deepspeed_generated
 from ...resolve.runtime_facts import class_defaults
 from .strategy_modules import backend_constant, backend_ref, requirements_source, runtime_facts
@@ -309,8 +309,3 @@ def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyMo
         body=body,
         all_names=all_names,
     )
-
-
-def describe_sources(sources: Iterable[Source]) -> str:
-    paths = sorted({s.path for s in sources})
-    return ", ".join(paths) if len(paths) <= 3 else f"{len(paths)} spec files under specs/"

@@ -1,16 +1,14 @@
-"""Render a resolved catalog into the files of a package and its tests.
+"""Render a resolved catalog into the files of the package and its tests (the stratlib target).
 
-``render`` returns the full plan, path by path, before anything touches the disk. Templates
-are looked up first in the project's own template folder (if configured), then in stratgen's
-built-in ones. Generated modules import the runtime, ``stratcore``, and check at import that
-it is the version they were generated for.
+``render_package`` returns them, path by path, before anything touches the disk. Generated
+modules import the runtime, ``stratcore``, and check at import that it is the version they
+were generated for.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,46 +18,14 @@ from stratcore.version import RUNTIME_SERIES
 
 from ...codegen import python_source
 from ...codegen.python_source import PyModule, literal
-from ...codegen.templating import Renderer, header, template_problem
+from ...codegen.templating import RenderedFile, Renderer, describe_sources, header
 from ...resolve.catalog import Catalog, Source, Strategy, test_module_name
 from ...resolve.selection import Selection
 from ...spec.errors import StratgenError
-from ..deepspeed import accelerators as deepspeed_accelerators
 from . import component_modules, strategy_modules, test_tables
 
 
-@dataclass(frozen=True)
-class RenderedFile:
-    path: str  # relative to the project root
-    text: str
-    python: bool  # whether to format it with black
-
-
-def render(
-    catalog: Catalog,
-    selection: Selection,
-    renderer: Renderer,
-    package: str,
-    package_dir: str,
-    tests_dir: str,
-    targets: Iterable[str] = ("stratlib",),
-) -> list[RenderedFile]:
-    """Every file of the package and its tests, for each target; a broken template is a clean
-    error."""
-    try:
-        files = _render(catalog, selection, renderer, package, package_dir, tests_dir)
-        if "lightning" in targets:
-            files += _render_lightning(
-                catalog, selection, renderer, package, package_dir, tests_dir
-            )
-        if "deepspeed" in targets:
-            files += _render_deepspeed(catalog, selection, renderer, package_dir)
-        return files
-    except jinja2.TemplateError as exc:
-        raise StratgenError(template_problem(exc)) from None
-
-
-def _render_lightning(
+def render_package(
     catalog: Catalog,
     selection: Selection,
     renderer: Renderer,
@@ -67,55 +33,8 @@ def _render_lightning(
     package_dir: str,
     tests_dir: str,
 ) -> list[RenderedFile]:
-    """The Lightning target: plugins for the Trainer and Fabric built on the package's
-    classes, and their tests."""
-    from ..lightning import plugins as lightning_plugins
-
-    module_template = renderer.template("package/module.py.j2")
-    sources = component_modules.describe_sources(catalog.sources)
-    files = []
-    for module in lightning_plugins.modules(catalog, selection.strategies, sources):
-        text = module_template.render(header=header(module.source), module=module)
-        files.append(RenderedFile(f"{package_dir}/{module.path}", text, True))
-    test_template = renderer.template("tests/test_lightning.py.j2")
-    for stem, case in sorted(lightning_plugins.test_cases(catalog, selection.strategies).items()):
-        used = {row[0] for row in case.rows} | {framework for framework, _ in case.accelerators}
-        frameworks = [f for f in ("fabric", "pytorch") if f in used]
-        text = test_template.render(
-            header=header(f"{case.source} (Lightning target)"),
-            case=case,
-            package=package,
-            frameworks=frameworks,
-        )
-        name = stem.replace("-", "_")
-        files.append(RenderedFile(f"{tests_dir}/test_lightning_{name}.py", text, True))
-    return files
-
-
-def _render_deepspeed(
-    catalog: Catalog, selection: Selection, renderer: Renderer, package_dir: str
-) -> list[RenderedFile]:
-    """The deepspeed target: a DeepSpeed accelerator for each device of the package."""
-    module_template = renderer.template("package/module.py.j2")
-    sources = component_modules.describe_sources(catalog.sources)
-    return [
-        RenderedFile(
-            f"{package_dir}/{module.path}",
-            module_template.render(header=header(module.source), module=module),
-            True,
-        )
-        for module in deepspeed_accelerators.modules(catalog, selection.accelerators, sources)
-    ]
-
-
-def _render(
-    catalog: Catalog,
-    selection: Selection,
-    renderer: Renderer,
-    package: str,
-    package_dir: str,
-    tests_dir: str,
-) -> list[RenderedFile]:
+    """The package (a module for each entry of the selection, the hooks files the specs name,
+    the family subpackages, the registry and the package's ``__init__``) and its tests."""
     files: list[RenderedFile] = []
 
     def emit(path: str, text: str, python: bool = True) -> None:
@@ -144,7 +63,7 @@ def _render(
         emit_module(component_modules.environment_module, env)
     backend_sources = [catalog.backend_sources[n] for n in selection.backends]
     backends = component_modules.backends_module(
-        catalog, selection.backends, component_modules.describe_sources(backend_sources)
+        catalog, selection.backends, describe_sources(backend_sources)
     )
     emit(
         f"{package_dir}/{backends.path}",
@@ -159,7 +78,7 @@ def _render(
         ("environments", "Cluster environments.", [(e.module, e.class_name) for e in environments]),
     ]
     family_template = renderer.template("package/family_init.py.j2")
-    all_sources = component_modules.describe_sources(catalog.sources)
+    all_sources = describe_sources(catalog.sources)
     for family, doc, members in families:
         imports = [(m, [c]) for m, c in sorted(members)]
         emit(
