@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from . import paths
 from .codegen.formatting import Formatter
 from .output.file_tree import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
 from .spec.errors import Location, SpecError, StratgenError, did_you_mean
@@ -87,9 +86,26 @@ class Config:
         return f"{self.output}/{MANIFEST_NAME}"
 
 
+#: The table a project's pyproject.toml holds stratgen's settings in.
+CONFIG_TABLE = "[tool.stratgen]"
+
+
 def find_root(start: Path) -> Path:
-    """The nearest folder at or above ``start`` whose pyproject.toml has [tool.stratgen]."""
-    return Path(paths.find_root(str(start)))
+    """The nearest folder at or above ``start`` whose pyproject.toml has [tool.stratgen]
+    (``start`` itself when none has)."""
+    folder = str(start)
+    while True:
+        pyproject = os.path.join(folder, "pyproject.toml")
+        try:
+            with open(pyproject, encoding="utf-8", errors="replace") as handle:
+                if CONFIG_TABLE in handle.read():
+                    return Path(folder)
+        except OSError:
+            pass
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return Path(start)
+        folder = parent
 
 
 def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..paths import black_version, cache_folder
+from .user_cache import black_version, cache_folder
 
 LINE_LENGTH = 100
 #: The layout of the file of remembered layouts and of its keys; bumped when either changes.
@@ -44,7 +44,7 @@ class FormatError(Exception):
 
 
 def cache_dir() -> Path | None:
-    """The user's stratgen cache (``paths.cache_folder``), or None without one."""
+    """The user's stratgen cache (``user_cache.cache_folder``), or None without one."""
     folder = cache_folder()
     return None if folder is None else Path(folder)
 

@@ -3,7 +3,7 @@ template folder first, then in stratgen's), the header every generated file star
 template errors as one line that names the template and its line.
 
 jinja2 compiles a template to Python before it renders it, and the compiled templates are kept
-in the user's stratgen cache (``paths.cache_folder``, where black's layouts are kept too) with
+in the user's stratgen cache (``user_cache.cache_folder``, where black's layouts are kept too) with
 jinja2's own ``FileSystemBytecodeCache``: compiling them takes longer than a whole ``stratgen
 check`` of the built-in specs spends on the rest of its rendering. **An entry is never stale**:
 jinja2 keys it by the template's name and path and reuses it only while the template's text is
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 import jinja2
 import jinja2.bccache
 
-from ..paths import cache_folder
 from ..spec.errors import StratgenError
 from . import python_source
 from .python_source import literal
+from .user_cache import cache_folder
 
 if TYPE_CHECKING:
     from ..resolve.catalog import Source

@@ -25,12 +25,32 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..paths import IGNORED_PARTS, LOCK_NAME, files_under
-
+#: Folders and files that tools leave among sources and generated files: never read, hashed or
+#: removed.
+IGNORED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+IGNORED_SUFFIXES = (".pyc", ".pyo")
+#: The lock file of a run that writes (``Tree``), inside the output folder.
+LOCK_NAME = ".stratgen.lock"
 MANIFEST_NAME = ".stratgen-manifest.json"
 TEMP_MARK = ".stratgen-"
 # Temporary files of atomic_write: '.<name>.stratgen-<random>.tmp' next to their target.
 _TEMP_FILE = re.compile(r"^\..+\.stratgen-[A-Za-z0-9_]+\.tmp$")
+
+
+def files_under(folder: str) -> list[tuple[str, str]]:
+    """Every file under ``folder`` (tool caches, bytecode and the lock file left out), in a
+    fixed order: its path relative to the folder ('/'-separated), and its full path."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_PARTS)
+        relative = os.path.relpath(dirpath, folder).replace(os.sep, "/")
+        prefix = "" if relative == "." else relative + "/"
+        found += [
+            (prefix + name, os.path.join(dirpath, name))
+            for name in sorted(filenames)
+            if not name.endswith(IGNORED_SUFFIXES) and name != LOCK_NAME
+        ]
+    return found
 
 
 def digest(data: bytes) -> str:
