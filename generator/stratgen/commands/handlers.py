@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 from ..project import Config, Project, find_root, load_config, resource_dir
 from ..spec.errors import StratgenError
+from .exit_codes import EXIT_DRIFT, EXIT_OK
 
 if TYPE_CHECKING:
     from .console import Console
 
-EXIT_OK, EXIT_DRIFT = 0, 1
 #: The options that change a project's settings from what its pyproject.toml says.
 SETTING_OPTIONS = (
     "specs",

@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING
 
 from ..project import resource_dir
 from ..spec.errors import StratgenError
+from .exit_codes import EXIT_OK
 
 if TYPE_CHECKING:
     from .console import Console
-
-EXIT_OK = 0
 
 
 def _package_name(text: str) -> str:

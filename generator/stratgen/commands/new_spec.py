@@ -25,11 +25,11 @@ from ..output.file_tree import atomic_write
 from ..project import Project
 from ..resolve.resolver import resolve
 from ..spec.errors import StratgenError, did_you_mean
+from .exit_codes import EXIT_OK
 
 if TYPE_CHECKING:
     from .console import Console
 
-EXIT_OK = 0
 
 #: Reads one answer; ``input`` on a terminal, a stand-in in tests.
 Ask = Callable[[str], str]
