@@ -112,14 +112,14 @@ def builtin_specs_project(tmp_path: Path) -> Path:
 
 
 def copy_repo_project(destination: Path) -> Path:
-    """This repository's own project (pyproject, specs, templates, generated) in ``destination``."""
+    """This repository's own project (pyproject, specs, generated) in ``destination``."""
     destination.mkdir(parents=True, exist_ok=True)
     # The copied specs are the built-in ones: the repository's configuration says so
     # (builtin-specs = false), so that stratgen does not load them twice.
     config = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert "\nbuiltin-specs = false\n" in config
     (destination / "pyproject.toml").write_text(config, encoding="utf-8")
-    for folder in ("specs", "templates", "generated"):
+    for folder in ("specs", "generated"):
         shutil.copytree(
             REPO / folder,
             destination / folder,

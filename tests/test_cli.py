@@ -186,7 +186,9 @@ def test_every_config_key_is_honoured(tmp_path: Path) -> None:
     (root / "defs" / "base.yaml").write_text(MINIMAL_BASE)
     (root / "defs" / "mine.yaml").write_text(STRATEGY_SPEC)
     (root / "tpl" / "package").mkdir(parents=True)
-    builtin_init = (REPO / "templates" / "package" / "__init__.py.j2").read_text()
+    builtin_init = (
+        REPO / "generator" / "stratgen" / "templates" / "package" / "__init__.py.j2"
+    ).read_text()
     (root / "tpl" / "package" / "__init__.py.j2").write_text(
         builtin_init.replace('"""{{ package }}:', '"""Custom. {{ package }}:')
     )
@@ -227,7 +229,9 @@ def test_specs_templates_and_builtin_flags_override_the_config(project: Path) ->
     (project / "other").mkdir()
     (project / "other" / "base.yaml").write_text(MINIMAL_BASE)
     (project / "tpl" / "package").mkdir(parents=True)
-    builtin_init = (REPO / "templates" / "package" / "__init__.py.j2").read_text()
+    builtin_init = (
+        REPO / "generator" / "stratgen" / "templates" / "package" / "__init__.py.j2"
+    ).read_text()
     (project / "tpl" / "package" / "__init__.py.j2").write_text(
         builtin_init.replace('"""{{ package }}:', '"""Flagged. {{ package }}:')
     )

@@ -125,7 +125,9 @@ def test_a_projects_own_templates_are_formatted_by_black_whole(tmp_path: Path) -
     (root / "specs").mkdir(parents=True)
     (root / "specs" / "base.yaml").write_text(MINIMAL_BASE, encoding="utf-8")
     (root / "tpl" / "package").mkdir(parents=True)
-    builtin = (REPO / "templates" / "package" / "__init__.py.j2").read_text(encoding="utf-8")
+    builtin = (
+        REPO / "generator" / "stratgen" / "templates" / "package" / "__init__.py.j2"
+    ).read_text(encoding="utf-8")
     (root / "tpl" / "package" / "__init__.py.j2").write_text(
         builtin + "\nEXTRA={'a':[1,2]}\n", encoding="utf-8"
     )

@@ -29,12 +29,13 @@ if TYPE_CHECKING:
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
-def resource_dir(name: str) -> Path:
-    """A folder shipped with stratgen: inside the wheel, or at the top of a source checkout."""
-    for candidate in (PACKAGE_ROOT / name, PACKAGE_ROOT.parent.parent / name):
+def builtin_specs_dir() -> Path:
+    """stratgen's built-in specs: ``stratgen/specs`` inside the wheel, or, in a source checkout,
+    the repository's ``specs/`` (its own project's specs, which the wheel ships as they are)."""
+    for candidate in (PACKAGE_ROOT / "specs", PACKAGE_ROOT.parent.parent / "specs"):
         if candidate.is_dir():
             return candidate
-    raise StratgenError(f"stratgen's {name}/ folder is missing from this installation")
+    raise StratgenError("stratgen's specs/ folder is missing from this installation")
 
 
 BUILTIN_PREFIX = "stratgen:"
@@ -257,7 +258,7 @@ class Project:
 
     def builtin_is_local(self) -> bool:
         local = (self.config.root / self.config.specs).resolve()
-        return local == resource_dir("specs").resolve()
+        return local == builtin_specs_dir().resolve()
 
     def sources(
         self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None
@@ -274,7 +275,7 @@ class Project:
         paths += list(extra or [])
         builtin_local = self.builtin_is_local()
         if self.config.builtin_specs and not builtin_local:
-            for path in sorted(resource_dir("specs").glob("*.yaml")):
+            for path in sorted(builtin_specs_dir().glob("*.yaml")):
                 try:
                     # Named apart from the project's own specs/ in messages and headers.
                     builtin_label = f"{BUILTIN_PREFIX}specs/{path.name}"
@@ -307,7 +308,7 @@ class Project:
 
     def plan(self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None) -> Plan:
         """Every file the specs produce, formatted, and the manifest that lists them."""
-        from .codegen.templating import Renderer
+        from .codegen.templating import BUILTIN_TEMPLATES, Renderer
         from .resolve.resolver import resolve
         from .resolve.selection import select
         from .targets.rendering import render_targets
@@ -319,7 +320,7 @@ class Project:
         self.timings.add("resolve", started)
 
         started = time.perf_counter()
-        template_dirs = [resource_dir("templates")]
+        template_dirs = [BUILTIN_TEMPLATES]
         if self.config.templates:
             template_dirs.insert(0, self.config.root / self.config.templates)
         renderer = Renderer(template_dirs)
@@ -378,4 +379,4 @@ def relative_to_cwd(path: Path) -> str:
         return str(path)
 
 
-__all__ = ["Config", "Project", "find_root", "load_config", "resource_dir"]
+__all__ = ["Config", "Project", "builtin_specs_dir", "find_root", "load_config"]

@@ -1,4 +1,4 @@
-"""`stratgen init`: a new project from the copier template in templates/project."""
+"""`stratgen init`: a new project from the copier template in generator/stratgen/commands/project_template."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_init_lays_out_a_project(new_project: Path) -> None:
     answers = yaml.safe_load((new_project / ".copier-answers.yml").read_text())
     assert answers["package"] == PACKAGE
     assert answers["project_name"] == "acme"
-    assert Path(answers["_src_path"]).name == "project"
+    assert Path(answers["_src_path"]).name == "project_template"
 
     spec = yaml.safe_load((new_project / "specs" / "toy.yaml").read_text())
     assert spec["accelerator"]["name"] == "toy"

@@ -36,7 +36,7 @@ def commit_all(folder: Path, message: str) -> None:
 def test_update_brings_template_changes_and_keeps_user_edits(tmp_path: Path) -> None:
     # The template, published as a git repository with a release tag.
     template = tmp_path / "template"
-    shutil.copytree(ROOT / "templates" / "project", template)
+    shutil.copytree(ROOT / "generator" / "stratgen" / "commands" / "project_template", template)
     git("init", "-q", cwd=template)
     commit_all(template, "template 1.0.0")
     git("tag", "v1.0.0", cwd=template)

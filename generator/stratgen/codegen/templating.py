@@ -33,6 +33,11 @@ from .user_cache import cache_folder
 if TYPE_CHECKING:
     from ..resolve.catalog import Source
 
+#: stratgen's own templates: ``package/`` (the modules of a generated package), ``tests/`` (its
+#: tests) and ``docs/`` (the device pages); a project's own template folder overrides them file
+#: by file.
+BUILTIN_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
 #: The settings of a jinja2 environment that change what a template compiles to.
 _SYNTAX = (
     "block_start_string",

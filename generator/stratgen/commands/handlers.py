@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..project import Config, Project, find_root, load_config, resource_dir
+from ..project import Config, Project, builtin_specs_dir, find_root, load_config
 from ..spec.errors import StratgenError
 from .exit_codes import EXIT_DRIFT, EXIT_OK
 
@@ -42,7 +42,7 @@ def config_from(args: argparse.Namespace) -> Config:
         and not (root / config.specs).is_dir()
     ):
         # Outside any project, these commands work on the specs stratgen ships.
-        config = dataclasses.replace(config, specs=str(resource_dir("specs")))
+        config = dataclasses.replace(config, specs=str(builtin_specs_dir()))
     return config
 
 

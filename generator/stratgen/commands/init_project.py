@@ -1,5 +1,5 @@
 """``stratgen init``: a project of your own, made with copier from the project template
-(``templates/project``, shipped inside stratgen)."""
+(``project_template`` beside this module, shipped inside stratgen)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..project import resource_dir
 from ..spec.errors import StratgenError
 from .exit_codes import EXIT_OK
 
 if TYPE_CHECKING:
     from .console import Console
+
+#: The copier template of a new project (copier templates hold ``*.jinja`` files and
+#: ``copier.yml``; stratgen's own jinja2 templates are ``stratgen/templates``).
+PROJECT_TEMPLATE = Path(__file__).resolve().with_name("project_template")
 
 
 def _package_name(text: str) -> str:
@@ -24,7 +27,7 @@ def _package_name(text: str) -> str:
 def init_project(
     args: argparse.Namespace, console: Console, interactive: bool | None = None
 ) -> int:
-    """``stratgen init DIR``: a new project from the copier template in templates/project."""
+    """``stratgen init DIR``: a new project from the copier template ``PROJECT_TEMPLATE``."""
     target: Path = args.directory
     if target.exists() and not target.is_dir():
         raise StratgenError(f"{target} exists and is not a folder")
@@ -56,7 +59,7 @@ def init_project(
             f"cannot make a package name from the folder name {dirname!r}; pass --package NAME"
         )
     project_name = re.sub(r"\s+", "-", dirname.strip()) or "my-strategies"
-    template = getattr(args, "template", None) or str(resource_dir("templates") / "project")
+    template = getattr(args, "template", None) or str(PROJECT_TEMPLATE)
     vcs_ref = getattr(args, "vcs_ref", None)
 
     import copier
