@@ -204,8 +204,8 @@ class Project:
         self._root: Path | None = None  # the project folder, resolved
 
     def cache_name(self) -> str:
-        """What this project's file of remembered layouts is named (``fmt``): its folder and
-        settings, hashed."""
+        """What this project's file of remembered layouts is named (``codegen.formatting``): its
+        folder and settings, hashed."""
         config = self.config
         h = hashlib.sha256(str(config.root.resolve()).encode("utf-8", "surrogatepass"))
         for setting in (

@@ -119,7 +119,8 @@ class Formatter:
         """black's formatting of ``source``, in one pass (importing black on first use):
         ``black.format_str`` formats its own output a second time, which only matters for code
         whose optional trailing commas black turns into magic ones, and generated code never
-        has them (``tests/test_format_once.py`` checks that a second pass changes nothing)."""
+        has them (``tests/generator/codegen/test_format_once.py`` checks that a second pass
+        changes nothing)."""
         import black
 
         if self._mode is None:

@@ -1,5 +1,5 @@
 """Adding to a project: ``stratgen new``, a spec written from a few answers or copied from a
-file (``stratgen init``, a whole project, is ``stratgen.initproject``)."""
+file (``stratgen init``, a whole project, is ``stratgen.commands.init_project``)."""
 
 from __future__ import annotations
 

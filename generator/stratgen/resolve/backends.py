@@ -1,4 +1,4 @@
-"""Resolution of the collective backends the specs declare (``stratgen.resolve`` resolves the
+"""Resolution of the collective backends the specs declare (``resolver`` resolves the
 rest)."""
 
 from __future__ import annotations

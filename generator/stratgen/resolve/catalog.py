@@ -1,6 +1,6 @@
 """The resolved model: every spec entry with ``extends`` applied and references checked.
 
-``stratgen.resolve`` takes parsed spec files and returns a ``Catalog`` in which each strategy,
+``resolver`` takes parsed spec files and returns a ``Catalog`` in which each strategy,
 accelerator, precision plugin, cluster environment and backend has concrete values, knows its
 parent and the file it came from. Templates only ever see these objects.
 """
@@ -33,8 +33,8 @@ class Source:
     spec: SpecFile
     builtin: bool  # shipped with stratgen rather than written in the user's project
     hooks_dir: str = ""  # directory that relative hooks files are resolved against
-    #: The file's text and its YAML tree (``yamlload.Node``), for what the parsed spec drops:
-    #: its comments, found at the lines of its keys (the docs target).
+    #: The file's text and its YAML tree (``stratgen.spec.yaml_loader.Node``), for what the
+    #: parsed spec drops: its comments, found at the lines of its keys (the docs target).
     text: str = field(default="", compare=False, repr=False)
     tree: Any = field(default=None, compare=False, repr=False)
 

@@ -14,7 +14,7 @@ from ..spec.model import AcceleratorSpec
 
 #: DeepSpeed's own accelerator classes, by the DS_ACCELERATOR names that select them
 #: (deepspeed 0.19.8, deepspeed/accelerator/real_accelerator.py: SUPPORTED_ACCELERATOR_LIST;
-#: tests/test_deepspeed_target.py compares it with the installed DeepSpeed).
+#: tests/generator/targets/test_deepspeed.py compares it with the installed DeepSpeed).
 DEEPSPEED_ACCELERATORS = ("cuda", "cpu", "xpu", "npu", "mps", "hpu", "mlu", "sdaa", "supa", "klxpu")
 
 

@@ -1,7 +1,7 @@
 """Checks on what specs say of devices: how an accelerator finds its device type, which
 precisions it runs only where a probe allows, and how a backend is named and registered.
 
-Like ``stratgen.checks``, every check reports into a ``Problems`` list instead of raising.
+Like ``checks``, every check reports into a ``Problems`` list instead of raising.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a strategy or precision plugin takes from what it builds on (``stratgen.resolve``
+"""What a strategy or precision plugin takes from what it builds on (``resolver``
 resolves the rest): the modules its accelerators need, the options its launcher reads, and the
 types and defaults of the options the runtime reads."""
 

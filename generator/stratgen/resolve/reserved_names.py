@@ -2,8 +2,9 @@
 
 Derived from the contract's tables of runtime classes (``stratcore.contract``) and the few
 standard-library names the emitters import (the Lightning target checks its own modules, see
-``stratgen.lightning``), so that it cannot go stale;
-tests/test_reserved_names.py compares it with what the checked-in generated modules import.
+``stratgen.targets.lightning.plugins``), so that it cannot go stale;
+tests/generator/resolve/test_reserved_names.py compares it with what the checked-in generated
+modules import.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Resolution: spec files in, a ``Catalog`` out, with ``extends`` applied and every
-reference checked (``stratgen.checks`` holds the checks themselves)."""
+reference checked (``checks`` and ``device_checks`` hold the checks themselves)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """How the spec model declares a key: as a dataclass field whose metadata holds its
-documentation and whether ``extends`` copies it (``stratgen.model`` uses these)."""
+documentation and whether ``extends`` copies it (``model`` uses these)."""
 
 from __future__ import annotations
 

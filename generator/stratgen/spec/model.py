@@ -1,8 +1,8 @@
 """The typed model of the spec format.
 
 Each class is a frozen dataclass. Field types say what a spec may contain; ``doc`` metadata
-documents each key. The same declarations drive validation (``stratgen.parse``), the JSON
-Schema (``stratgen.jsonschema``) and the spec reference of the documentation, so they cannot drift.
+documents each key. The same declarations drive validation (``parse``), the JSON
+Schema (``json_schema``) and the spec reference of the documentation, so they cannot drift.
 
 Fields that may be inherited through ``extends`` default to ``None`` in the spec classes;
 ``stratgen.resolve`` fills them in.

@@ -1,6 +1,6 @@
 """Turn located YAML nodes into model objects, checking every key against its declared type.
 
-The conversion is driven by the type hints of ``stratgen.model``: a dataclass is a mapping
+The conversion is driven by the type hints of ``model``: a dataclass is a mapping
 whose keys are its fields, ``Literal`` is an enumeration, ``Annotated[str, Pattern]`` a string
 that must match, ``tuple[T, ...]`` a list and ``dict[K, V]`` a mapping. All problems in a file
 are collected, each with its location and field path.
@@ -22,7 +22,7 @@ from stratcore.contract import Pattern
 from .errors import Location, SpecError, SpecProblem, did_you_mean, one_of
 from .model import SpecFile
 
-if TYPE_CHECKING:  # nodes are made by yamlload: a run whose specs all come from the cache
+if TYPE_CHECKING:  # nodes are made by yaml_loader: a run whose specs all come from the cache
     from .yaml_loader import Node  # never imports it, nor pyyaml
 
 MAX_STRING = 20_000

@@ -428,7 +428,7 @@ def render_pages(
                 for row in rows
             ],
             package=package,
-            # devicetable's columns, the package's own named as the package is
+            # device_table's columns, the package's own named as the package is
             columns=[package if column == "stratlib" else column for column in HEADER],
         )
         files.append(RenderedFile(f"{folder}/{INDEX}", tidy(index), False))

@@ -1,6 +1,6 @@
 """Describe the modules of the components a strategy composes: accelerators, precision
-plugins, cluster environments and the collective backends (``stratgen.describe`` describes the
-strategies; ``stratgen.pyapi`` turns descriptions into source)."""
+plugins, cluster environments and the collective backends (``strategy_modules`` describes the
+strategies; ``stratgen.codegen.python_source`` turns descriptions into source)."""
 
 from __future__ import annotations
 

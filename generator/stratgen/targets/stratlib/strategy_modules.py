@@ -1,5 +1,5 @@
 """Describe the strategy modules of a generated package: what each class derives from, imports,
-declares and takes (``stratgen.components`` describes the other modules; ``stratgen.pyapi``
+declares and takes (``component_modules`` describes the other modules; ``stratgen.codegen.python_source``
 turns the descriptions into source).
 
 The runtime classes each spec value maps to come from the contract (``stratcore.contract``).
