@@ -3,7 +3,8 @@
 A spec names, next to each fact, where it comes from (``# torch_npu/npu/utils.py:
 is_bf16_supported``): after the key on its line, or in comment lines directly above it. YAML
 parsers drop comments, so this module reads them from the spec's text, at the lines where the
-loader (``yamlload``) found each key, and lays the spec's values out as rows of facts.
+loader (``stratgen.spec.yaml_loader``) found each key, and lays the spec's values out as rows of
+facts.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class SpecText:
     @classmethod
     def parse(cls, text: str, path: str) -> SpecText:
         """The spec's text parsed once per run: every strategy of a spec reads the same file."""
-        return _parsed(text, path)
+        lines, root = _parsed(text, path)
+        return cls(path, lines, root)
 
     @classmethod
     def of(cls, source: Source) -> SpecText:
@@ -197,5 +199,7 @@ def _facts(text: SpecText, node: Node, prefix: str, inherited: str, skip: frozen
 
 
 @functools.cache
-def _parsed(text: str, path: str) -> SpecText:
-    return SpecText(path, tuple(text.splitlines()), load_yaml(text, path))
+def _parsed(text: str, path: str) -> tuple[tuple[str, ...], Node]:
+    """A spec's lines and YAML tree, parsed once per run (keyed by what ``parse`` is given, not
+    by the class it builds: mypy holds a class object to be no cache key)."""
+    return tuple(text.splitlines()), load_yaml(text, path)
