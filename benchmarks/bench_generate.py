@@ -13,9 +13,10 @@ like stratgen's in-process formatting), fresh process, with black's own cache in
 state (empty or warm) as stratgen's. It answers "how does generating or checking compare with
 the formatter check every project already runs on these files?"
 
-stratgen keeps two caches, black's layouts of the long statements it generates (``stratgen.fmt``)
-and the compiled templates (``stratgen.templating``): their rows compare the same run with the
-cache and without it (``benchmarks.workers.stratgen_without``).
+stratgen keeps two caches, black's layouts of the long statements it generates
+(``stratgen.codegen.formatting``) and the compiled templates (``stratgen.codegen.templating``):
+their rows compare the same run with the cache and without it
+(``benchmarks.workers.stratgen_without``).
 """
 
 from __future__ import annotations

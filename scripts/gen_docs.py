@@ -37,14 +37,14 @@ DOCS = ROOT / "docs"
 if str(ROOT / "generator") not in sys.path:
     sys.path.insert(0, str(ROOT / "generator"))
 
-from stratgen import model  # noqa: E402
-from stratgen.catalog import Catalog  # noqa: E402
 from stratgen.cli import build_parser  # noqa: E402
-from stratgen.jsonschema import spec_schema  # noqa: E402
-from stratgen.listing import strategy_rows  # noqa: E402
+from stratgen.commands.list_table import strategy_rows  # noqa: E402
 from stratgen.project import CONFIG_KEYS, Config, Project, load_config  # noqa: E402
-from stratgen.resolve import resolve  # noqa: E402
-from stratgen.selection import select  # noqa: E402
+from stratgen.resolve.catalog import Catalog  # noqa: E402
+from stratgen.resolve.resolver import resolve  # noqa: E402
+from stratgen.resolve.selection import select  # noqa: E402
+from stratgen.spec import model  # noqa: E402
+from stratgen.spec.json_schema import spec_schema  # noqa: E402
 
 MARKER = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",

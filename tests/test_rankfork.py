@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import rankfork
-from stratcore import watch
+from stratcore.testing import watch
 
 PROBE = """
 import atexit, os, sys, threading, time

@@ -14,13 +14,13 @@ from collections.abc import Callable
 
 
 def _no_format_cache() -> None:
-    from stratgen.fmt import Formatter
+    from stratgen.codegen.formatting import Formatter
 
     Formatter.open = lambda self, project: None  # type: ignore[method-assign]
 
 
 def _no_template_cache() -> None:
-    from stratgen import templating
+    from stratgen.codegen import templating
 
     templating._compiled_templates = lambda env: None  # type: ignore[assignment]
 

@@ -1,6 +1,6 @@
 """The ``stratgen`` command line. It parses arguments and reports; ``Project`` does the work.
 
-Exit codes: 0 success, 1 drift (``check``, ``generate --dry-run`` with changes), 2 user error.
+Exit codes: ``stratgen.commands.exit_codes``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from typing import TextIO
 from stratcore.contract import DEFAULT_PRECISION, GENERAL_LAUNCHERS, STRATEGY_KINDS
 
 from . import __version__
-from .console import Console, wants_color  # noqa: F401 - re-exported
-from .errors import SpecError, StratgenError
-from .fmt import FormatError
-
-EXIT_OK, EXIT_DRIFT, EXIT_ERROR = 0, 1, 2
+from .codegen.formatting import FormatError
+from .commands.console import Console, wants_color  # noqa: F401 - re-exported
+from .commands.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from .spec.errors import SpecError, StratgenError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -194,10 +193,10 @@ def _run(argv: Sequence[str] | None, out: TextIO | None, err: TextIO | None) -> 
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     console = Console(out, err, False if args.no_color else None)
-    from . import commands
+    from .commands import handlers
 
     try:
-        return commands.run(args, console)
+        return handlers.run(args, console)
     except SpecError as exc:
         for problem in exc.problems:
             console.error(str(problem))
@@ -211,7 +210,7 @@ def _run(argv: Sequence[str] | None, out: TextIO | None, err: TextIO | None) -> 
         return EXIT_ERROR
     except KeyboardInterrupt:
         console.error("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     except OSError as exc:  # the file system refused a read or write

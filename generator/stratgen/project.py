@@ -17,25 +17,25 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from . import paths
-from .errors import Location, SpecError, StratgenError, did_you_mean
-from .files import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
-from .fmt import Formatter
-from .yamlload import read_spec_bytes
+from .codegen.formatting import Formatter
+from .output.file_tree import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
+from .spec.errors import Location, SpecError, StratgenError, did_you_mean
+from .spec.yaml_loader import read_spec_bytes
 
 if TYPE_CHECKING:
-    from .catalog import Catalog, Source
-    from .selection import Selection
+    from .resolve.catalog import Catalog, Source
+    from .resolve.selection import Selection
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
-def resource_dir(name: str) -> Path:
-    """A folder shipped with stratgen: inside the wheel, or at the top of a source checkout."""
-    for candidate in (PACKAGE_ROOT / name, PACKAGE_ROOT.parent.parent / name):
+def builtin_specs_dir() -> Path:
+    """stratgen's built-in specs: ``stratgen/specs`` inside the wheel, or, in a source checkout,
+    the repository's ``specs/`` (its own project's specs, which the wheel ships as they are)."""
+    for candidate in (PACKAGE_ROOT / "specs", PACKAGE_ROOT.parent.parent / "specs"):
         if candidate.is_dir():
             return candidate
-    raise StratgenError(f"stratgen's {name}/ folder is missing from this installation")
+    raise StratgenError("stratgen's specs/ folder is missing from this installation")
 
 
 BUILTIN_PREFIX = "stratgen:"
@@ -87,9 +87,26 @@ class Config:
         return f"{self.output}/{MANIFEST_NAME}"
 
 
+#: The table a project's pyproject.toml holds stratgen's settings in.
+CONFIG_TABLE = "[tool.stratgen]"
+
+
 def find_root(start: Path) -> Path:
-    """The nearest folder at or above ``start`` whose pyproject.toml has [tool.stratgen]."""
-    return Path(paths.find_root(str(start)))
+    """The nearest folder at or above ``start`` whose pyproject.toml has [tool.stratgen]
+    (``start`` itself when none has)."""
+    folder = str(start)
+    while True:
+        pyproject = os.path.join(folder, "pyproject.toml")
+        try:
+            with open(pyproject, encoding="utf-8", errors="replace") as handle:
+                if CONFIG_TABLE in handle.read():
+                    return Path(folder)
+        except OSError:
+            pass
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return Path(start)
+        folder = parent
 
 
 def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
@@ -187,8 +204,8 @@ class Project:
         self._root: Path | None = None  # the project folder, resolved
 
     def cache_name(self) -> str:
-        """What this project's file of remembered layouts is named (``fmt``): its folder and
-        settings, hashed."""
+        """What this project's file of remembered layouts is named (``codegen.formatting``): its
+        folder and settings, hashed."""
         config = self.config
         h = hashlib.sha256(str(config.root.resolve()).encode("utf-8", "surrogatepass"))
         for setting in (
@@ -222,9 +239,9 @@ class Project:
                 f"spec file name {Path(display).name!r} must be letters, digits, '_' and '-' "
                 f"before .yaml (its tests are generated as test_<name>.py)",
             )
-        from .catalog import Source
-        from .parse import parse_spec_file
-        from .yamlload import load_yaml
+        from .resolve.catalog import Source
+        from .spec.parse import parse_spec_file
+        from .spec.yaml_loader import load_yaml
 
         data = read_spec_bytes(path, display)
         tree = load_yaml(data, display)
@@ -241,7 +258,7 @@ class Project:
 
     def builtin_is_local(self) -> bool:
         local = (self.config.root / self.config.specs).resolve()
-        return local == resource_dir("specs").resolve()
+        return local == builtin_specs_dir().resolve()
 
     def sources(
         self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None
@@ -258,7 +275,7 @@ class Project:
         paths += list(extra or [])
         builtin_local = self.builtin_is_local()
         if self.config.builtin_specs and not builtin_local:
-            for path in sorted(resource_dir("specs").glob("*.yaml")):
+            for path in sorted(builtin_specs_dir().glob("*.yaml")):
                 try:
                     # Named apart from the project's own specs/ in messages and headers.
                     builtin_label = f"{BUILTIN_PREFIX}specs/{path.name}"
@@ -291,9 +308,10 @@ class Project:
 
     def plan(self, extra: list[tuple[Path, str]] | None = None, skip: Path | None = None) -> Plan:
         """Every file the specs produce, formatted, and the manifest that lists them."""
-        from .render import Renderer, render
-        from .resolve import resolve
-        from .selection import select
+        from .codegen.templating import BUILTIN_TEMPLATES, Renderer
+        from .resolve.resolver import resolve
+        from .resolve.selection import select
+        from .targets.rendering import render_targets
 
         sources = self.sources(extra, skip)
         started = time.perf_counter()
@@ -302,31 +320,20 @@ class Project:
         self.timings.add("resolve", started)
 
         started = time.perf_counter()
-        template_dirs = [resource_dir("templates")]
+        template_dirs = [BUILTIN_TEMPLATES]
         if self.config.templates:
             template_dirs.insert(0, self.config.root / self.config.templates)
         renderer = Renderer(template_dirs)
-        rendered = render(
+        rendered = render_targets(
             catalog,
             selection,
             renderer,
             self.config.package,
             self.config.package_dir,
             self.config.tests,
+            self.config.docs,
             self.config.targets,
         )
-        if "docs" in self.config.targets:
-            from .devicepages import render_pages
-
-            rendered += render_pages(
-                catalog,
-                selection,
-                renderer,
-                self.config.package,
-                self.config.tests,
-                self.config.docs,
-                self.config.targets,
-            )
         self.timings.add("render", started)
 
         started = time.perf_counter()
@@ -372,4 +379,4 @@ def relative_to_cwd(path: Path) -> str:
         return str(path)
 
 
-__all__ = ["Config", "Project", "find_root", "load_config", "resource_dir"]
+__all__ = ["Config", "Project", "builtin_specs_dir", "find_root", "load_config"]

@@ -68,7 +68,7 @@ def test_a_part_no_page_holds_is_an_error(tmp_path: Path) -> None:
 
 
 def test_every_spec_key_is_documented() -> None:
-    from stratgen.jsonschema import spec_schema
+    from stratgen.spec.json_schema import spec_schema
 
     reference = (DOCS / "reference" / "specs.md").read_text(encoding="utf-8")
     for name, definition in spec_schema()["$defs"].items():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from docblocks import DOCS, REPO, block, marked_blocks
-from sgtest import run_cli
 from stratcore.testing import watch
+from tests.support.generator import run_cli
 
 #: Every marked block, with the test that runs it.
 TESTED = {

@@ -43,9 +43,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from stratgen.model import ImportPath
 from stratgen.project import Project, load_config
-from stratgen.resolve import resolve
+from stratgen.resolve.resolver import resolve
+from stratgen.spec.model import ImportPath
 
 from .apisource import UNKNOWN, Module, Ref, SourceTree, import_live, live_member
 from .signatures import differences, signature

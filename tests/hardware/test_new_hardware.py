@@ -5,7 +5,7 @@ A user project of its own (its own pyproject.toml and package name) gets a made-
 extends the built-in 'ddp' spec. ``stratgen new --from`` adds the spec file from outside the
 project; the generated package then trains on two processes exactly like one process on the
 whole batch, and the project's generated tests for the spec pass. No template changes: the
-repository's templates/ tree is byte-for-byte the same before and after.
+repository's templates tree (generator/stratgen/templates) is byte-for-byte the same before and after.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Comple
 
 @pytest.mark.slow
 def test_new_accelerator_and_strategies_from_a_spec_alone(tmp_path: Path) -> None:
-    templates_before = tree_digest(REPO / "templates")
+    templates_before = tree_digest(REPO / "generator" / "stratgen" / "templates")
     project = tmp_path / "acme-project"
     (project / "specs").mkdir(parents=True)
     (project / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
@@ -152,4 +152,4 @@ def test_new_accelerator_and_strategies_from_a_spec_alone(tmp_path: Path) -> Non
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert " passed" in tests.stdout and "failed" not in tests.stdout
 
-    assert tree_digest(REPO / "templates") == templates_before
+    assert tree_digest(REPO / "generator" / "stratgen" / "templates") == templates_before

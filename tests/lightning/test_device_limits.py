@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sgtest import make_project, run_cli
 from stratcore.testing import watch
+from tests.support.generator import make_project, run_cli
 
 pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
 

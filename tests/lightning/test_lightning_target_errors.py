@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sgtest import make_project, run_cli
+from tests.support.generator import make_project, run_cli
 
 SPEC = """\
 version: 1

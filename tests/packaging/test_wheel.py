@@ -122,13 +122,15 @@ def test_wheel_contents(wheels: dict[str, Path]) -> None:
         assert "stratgen = stratgen.__main__:main" in archive.read(entry_points).decode()
     for spec in (ROOT / "specs").glob("*.yaml"):
         assert f"stratgen/specs/{spec.name}" in names
-    for template in (ROOT / "templates").rglob("*"):
-        if template.is_file() and "__pycache__" not in template.parts:
-            assert f"stratgen/{template.relative_to(ROOT).as_posix()}" in names, template
-    assert "stratgen/templates/project/copier.yml" in names
-    assert "stratgen/templates/project/.gitignore.jinja" in names
-    assert "stratgen/templates/project/.github/workflows/ci.yml" in names
-    assert "stratgen/cli.py" in names and "stratgen/scaffold.py" in names
+    package = ROOT / "generator" / "stratgen"
+    for folder in ("templates", "commands/project_template"):
+        for template in (package / folder).rglob("*"):
+            if template.is_file() and "__pycache__" not in template.parts:
+                assert f"stratgen/{template.relative_to(package).as_posix()}" in names, template
+    assert "stratgen/commands/project_template/copier.yml" in names
+    assert "stratgen/commands/project_template/.gitignore.jinja" in names
+    assert "stratgen/commands/project_template/.github/workflows/ci.yml" in names
+    assert "stratgen/cli.py" in names and "stratgen/commands/new_spec.py" in names
     assert not any(
         n.startswith(("tests/", "generated/", "examples/", "stratlib/", "stratcore/"))
         for n in names
@@ -155,8 +157,8 @@ def test_installed_commands_work_from_any_folder(venv: Path, tmp_path: Path) -> 
         venv,
         str(venv / "bin" / "python"),
         "-c",
-        "import stratgen, stratlib; from stratgen.project import resource_dir; "
-        "print(stratgen.__file__); print(stratlib.__file__); print(resource_dir('specs'))",
+        "import stratgen, stratlib; from stratgen.project import builtin_specs_dir; "
+        "print(stratgen.__file__); print(stratlib.__file__); print(builtin_specs_dir())",
         cwd=tmp_path,
     )
     assert where.returncode == 0, where.stderr

@@ -1,0 +1,291 @@
+"""Write a planned tree of generated files, or compare it with what is on disk.
+
+Writes are atomic per file (a temporary file renamed over the target) and only touch files
+whose content changed, so modification times of unchanged files stay put. A manifest records
+every generated file and its hash: files that an earlier run generated and no spec produces
+any more are removed, unless they were edited by hand since; files stratgen never generated
+are never touched. Concurrent runs are serialised by a lock file.
+
+A run that is killed part way leaves every file either as it was or as it should be. Before
+the first write, the manifest is extended with the hashes about to be written, so that the
+next run still recognises (and may remove) a file this run created; the final manifest is
+written last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Folders and files that tools leave among sources and generated files: never read, hashed or
+#: removed.
+IGNORED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+IGNORED_SUFFIXES = (".pyc", ".pyo")
+#: The lock file of a run that writes (``Tree``), inside the output folder.
+LOCK_NAME = ".stratgen.lock"
+MANIFEST_NAME = ".stratgen-manifest.json"
+TEMP_MARK = ".stratgen-"
+# Temporary files of atomic_write: '.<name>.stratgen-<random>.tmp' next to their target.
+_TEMP_FILE = re.compile(r"^\..+\.stratgen-[A-Za-z0-9_]+\.tmp$")
+
+
+def files_under(folder: str) -> list[tuple[str, str]]:
+    """Every file under ``folder`` (tool caches, bytecode and the lock file left out), in a
+    fixed order: its path relative to the folder ('/'-separated), and its full path."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_PARTS)
+        relative = os.path.relpath(dirpath, folder).replace(os.sep, "/")
+        prefix = "" if relative == "." else relative + "/"
+        found += [
+            (prefix + name, os.path.join(dirpath, name))
+            for name in sorted(filenames)
+            if not name.endswith(IGNORED_SUFFIXES) and name != LOCK_NAME
+        ]
+    return found
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_bytes(files: Mapping[str, bytes]) -> bytes:
+    """The manifest for a plan: every generated path with the hash of its content."""
+    return _manifest_document({path: digest(data) for path, data in files.items()})
+
+
+def _manifest_document(entries: Mapping[str, str | list[str]]) -> bytes:
+    document = {"generator": "stratgen", "files": dict(sorted(entries.items()))}
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+
+
+@dataclass
+class Drift:
+    changed: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    diffs: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.changed or self.missing or self.extra)
+
+
+@dataclass
+class WriteReport:
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # orphans edited by hand, left in place
+
+
+class Tree:
+    """The generated part of a project: the package and tests folders and their manifest."""
+
+    def __init__(self, root: Path, owned_dirs: list[str], manifest: str) -> None:
+        self.root = root
+        self.owned_dirs = owned_dirs  # folders (relative to root) whose every file is generated
+        self.manifest = manifest  # manifest path relative to root
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            with open(os.path.join(self.root, path), "rb") as handle:
+                return handle.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def holds(self, path: str, data: bytes) -> bool:
+        """Whether the file at ``path`` holds exactly ``data``: ``read(path) == data``, reading
+        no more than one byte past it, with no file object."""
+        try:
+            fd = os.open(os.path.join(self.root, path), os.O_RDONLY)
+            try:
+                chunks, size = [], 0
+                while size <= len(data):
+                    chunk = os.read(fd, len(data) + 1 - size)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+            finally:
+                os.close(fd)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return False
+        return b"".join(chunks) == data
+
+    def recorded(self) -> dict[str, frozenset[str]]:
+        """Paths from the manifest of the previous run, each with the hashes it may have had
+        when stratgen wrote it (one, or two after an interrupted run). Entries outside the
+        generated folders are ignored, so an edited manifest cannot make stratgen delete
+        anything else."""
+        data = self.read(self.manifest)
+        if data is None:
+            return {}
+        try:
+            files = json.loads(data)["files"]
+        except (ValueError, KeyError, TypeError):
+            return {}
+        if not isinstance(files, dict):
+            return {}
+        recorded = {}
+        for path, value in files.items():
+            hashes = value if isinstance(value, list) else [value]
+            if self.owns(str(path)) and all(isinstance(h, str) for h in hashes):
+                recorded[str(path)] = frozenset(hashes)
+        return recorded
+
+    def owns(self, path: str) -> bool:
+        """Whether ``path`` (relative to the root) lies inside one of the generated folders."""
+        if not _is_safe_relative(path):
+            return False
+        return any(path.startswith(folder.rstrip("/") + "/") for folder in self.owned_dirs)
+
+    def present(self) -> set[str]:
+        """Files currently in the owned folders, relative to the root."""
+        return {
+            f"{folder}/{relative}"
+            for folder in self.owned_dirs
+            for relative, _ in files_under(str(self.root / folder))
+        }
+
+    # -- comparing ----------------------------------------------------------------------------
+
+    def compare(self, plan: Mapping[str, bytes], with_diff: bool = True) -> Drift:
+        drift = Drift()
+        for path in sorted(plan):
+            current = self.read(path)
+            if current is None:
+                drift.missing.append(path)
+            elif current != plan[path]:
+                drift.changed.append(path)
+                if with_diff:
+                    drift.diffs.append(unified_diff(path, current, plan[path]))
+        drift.extra = sorted(self.present() - set(plan))
+        return drift
+
+    # -- writing ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold an exclusive lock on the tree for the duration of a write."""
+        lock_dir = self.root / Path(self.manifest).parent
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with open(lock_dir / LOCK_NAME, "a+b") as handle:
+            try:
+                import fcntl
+            except ImportError:  # pragma: no cover - not POSIX
+                yield
+                return
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def write(self, plan: Mapping[str, bytes]) -> WriteReport:
+        """Bring the tree in line with ``plan``; the manifest is written last."""
+        report = WriteReport()
+        with self.locked():
+            self._remove_stale_temporaries()
+            previous = self.recorded()
+            pending = {
+                path: data
+                for path, data in sorted(plan.items())
+                if path != self.manifest and not self.holds(path, data)
+            }
+            report.unchanged = sorted(set(plan) - set(pending) - {self.manifest})
+            if pending:
+                # Record what is about to be written first: if this run dies part way, the
+                # next one still knows every file it may find as generated.
+                journal: dict[str, list[str]] = {p: sorted(h) for p, h in previous.items()}
+                for path, data in pending.items():
+                    journal[path] = sorted(set(journal.get(path, [])) | {digest(data)})
+                atomic_write(self.root / self.manifest, _manifest_document(journal))
+            for path, data in pending.items():
+                atomic_write(self.root / path, data)
+                report.written.append(path)
+            for path in sorted(set(previous) - set(plan)):
+                current = self.read(path)
+                if current is None:
+                    continue
+                if digest(current) not in previous[path]:
+                    report.kept.append(path)
+                    continue
+                (self.root / path).unlink()
+                report.removed.append(path)
+                _remove_empty_parents(self.root / path, self.root)
+            if self.manifest in plan and self.read(self.manifest) != plan[self.manifest]:
+                atomic_write(self.root / self.manifest, plan[self.manifest])
+                report.written.append(self.manifest)
+        return report
+
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary files left by a run that was killed (only runs holding the lock write)."""
+        for folder in {*self.owned_dirs, str(Path(self.manifest).parent)}:
+            base = self.root / folder
+            if not base.is_dir():
+                continue
+            for dirpath, dirnames, filenames in os.walk(base):
+                dirnames[:] = [d for d in dirnames if d not in IGNORED_PARTS]
+                for name in filenames:
+                    if _TEMP_FILE.match(name):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(os.path.join(dirpath, name))
+
+
+def atomic_write(target: Path, data: bytes, durable: bool = False) -> None:
+    """Write ``data`` so that readers see either the old file or the whole new one.
+
+    The rename alone makes the write atomic for other processes and against a killed run.
+    ``durable`` also flushes the data to disk before the rename, so that the new content
+    survives a power loss: worth its cost for files a user wrote (a copied spec), not for
+    generated files that `stratgen generate` can always write again.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}{TEMP_MARK}", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _remove_empty_parents(path: Path, stop: Path) -> None:
+    parent = path.parent
+    while parent != stop and parent.is_dir():
+        try:
+            parent.rmdir()
+        except OSError:
+            return
+        parent = parent.parent
+
+
+def _is_safe_relative(path: str) -> bool:
+    if os.sep == "/" and os.altsep is None:  # POSIX: what Path(path).parts gives, but faster
+        return not path.startswith("/") and ".." not in path.split("/")
+    p = Path(path)
+    return not p.is_absolute() and ".." not in p.parts
+
+
+def unified_diff(path: str, old: bytes, new: bytes) -> str:
+    old_lines = old.decode("utf-8", "replace").splitlines(keepends=True)
+    new_lines = new.decode("utf-8", "replace").splitlines(keepends=True)
+    return "".join(difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}", n=3))

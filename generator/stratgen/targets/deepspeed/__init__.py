@@ -1,0 +1,2 @@
+"""The deepspeed target: a DeepSpeed accelerator for each device of the specs
+(``accelerators``)."""

@@ -1,0 +1,156 @@
+"""The devices x frameworks table: for each accelerator of the specs, which strategies run on it
+with the generated package, with Lightning's Trainer and with Lightning Fabric, which DeepSpeed
+accelerator DeepSpeed strategies train on, in which precisions, and what to install.
+``stratgen list`` prints it, and the docs target's index page
+shows it for the built-in specs, from the same function."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from stratcore.contract import PRECISIONS
+from stratcore.lightning.contract import ACCELERATOR_NAMES, FRAMEWORKS
+
+from ...resolve.catalog import Accelerator, Catalog
+from ...resolve.deepspeed_accelerators import deepspeed_generated
+from ..deepspeed.accelerators import class_name, rendered
+from ..lightning import plugins as lightning_plugins
+
+HEADER = [
+    "device",
+    "stratlib",
+    "Lightning Trainer",
+    "Lightning Fabric",
+    "DeepSpeed",
+    "precisions",
+    "install",
+]
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """What one accelerator's row says, cell by cell."""
+
+    device: str
+    stratlib: str
+    trainer: str
+    fabric: str
+    deepspeed: str
+    precisions: str
+    install: str
+
+    def cells(self) -> list[str]:
+        return [
+            self.device,
+            self.stratlib,
+            self.trainer,
+            self.fabric,
+            self.deepspeed,
+            self.precisions,
+            self.install,
+        ]
+
+
+def precisions_text(accelerator: Accelerator) -> str:
+    """The device's precisions; those behind a probe grouped after the probe that decides."""
+    spec = accelerator.spec
+    supported = spec.precision.supported or PRECISIONS
+    probes = dict(spec.precision.probes or {})
+    parts = [", ".join(m for m in supported if m not in probes)]
+    by_probe: dict[str, list[str]] = {}
+    for mode in supported:
+        if mode in probes:
+            by_probe.setdefault(probes[mode], []).append(mode)
+    for probe, modes in by_probe.items():
+        parts.append(f"{', '.join(modes)} where {probe.replace(':', '.')}()")
+    return "; ".join(p for p in parts if p)
+
+
+def install_text(accelerator: Accelerator) -> str:
+    """What to install for the device: its own install hint and its requirements' hints."""
+    spec = accelerator.spec
+    hints = [spec.install] if spec.install else []
+    hints += [r.install or f"the '{r.module}' package" for r in spec.requires]
+    return "; ".join(dict.fromkeys(hints)) or "torch"
+
+
+def deepspeed_text(accelerator: Accelerator, deepspeed_target: bool = True) -> str:
+    """Which DeepSpeed accelerator the device's DeepSpeed strategies train on: DeepSpeed's own
+    class (by its DS_ACCELERATOR name) or the one the deepspeed target generates."""
+    spec = accelerator.spec
+    if not deepspeed_generated(spec) or not rendered(accelerator):
+        return f"DeepSpeed's own ({spec.deepspeed_accelerator or spec.device_type})"
+    if not deepspeed_target:
+        return "generated (made at run time: not a target of this project)"
+    return f"generated ({class_name(accelerator)})"
+
+
+def _lightning_text(name: str, selection: lightning_plugins.Selection) -> str:
+    """Which Lightning plugins serve the device in ``framework``: Lightning's own accelerator
+    and strategies, and the generated plugins for the strategies Lightning lacks."""
+    plugins = [
+        registry_name
+        for plugin in selection.strategies
+        if name in plugin.strategy.accelerators
+        for registry_name, _ in plugin.names
+    ]
+    if name in ACCELERATOR_NAMES:
+        own = "Lightning's own"
+        return f"{own}; plugins: {', '.join(plugins)}" if plugins else own
+    rendered = any(a.name == name for a in selection.accelerators)
+    if not rendered or not plugins:
+        return "no"
+    return f"plugins: {', '.join(plugins)}"
+
+
+def device_rows(
+    catalog: Catalog,
+    strategy_names: Iterable[str],
+    accelerator_names: Iterable[str],
+    lightning_target: bool = True,
+    deepspeed_target: bool = True,
+) -> list[DeviceRow]:
+    """One row per accelerator, for the selected strategies; without the Lightning target, the
+    Lightning columns say so, and without the deepspeed target the DeepSpeed column."""
+    names = list(strategy_names)
+    selections = {f: lightning_plugins.select(catalog, names, f) for f in FRAMEWORKS}
+    rows = []
+    for name in accelerator_names:
+        accelerator = catalog.accelerators[name]
+        runs = [
+            n
+            for n in names
+            if not catalog.strategies[n].abstract and name in catalog.strategies[n].accelerators
+        ]
+        if lightning_target:
+            trainer = _lightning_text(name, selections["pytorch"])
+            fabric = _lightning_text(name, selections["fabric"])
+        else:
+            trainer = fabric = "not a target of this project"
+        rows.append(
+            DeviceRow(
+                device=name,
+                stratlib=", ".join(runs) or "no strategy",
+                trainer=trainer,
+                fabric=fabric,
+                deepspeed=deepspeed_text(accelerator, deepspeed_target),
+                precisions=precisions_text(accelerator),
+                install=install_text(accelerator),
+            )
+        )
+    return rows
+
+
+def device_blocks(rows: Iterable[DeviceRow]) -> str:
+    """The rows as text for a terminal: one block per device, a line per column."""
+    width = max(len(h) for h in HEADER[1:]) + 2
+    blocks = []
+    for row in rows:
+        lines = [row.device]
+        lines += [
+            f"  {(h + ':').ljust(width)}{c}"
+            for h, c in zip(HEADER[1:], row.cells()[1:], strict=True)
+        ]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)

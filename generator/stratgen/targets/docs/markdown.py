@@ -1,0 +1,52 @@
+"""Markdown for the pages of the docs target: text from specs (descriptions, comments) made
+safe to show as it is, values as inline code, pages tidied (a generated page's header is
+``stratgen.codegen.templating.header``, as every generated file's)."""
+
+from __future__ import annotations
+
+import re
+
+_SPECIAL = re.compile(r"([\\*_\[\]>|#])")
+#: Inline code as a spec's descriptions write it (`devices`, ``devices``): kept as it is.
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def text(value: str) -> str:
+    """Plain text from a spec (a description, a comment) made safe in Markdown: its characters
+    stay what they are, outside any table cell or emphasis; inline code stays inline code."""
+    value = " ".join(value.split())
+    parts, start = [], 0
+    for match in _CODE_SPAN.finditer(value):
+        parts.append(_escape(value[start : match.start()]))
+        parts.append(code(match.group(2)))
+        start = match.end()
+    parts.append(_escape(value[start:]))
+    return "".join(parts)
+
+
+def _escape(value: str) -> str:
+    return _SPECIAL.sub(r"\\\1", value).replace("<", "&lt;")
+
+
+def paragraphs(value: str) -> str:
+    """Several paragraphs of spec text, each made safe with ``text``."""
+    return "\n\n".join(text(p) for p in re.split(r"\n\s*\n", value.strip()) if p.strip())
+
+
+def code(value: object) -> str:
+    """A value as inline code (backticks inside it get a longer fence)."""
+    shown = str(value)
+    fence = "``" if "`" in shown else "`"
+    return f"{fence}{shown}{fence}" if shown else ""
+
+
+def call(import_path: str) -> str:
+    """'torch_npu.npu:is_available' as the call a reader knows: ``torch_npu.npu.is_available()``."""
+    return code(import_path.replace(":", ".") + "()")
+
+
+def tidy(markdown: str) -> str:
+    """One blank line between blocks at most, no trailing spaces, one final newline."""
+    lines = [line.rstrip() for line in markdown.splitlines()]
+    tidy = "\n".join(lines)
+    return re.sub(r"\n{3,}", "\n\n", tidy).strip("\n") + "\n"

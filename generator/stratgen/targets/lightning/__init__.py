@@ -1,0 +1,2 @@
+"""The Lightning target: plugins for Lightning's Trainer and Fabric, built on stratlib's
+classes (``plugins``)."""

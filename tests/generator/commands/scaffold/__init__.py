@@ -1,0 +1,1 @@
+"""Tests of `stratgen init`, `stratgen new` and the projects they make."""
