@@ -3,7 +3,7 @@
 The ranks that PopenLauncher starts in the tests' jobs are forks of a process that has already
 imported torch (tests/rankfork.py), reached through the launcher's documented prefix,
 STRATLIB_RANK_PREFIX. The tests of the launchers themselves (tests/runtime,
-tests/checkpoints/test_launch_fixes.py) remove it: there, ranks start as users' ranks do.
+tests/runtime/checkpoints/test_launch_fixes.py) remove it: there, ranks start as users' ranks do.
 
 Every process the tests start has a temporary folder of the session's as its TMPDIR, removed when
 the session ends: several tests kill a launching process on purpose (SIGKILL leaves no chance to

@@ -18,7 +18,7 @@ prefix (``STRATLIB_RANK_PREFIX``) to ``python tests/rankfork.py``, so that a ran
 
 Anything else runs the command itself (``os.execv``): a command that is not ``python script``
 or ``python -m module`` of this interpreter, or no host. The launchers' own tests (tests/runtime,
-tests/checkpoints/test_launch_fixes.py) run without the prefix: ranks there start the way users'
+tests/runtime/checkpoints/test_launch_fixes.py) run without the prefix: ranks there start the way users'
 ranks do. tests/test_rankfork.py holds a forked script to what a fresh interpreter does.
 
 What differs from a fresh interpreter, by construction: the rank is the server's child (the

@@ -47,12 +47,18 @@ def _named_modules(tree: ast.AST) -> list[tuple[int, str]]:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             first = node.args[0]
-            if name in IMPORTING_CALLS and isinstance(first, ast.Constant):
-                if isinstance(first.value, str):
-                    found.append((node.lineno, first.value.split(":")[0]))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", node.value):
-                found.append((node.lineno, node.value))
+            if (
+                name in IMPORTING_CALLS
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
+                found.append((node.lineno, first.value.split(":")[0]))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", node.value)
+        ):
+            found.append((node.lineno, node.value))
     return sorted(set(found))
 
 

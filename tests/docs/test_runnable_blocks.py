@@ -20,7 +20,7 @@ TESTED = {
     "first-training-run": "test_the_first_training_run_trains_on_two_processes",
     "readme-training-run": "test_the_readme_shows_the_first_training_run",
     "readme-spec": "test_the_readme_spec_is_valid",
-    "pipeline-example": "tests/parallelism/test_docs_example.py",
+    "pipeline-example": "tests/runtime/wrappers/model_parallel/test_docs_example.py",
     "tutorial-spec": "test_the_tutorial",
     "tutorial-standin": "test_the_tutorial",
     "tutorial-train": "test_the_tutorial",

@@ -129,7 +129,7 @@ def start(name: str, folder: Path, extra_path: list[Path]) -> tuple[watch.Job, P
     environ = clean_environ(
         {
             "PYTHONPATH": os.pathsep.join(
-                map(str, [site, *extra_path, REPO / "tests" / "job_modules"])
+                map(str, [site, *extra_path, REPO / "tests" / "support" / "job_modules"])
             ),
             "STANDIN_ON_CPU": name,
             "STANDIN_EVENTS": str(events),

@@ -11,7 +11,7 @@ DeepSpeed release that changes a fact, fails here:
   visible-devices variable is one the device's own module reads;
 - every accelerator a DeepSpeed strategy runs on with DeepSpeed's own class names a class
   DeepSpeed has, whose communication backend and visible-devices variable are the spec's (those
-  on a generated DeepSpeed accelerator: tests/deepspeed/test_generated_accelerator_classes.py).
+  on a generated DeepSpeed accelerator: tests/runtime/wrappers/deepspeed/test_generated_accelerator_classes.py).
 
 The vendors' packages (torch_npu, torch_mlu, torch_musa, habana_frameworks) cannot be installed
 beside this torch build; their facts are checked where they are installed, and skip here.

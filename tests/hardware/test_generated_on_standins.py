@@ -97,7 +97,7 @@ STANDINS = {
             "(tests/hardware/test_ipu.py trains through the hooks instead)"
         ),
     ),
-    # Horovod runs here for real on the CPU (tests/horovod, and the spec's generated tests in
+    # Horovod runs here for real on the CPU (tests/runtime/wrappers/horovod, and the spec's generated tests in
     # the suite): what is left to stand-ins is the spec on CUDA devices.
     "horovod": StandIn(
         packages=("horovod",),

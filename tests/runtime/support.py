@@ -14,7 +14,9 @@ from stratcore import testing
 from stratcore.testing import watch
 from stratcore.testing.processes import run_given_a_port
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
+ROOT = REPO
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 GENERATED = ROOT / "generated"
 

@@ -52,7 +52,7 @@ def assert_clean_exits(runs: int, strategies: list[str]) -> None:
     process = watch.run(
         [sys.executable, str(SCRIPTS / "exit_after_collectives.py"), str(runs), *strategies],
         what=f"{runs} jobs of {', '.join(strategies)}",
-        env=script_env(PYTHONPATH=str(ROOT / "tests" / "job_modules")),
+        env=script_env(PYTHONPATH=str(ROOT / "tests" / "support" / "job_modules")),
     )
     assert process.returncode == 0, process.stderr[-3000:]
     lines = [line for line in process.stdout.splitlines() if line.startswith("RESULT ")]

@@ -11,7 +11,9 @@ import stratcore
 from stratcore.testing import watch
 from stratcore.version import RUNTIME_SERIES, RuntimeVersionError, check_runtime_version
 
-GENERATED = Path(__file__).resolve().parents[2] / "generated"
+from tests.support import REPO
+
+GENERATED = REPO / "generated"
 
 
 def test_same_series_passes_and_others_fail_naming_both_versions() -> None:

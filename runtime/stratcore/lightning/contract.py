@@ -2,7 +2,7 @@
 
 The generator reads this module to render Lightning plugins from specs; the adapters in this
 package (``stratcore.lightning.accelerators``, ``.strategies``, ``.environments``) implement
-them, and ``tests/lightning/test_lightning_contract.py`` checks every name here against the
+them, and ``tests/runtime/lightning/test_lightning_contract.py`` checks every name here against the
 installed Lightning.
 """
 

@@ -8,7 +8,7 @@ only runs ParallelStrategy's. The rest of it reaches the device through DeepSpee
 type. So this adapter makes DeepSpeed train on the device's DeepSpeed accelerator (the
 generated one where the accelerator spec says so, else DeepSpeed's own class selected by
 ``DS_ACCELERATOR``: ``stratcore.wrappers.deepspeed.select.select_for``), then runs
-ParallelStrategy's ``setup_environment`` itself. ``tests/lightning/test_lightning_deepspeed.py``
+ParallelStrategy's ``setup_environment`` itself. ``tests/runtime/lightning/test_lightning_deepspeed.py``
 checks that the method it passes over still does nothing else.
 """
 

@@ -15,11 +15,11 @@ from stratcore.version import check_runtime_version
 check_runtime_version("0.2", "minilib")
 
 from stratcore.accelerator import Accelerator
-from stratcore.checkpoint_io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+from stratcore.checkpoints.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 from stratcore.environment import ClusterEnvironmentBase
 from stratcore.exceptions import MisconfigurationError, MissingDependencyError, ProcessFailedError
 from stratcore.layer_sync import LayerSync, TorchSyncBatchNorm
-from stratcore.precision import PrecisionBase
+from stratcore.precision.base import PrecisionBase
 from stratcore.strategy import StrategyBase
 
 from .accelerators import CPUAccelerator, NPUAccelerator

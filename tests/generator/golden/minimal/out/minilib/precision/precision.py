@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stratcore.precision import PrecisionBase
+from stratcore.precision.base import PrecisionBase
 
 __all__ = ["PrecisionPlugin"]
 

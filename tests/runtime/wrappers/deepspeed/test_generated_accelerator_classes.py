@@ -12,7 +12,6 @@ answer.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,12 +22,13 @@ from stratcore.wrappers.deepspeed.accelerator.base import DeepSpeedAcceleratorBa
 
 import stratlib
 import stratlib.deepspeed as generated
+from tests.support import REPO
 
 deepspeed = pytest.importorskip("deepspeed")
 from deepspeed.accelerator import DeepSpeedAccelerator, real_accelerator  # noqa: E402
 from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator  # noqa: E402
 
-SPECS = Path(__file__).resolve().parents[2] / "specs"
+SPECS = REPO / "specs"
 CLASSES = [getattr(generated, name) for name in generated.__all__]
 
 

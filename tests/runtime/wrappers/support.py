@@ -17,10 +17,12 @@ from stratcore.launchers.base import rank_command
 from stratcore.testing import clean_environ, reference_batch, watch
 from torch import nn
 
+from tests.support import REPO
+
 SCRIPTS = Path(__file__).parent / "scripts"
-GENERATED = Path(__file__).resolve().parents[2] / "generated"
+GENERATED = REPO / "generated"
 #: The modules the scripts' processes import from the test tree (the exit check).
-JOB_MODULES = Path(__file__).resolve().parents[1] / "job_modules"
+JOB_MODULES = REPO / "tests" / "support" / "job_modules"
 
 
 def environ(**extra: str) -> dict[str, str]:

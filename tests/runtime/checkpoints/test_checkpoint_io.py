@@ -22,7 +22,7 @@ from stratcore.checkpoints.io import CheckpointIO, PathLike
 
 import stratlib
 
-from .support import python, start
+from ..support import python, start
 
 
 def _temporary_files(folder: Path) -> list[Path]:

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 from stratcore.imports import module_available
-from stratcore.wrappers.horovod import HOROVOD_OPS, HorovodRunLauncher, horovodrun_command
+from stratcore.launchers.horovodrun import HorovodRunLauncher, horovodrun_command
+from stratcore.wrappers.horovod import HOROVOD_OPS
 
 import stratlib
 from stratlib import HorovodEnvironment, HorovodStrategy

@@ -26,12 +26,13 @@ from stratcore.launchers.base import rank_command
 from stratcore.testing import watch
 
 import stratlib
+from tests.support import REPO
 
 pytest.importorskip("transformers", reason="transformers is a test dependency")
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "scripts" / "resume.py"
-GENERATED = HERE.parents[1] / "generated"
+GENERATED = REPO / "generated"
 #: The processes of one data-parallel step sum their gradients in another order than one
 #: process does; float32 rounding stays far below this after 4 steps.
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}

@@ -18,10 +18,12 @@ from stratcore.launchers.base import rank_command
 from stratcore.testing import watch
 from torch import nn
 
+from tests.support import REPO
+
 HERE = Path(__file__).resolve().parent
-GENERATED = HERE.parents[1] / "generated"
+GENERATED = REPO / "generated"
 #: The modules the scenarios' processes import from the test tree (the exit check).
-JOB_MODULES = HERE.parent / "job_modules"
+JOB_MODULES = REPO / "tests" / "support" / "job_modules"
 SCENARIOS = HERE / "scenarios.py"
 
 Runner = Callable[..., tuple[subprocess.CompletedProcess[str], Any]]

@@ -13,8 +13,10 @@ from stratcore.testing import clean_environ, watch
 from stratcore.testing.processes import run_given_a_port
 from torch import nn
 
+from tests.support import REPO
+
 SCRIPTS = Path(__file__).parent / "scripts"
-GENERATED = Path(__file__).resolve().parents[2] / "generated"
+GENERATED = REPO / "generated"
 
 
 #: Seconds a job may go without progress (output, or CPU time used by any of its processes)

@@ -17,9 +17,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.support import REPO
+
 from .support import GENERATED, run_nodes
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "parallelism.md"
+GUIDE = REPO / "docs" / "guides" / "parallelism.md"
 STEPS = 3
 
 

@@ -30,9 +30,11 @@ from stratcore.testing import (
 )
 from stratcore.testing.processes import run_given_a_port
 
+from tests.support import REPO
+
 pytest.importorskip("lightning")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 STEPS = 3
 
 DEVICE = '''\
@@ -41,6 +43,8 @@ DEVICE = '''\
 import os
 
 import torch.distributed as dist
+from tests.support import REPO
+from tests.support import REPO
 
 CALLS = {"init": 0, "after_backward": 0, "after_optimizer_step": 0}
 

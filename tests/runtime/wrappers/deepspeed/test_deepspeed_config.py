@@ -23,8 +23,9 @@ from torch import nn
 
 import stratlib
 from stratlib import DeepSpeedPrecisionPlugin, DeepSpeedStrategy
+from tests.support import REPO
 
-GENERATED = Path(__file__).resolve().parents[2] / "generated"
+GENERATED = REPO / "generated"
 
 
 def _strategy(name: str = "deepspeed", **kwargs: Any) -> DeepSpeedStrategy:

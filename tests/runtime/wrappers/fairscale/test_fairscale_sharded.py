@@ -21,7 +21,7 @@ from stratcore.testing import reference_model, watch
 import stratlib
 from stratlib import DDPShardedStrategy, ShardedNativeMixedPrecisionPlugin
 
-from .support import (
+from ..support import (
     assert_close,
     environ,
     run_scenario,

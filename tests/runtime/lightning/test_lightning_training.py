@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from stratcore.testing import watch
 
+from tests.support import REPO
+
 SUPPORT = Path(__file__).parent / "support"
-ROOT = Path(__file__).parents[2]
+ROOT = REPO
 STEPS = 3
 
 sys.path.insert(0, str(SUPPORT))

@@ -8,7 +8,6 @@ import importlib
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 import acme
@@ -33,7 +32,9 @@ from stratcore.lightning.strategies import StrategyAdapter, register
 from stratcore.single_device import SingleDeviceStrategyBase
 from stratcore.testing import watch
 
-ROOT = Path(__file__).parents[2]
+from tests.support import REPO
+
+ROOT = REPO
 SCHEDULER_VARIABLES = (
     "ACME_JOB_ID",
     "ACME_NTASKS",
@@ -302,7 +303,7 @@ def test_importing_stratcore_and_generated_packages_does_not_import_lightning() 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         str(ROOT / part)
-        for part in ("runtime", "generator", "generated", "tests/lightning/support")
+        for part in ("runtime", "generator", "generated", "tests/runtime/lightning/support")
     )
     done = watch.run([sys.executable, "-c", code], env=env)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -23,7 +23,7 @@ from stratlib import (
     PrecisionPlugin,
 )
 
-from .support import SCRIPTS, environ
+from ..support import SCRIPTS, environ
 
 #: The module's job (its module-scoped fixture) runs once: its tests share one pytest-xdist worker.
 pytestmark = [

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from stratcore.launchers.horovodrun import horovodrun_executable
 from stratcore.testing import (
     assert_job_stopped,
     assert_parameters_close,
@@ -27,7 +28,6 @@ from stratcore.testing import (
     reference_parameters,
 )
 from stratcore.testing.processes import FailureRun, run_failing_job
-from stratcore.wrappers.horovod import horovodrun_executable
 from torch import nn
 
 HERE = Path(__file__).resolve().parent

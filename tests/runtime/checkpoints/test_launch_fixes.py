@@ -17,8 +17,10 @@ import torch
 from stratcore import testing
 from stratcore.testing import watch
 
+from tests.support import REPO
+
 HERE = Path(__file__).resolve().parent
-GENERATED = HERE.parents[1] / "generated"
+GENERATED = REPO / "generated"
 
 # Tests of the launchers: ranks start as users' ranks do (see the repository's conftest).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ranks_as_users_start_them")]

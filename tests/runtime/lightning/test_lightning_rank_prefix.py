@@ -13,11 +13,12 @@ import pytest
 pytest.importorskip("lightning")
 
 from stratcore.launchers.base import RANK_PREFIX_ENV  # noqa: E402
-from stratcore.lightning import testing  # noqa: E402
+from stratcore.testing.lightning import runner as testing  # noqa: E402
 
 from stratlib.lightning import pytorch  # noqa: E402
+from tests.support import REPO
 
-PREFIX = Path(__file__).resolve().parents[1] / "runtime" / "scripts" / "rank_prefix.py"
+PREFIX = REPO / "tests" / "runtime" / "scripts" / "rank_prefix.py"
 
 
 def test_a_lightning_job_starts_under_the_rank_prefix(

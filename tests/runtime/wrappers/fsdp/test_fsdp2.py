@@ -16,7 +16,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 import stratlib
 from stratlib import FSDPStrategy, FullyShardedNativeMixedPrecisionPlugin
 
-from .support import assert_close, run_scenario, run_scenarios, scenarios_module, train_alone
+from ..support import assert_close, run_scenario, run_scenarios, scenarios_module, train_alone
 
 SCENARIOS = scenarios_module()
 

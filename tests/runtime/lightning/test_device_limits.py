@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from stratcore.testing import watch
+
 from tests.support.generator import make_project, run_cli
 
 pytest.importorskip("lightning", reason="the Lightning target needs lightning>=2.6,<2.7")
