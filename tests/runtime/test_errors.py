@@ -184,7 +184,7 @@ def test_a_folder_named_like_a_package_is_not_the_package(
 ) -> None:
     """A folder without code on the path (a checkout's ``deepspeed/`` of config files, or a
     test folder) does not make a strategy that needs that package look runnable."""
-    from stratcore.contract.values import Requirement
+    from stratcore.contract.value_types import Requirement
 
     (tmp_path / "stratcore_lookalike_configs").mkdir()
     (tmp_path / "stratcore_lookalike_package").mkdir()

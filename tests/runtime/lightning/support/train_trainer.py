@@ -15,9 +15,9 @@ import acme
 import acme.lightning_pytorch  # noqa: F401  (registers 'acme' and 'acme_parallel')
 import common
 import lightning.pytorch as pl
-import stratcore.parallel
 import torch
 import torch.distributed as dist
+from stratcore import process_group
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -72,8 +72,9 @@ def main() -> None:
         "non_tensor": strategy.reduce("text"),
         "ints_untouched": ints.tolist(),
         "environment": type(strategy.cluster_environment).__name__,
-        # stratcore's exit handling: the group dies at exit, before gloo's threads can abort
-        "release_at_exit": stratcore.parallel._release_registered,
+        # stratcore's exit handling: a group it created dies at exit, before gloo's threads
+        # can abort
+        "release_at_exit": process_group.created_by_runtime(),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(report))
 
