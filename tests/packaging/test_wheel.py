@@ -136,7 +136,13 @@ def test_wheel_contents(wheels: dict[str, Path]) -> None:
         for n in names
     )
     runtime = _names(wheels["stratcore"])
-    for module in ("__init__.py", "contract.py", "strategy.py", "registry.py", "version.py"):
+    for module in (
+        "__init__.py",
+        "contract/__init__.py",
+        "strategy.py",
+        "registry.py",
+        "version.py",
+    ):
         assert f"stratcore/{module}" in runtime, module
     assert not any(n.startswith(("stratgen/", "stratlib/")) for n in runtime)
     package = _names(wheels["stratlib"])

@@ -55,28 +55,40 @@ class LaunchTarget(Protocol):
     import them."""
 
     @property
-    def is_global_zero(self) -> bool: ...
+    def is_global_zero(self) -> bool:
+        """Whether this process is global rank 0 (whose result a launch returns)."""
+        ...
 
     def run_worker(
         self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> Any: ...
+    ) -> Any:
+        """Run ``function(strategy, *args, **kwargs)`` in this process, set up for it."""
+        ...
 
 
 class ParallelLaunchTarget(LaunchTarget, Protocol):
     """What the launchers that start (or find) several processes use of a parallel strategy
     (every ``ParallelStrategyBase``)."""
 
+    #: Machines of the job.
     num_nodes: int
+    #: Seconds a collective may wait for its peers.
     timeout: float
 
     @property
-    def num_processes(self) -> int: ...
+    def num_processes(self) -> int:
+        """Processes per node."""
+        ...
 
     @property
-    def node_rank(self) -> int: ...
+    def node_rank(self) -> int:
+        """This machine's rank among the job's machines."""
+        ...
 
     @property
-    def cluster_environment(self) -> ClusterEnvironmentBase: ...
+    def cluster_environment(self) -> ClusterEnvironmentBase:
+        """Where ranks and the rendezvous come from (who started the processes)."""
+        ...
 
 
 class Launcher(ABC):

@@ -42,9 +42,13 @@ class XLALaunchTarget(ParallelLaunchTarget, Protocol):
     """What the XLA launcher uses of an XLA strategy (``stratcore.wrappers.xla``)."""
 
     @property
-    def accelerator(self) -> Accelerator: ...
+    def accelerator(self) -> Accelerator:
+        """The accelerator (how many devices the host has)."""
+        ...
 
-    def xla_module(self, name: str = "torch_xla") -> ModuleType: ...
+    def xla_module(self, name: str = "torch_xla") -> ModuleType:
+        """A torch_xla module, imported on first use."""
+        ...
 
 
 class XLALauncher(Launcher):

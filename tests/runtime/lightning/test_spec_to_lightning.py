@@ -43,8 +43,6 @@ DEVICE = '''\
 import os
 
 import torch.distributed as dist
-from tests.support import REPO
-from tests.support import REPO
 
 CALLS = {"init": 0, "after_backward": 0, "after_optimizer_step": 0}
 
