@@ -51,7 +51,17 @@ FOLDER_ENV = "STRATGEN_RANK_FORKS"
 HOST_SOCKET = "host.sock"
 #: Variables that shape what importing torch (and the stand-ins' sitecustomize) does: a server
 #: serves only clients whose values of these equal its own. Names starting so, or equal.
-SHAPING_PREFIXES = ("TORCH", "PYTORCH", "STANDIN_", "OMP_", "MKL_", "KMP_", "PYTHON", "LD_")
+SHAPING_PREFIXES = (
+    "TORCH",
+    "PYTORCH",
+    "STANDIN_",
+    "STRATGEN_TESTDEVICE",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "PYTHON",
+    "LD_",
+)
 SHAPING_NAMES = ("CUDA_VISIBLE_DEVICES", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE")
 #: What a server imports once, for every child: torch, or for the first process of a Lightning
 #: job (``stratcore.testing.lightning.program``) Lightning too, which takes longer than torch.

@@ -352,6 +352,8 @@ class StrategyFactory:
                 _processes_started_per_node(registry, cls, cluster_environment, num_nodes)
                 or devices
             )
+        if kind == "single_device" and devices == "auto":
+            devices = 1  # a single-device strategy takes the first device, however many there are
         indices = accelerator_obj.parse_devices(devices)
         device_list = accelerator_obj.get_parallel_devices(indices)
         if kind == "single_device":

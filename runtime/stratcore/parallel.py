@@ -313,7 +313,16 @@ class ParallelStrategyBase(StrategyBase):
     def _distributed() -> bool:
         return dist.is_available() and dist.is_initialized()
 
+    def _on_root_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` where the collectives run: a tensor on another type of device (a metric
+        kept on the CPU of a process that trains on an accelerator) goes to this process's
+        device, whose backend may serve no other type (NCCL, HCCL); the result goes back."""
+        device = self.root_device
+        return tensor if tensor.device.type == device.type else tensor.to(device)
+
     def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Reduce over every process; tensors are reduced on this process's device and come
+        back on their own."""
         if not isinstance(tensor, torch.Tensor):
             return collectives.reduce_each(
                 tensor, self.root_device, lambda t: self.reduce(t, group, reduce_op)
@@ -322,15 +331,23 @@ class ParallelStrategyBase(StrategyBase):
             collectives.normalize_reduce_op(reduce_op)
             return tensor
         with self.timeouts_reported("reduce"):
-            return collectives.all_reduce(tensor, reduce_op, self.collective_backend, group)
+            reduced = collectives.all_reduce(
+                self._on_root_device(tensor), reduce_op, self.collective_backend, group
+            )
+        return reduced.to(tensor.device)
 
     def all_gather(
         self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False
     ) -> torch.Tensor:
+        """Gather from every process into a new leading dimension, on this process's device;
+        the result comes back on the tensor's own."""
         if not self._distributed():
             return tensor.unsqueeze(0) if sync_grads else tensor.detach().unsqueeze(0)
         with self.timeouts_reported("all_gather"):
-            return collectives.all_gather(tensor, self.collective_backend, group, sync_grads)
+            gathered = collectives.all_gather(
+                self._on_root_device(tensor), self.collective_backend, group, sync_grads
+            )
+        return gathered.to(tensor.device)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not self._distributed():

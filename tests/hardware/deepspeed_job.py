@@ -76,6 +76,7 @@ def through_strategy(stage: int) -> list[Any]:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         model, optimizer = strategy.setup(model, optimizer)
         x, y = my_half(strategy.global_rank, strategy.world_size)
+        x, y = x.to(strategy.root_device), y.to(strategy.root_device)
         for _ in range(STEPS):
             strategy.backward(nn.functional.mse_loss(model(x), y))
             strategy.optimizer_step(optimizer)

@@ -2,20 +2,22 @@
 
 Two devices without a DeepSpeed class of their own: Moore Threads' ``musa`` (stratlib's
 ``MUSADeepSpeedAccelerator``) and the made-up Acme device whose spec the guide
-docs/guides/deepspeed-accelerators.md gives, generated here as the guide says. Their processes
-stand in on the CPU (``standins/``: torch_musa, and below a torch_acme of the same kind), so
-DeepSpeed runs its real engine over gloo underneath each device's backend.
+docs/guides/deepspeed-accelerators.md gives, generated here as the guide says. Both are real
+devices here: their extensions' stand-ins (``standins/``: torch_musa, and below a torch_acme of
+the same kind) load the project's test device under the vendor's device type and backend name,
+so DeepSpeed runs its real engine on ``musa:N`` and ``acme:N`` tensors, with gloo on the host
+underneath each device's backend.
 
 One torchrun job per device, two processes each (``deepspeed_job.py``), trains the reference
 problem with ZeRO stages 1, 2 and 3 written as a user would (the generated accelerator
 installed before ``import deepspeed``, then ``deepspeed.initialize`` with an SGD optimizer), and
 through the device's DeepSpeed strategy by registry name; each case must end at the weights of
 one process trained on the whole batch. The jobs also report what DeepSpeed ran on: the
-generated class, the spec's backend, and op builders bound to the generated accelerator at
-import. The stand-in's call log shows every process selecting its device through the vendor's
-function. Each process ends with no process group left alive after the generated accelerator's
-release at exit (the job fails otherwise): one left alive is how gloo now and then aborted a
-rank after a successful run.
+generated class, the device, the spec's backend, and op builders bound to the generated
+accelerator at import. The stand-in's call log shows every process selecting its device through
+the vendor's function. Each process ends with no process group left alive after the generated
+accelerator's release at exit (the job fails otherwise): one left alive is how gloo now and then
+aborted a rank after a successful run.
 """
 
 from __future__ import annotations
@@ -41,13 +43,13 @@ GUIDE = REPO / "docs" / "guides" / "deepspeed-accelerators.md"
 JOB = Path(__file__).with_name("deepspeed_job.py")
 STAGES = (1, 2, 3)
 
-#: The made-up device's extension, for the guide's spec: its processes use the CPU, its backend
-#: is gloo underneath (as the stand-ins of real extensions, ``standins/standin_devices.py``).
+#: The made-up device's extension, for the guide's spec: the test device renamed 'acme', its
+#: backend 'accl' (as the stand-ins of real extensions, ``standins/standin_devices.py``).
 TORCH_ACME = '''"""Stand-in for torch_acme, the extension of the guide's made-up device."""
 
 import standin_devices
 
-standin_devices.register_backend("accl")
+standin_devices.load_device("acme", "accl", "STANDIN_ACME_COUNT", "ACME_VISIBLE_DEVICES")
 
 
 def is_available():
@@ -59,7 +61,7 @@ def device_count():
 
 
 def set_device(device):
-    standin_devices.record("set_device", device=str(device))
+    standin_devices.set_device(device)
 
 
 def is_bf16_supported():
@@ -131,7 +133,6 @@ def start(name: str, folder: Path, extra_path: list[Path]) -> tuple[watch.Job, P
             "PYTHONPATH": os.pathsep.join(
                 map(str, [site, *extra_path, REPO / "tests" / "support" / "job_modules"])
             ),
-            "STANDIN_ON_CPU": name,
             "STANDIN_EVENTS": str(events),
         }
     )
@@ -191,7 +192,7 @@ def test_deepspeed_ran_on_the_generated_accelerator(device: str, runs: dict[str,
     assert "error" not in facts, facts.get("error")
     assert facts["result"] == {
         "accelerator": DEVICES[device].accelerator,
-        "device_name": "cpu",  # the stand-in's processes
+        "device_name": f"{device}:0",  # rank 0's device
         "backend": DEVICES[device].backend,
         # installed before DeepSpeed was imported: the op builders it bound are the generated
         # accelerator's, which report themselves unavailable

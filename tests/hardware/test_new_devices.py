@@ -2,10 +2,12 @@
 generic torch.accelerator device, defined by their specs alone.
 
 None of this hardware exists here. The first part trains each device's DDP strategy on two
-processes against CPU stand-ins of the vendor's package or of torch's device build
+processes against stand-ins of the vendor's package or of torch's device build
 (tests/hardware/standins), whose calls are recorded: every process selects its device through
 the vendor's function, the process group runs under the backend's torch name, and the device
-caches are released at teardown. The rest checks in this process, with torch's device modules
+caches are released at teardown. The PrivateUse1 devices (NPU, MLU, MUSA, and the generic
+device torch finds) are the project's test device there, so their parameters live on the
+device; XPU's and ROCm's processes get the CPU. The rest checks in this process, with torch's device modules
 answering as on such a machine (monkeypatched), what the spec language adds for these devices:
 precisions behind a probe, a device type found at run time and its backend from torch's map, a
 build marker, DeepSpeed's accelerator name, SyncBatchNorm, and a Lightning Trainer built from
@@ -62,6 +64,7 @@ def train(strategy, steps):
         strategy.backward(nn.functional.mse_loss(model(xs), ys))
         strategy.optimizer_step(optimizer)
     return {
+        "device": next(model.parameters()).device.type,
         "params": [t.tolist() for t in strategy.get_module_state_dict(model).values()],
         "world_size": world,
         "mean": strategy.reduce(torch.tensor(float(rank + 1)), reduce_op="mean").item(),
@@ -76,17 +79,31 @@ if __name__ == "__main__":
         print("RESULT " + json.dumps(result))
 """
 
-#: Strategy -> (stand-in packages, accelerators on the CPU, parts of torch stood in for, the
-#: process group's backend, the call that selects each process's device).
-DEVICES = {
-    "xpu_ddp": ((), "xpu", "xpu,xccl", "xccl", "set_device"),
-    "npu_ddp": (("torch_npu",), "npu", "", "hccl", "set_device"),
-    "mlu_ddp": (("torch_mlu",), "mlu", "", "cncl", "set_device"),
-    "musa_ddp": (("torch_musa",), "musa", "", "mccl", "set_device"),
-    "generic_ddp": ((), "generic", "accelerator", "gloo", "set_device_index"),
+#: Strategy -> (stand-in packages, the environment of the processes, the process group's
+#: backend, the call that selects each process's device where a stand-in records it, the type of
+#: the device the parameters live on).
+DEVICES: dict[str, tuple[tuple[str, ...], dict[str, str], str, str | None, str]] = {
+    "xpu_ddp": (
+        (),
+        {"STANDIN_ON_CPU": "xpu", "STANDIN_TORCH": "xpu,xccl"},
+        "xccl",
+        "set_device",
+        "cpu",
+    ),
+    "npu_ddp": (("torch_npu",), {}, "hccl", "set_device", "npu"),
+    "mlu_ddp": (("torch_mlu",), {}, "cncl", "set_device", "mlu"),
+    "musa_ddp": (("torch_musa",), {}, "mccl", "set_device", "musa"),
+    # The test device as torch finds it at start (backend autoload), with its own backend.
+    "generic_ddp": ((), {"STRATGEN_TESTDEVICE": "testdev"}, "testccl", None, "testdev"),
     # A ROCm build's torch.cuda cannot be stood in for on a CPU build: the accelerator is made
     # present with 2 devices (so nothing selects one), the build is a ROCm one, and 'nccl' runs.
-    "rocm_ddp": ((), "rocm:2", "hip,nccl", "nccl", None),
+    "rocm_ddp": (
+        (),
+        {"STANDIN_ON_CPU": "rocm:2", "STANDIN_TORCH": "hip,nccl"},
+        "nccl",
+        None,
+        "cpu",
+    ),
 }
 
 
@@ -95,12 +112,12 @@ DEVICES = {
 def test_ddp_of_the_device_trains_on_two_processes_through_its_software(
     strategy: str, tmp_path: Path
 ) -> None:
-    packages, on_cpu, torch_parts, backend, select = DEVICES[strategy]
-    environ = {"STANDIN_ON_CPU": on_cpu, "STANDIN_TORCH": torch_parts}
+    packages, environ, backend, select, device_type = DEVICES[strategy]
     run = run_script(
         tmp_path, TRAIN, standins=packages, args=(strategy,), env=environ, devices=True
     ).check()
     assert run.result["accelerator"] == strategy.removesuffix("_ddp")
+    assert run.result["device"] == device_type
     assert run.result["world_size"] == 2
     assert_parameters_close(run.result["params"], reference_parameters(steps=3))
     assert run.result["mean"] == 1.5  # emulated where the backend has no mean

@@ -165,6 +165,7 @@ ENVIRONMENTS_MODULE = "lightning.fabric.plugins.environments"
 ADAPTERS: dict[str, tuple[str, str]] = {
     "accelerator": ("stratcore.lightning.accelerators", "AcceleratorAdapter"),
     "strategy": ("stratcore.lightning.strategies", "StrategyAdapter"),
+    "ddp_strategy": ("stratcore.lightning.ddp", "DDPAdapter"),
     "model_parallel_strategy": ("stratcore.lightning.model_parallel", "ModelParallelAdapter"),
     "deepspeed_strategy": ("stratcore.lightning.deepspeed", "DeepSpeedAdapter"),
     "environment": ("stratcore.lightning.environments", "EnvironmentAdapter"),
@@ -172,6 +173,7 @@ ADAPTERS: dict[str, tuple[str, str]] = {
 #: Wrappers whose Lightning strategies derive from an adapter of their own (a kind of
 #: ``ADAPTERS``) instead of ``StrategyAdapter``.
 WRAPPER_ADAPTERS: dict[str, str] = {
+    "ddp": "ddp_strategy",
     "model_parallel": "model_parallel_strategy",
     "deepspeed": "deepspeed_strategy",
 }

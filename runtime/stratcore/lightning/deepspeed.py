@@ -8,7 +8,13 @@ only runs ParallelStrategy's. The rest of it reaches the device through DeepSpee
 type. So this adapter makes DeepSpeed train on the device's DeepSpeed accelerator (the
 generated one where the accelerator spec says so, else DeepSpeed's own class selected by
 ``DS_ACCELERATOR``: ``stratcore.wrappers.deepspeed.select.select_for``), then runs
-ParallelStrategy's ``setup_environment`` itself. ``tests/runtime/lightning/test_lightning_deepspeed.py``
+ParallelStrategy's ``setup_environment`` itself.
+
+Fabric's DeepSpeedStrategy leaves DeepSpeed's own default clipping on (the gradient norm clipped
+to 1.0: ``lightning/fabric/strategies/deepspeed.py`` never sets ``gradient_clipping``, where the
+Trainer's sets it from ``gradient_clip_val``, 0 by default): the adapter sets it to 0 unless
+the user's config says otherwise, as stratlib's own DeepSpeed strategies do, so that training
+through Fabric only differs from plain PyTorch where the user asks for it. ``tests/runtime/lightning/test_lightning_deepspeed.py``
 checks that the method it passes over still does nothing else.
 """
 
@@ -24,6 +30,7 @@ from lightning.pytorch.strategies import (  # noqa: E402
     DeepSpeedStrategy as TrainerDeepSpeedStrategy,
 )
 
+from ..wrappers.deepspeed.config import CONFIG_DEFAULTS  # noqa: E402
 from ..wrappers.deepspeed.select import select_for  # noqa: E402
 from .strategies import StrategyAdapter  # noqa: E402
 
@@ -40,6 +47,9 @@ class DeepSpeedAdapter(StrategyAdapter):
         if zero_stage is not None:
             kwargs["stage"] = zero_stage
         super().__init__(*args, **kwargs)
+        config = getattr(self, "config", None)
+        if not self._is_trainer_strategy() and isinstance(config, dict):
+            config.setdefault("gradient_clipping", CONFIG_DEFAULTS["gradient_clipping"])
 
     def setup_environment(self) -> None:
         # Before anything imports DeepSpeed: the modules imported before the process group is

@@ -1,16 +1,18 @@
-"""What the stand-ins of device extensions share: a device count read from the environment
-and trimmed by the vendor's visible-devices variable, call records, and a collective backend
-registered under the vendor's name with gloo underneath.
+"""What the stand-ins of device extensions share: the device itself, a device count read from
+the environment and trimmed by the vendor's visible-devices variable, and call records.
 
 Each stand-in package (torch_npu, torch_mlu, torch_musa) is a few lines on top of this module,
-with the import paths and functions of the real package that the built-in specs name. None of
-them is the vendor's software: they run on the CPU so that the specs' control flow can.
+with the import paths and functions of the real package that the built-in specs name. Like the
+real extensions, which rename torch's PrivateUse1 device and register their collective backend
+when they are imported, importing a stand-in makes its device real in the process: the project's
+test device (tests/support/testdevice, a PrivateUse1 extension in C++) under the vendor's device
+type and backend name, so tensors live on ``npu:0``, ``mlu:1``, ... None of them is the vendor's
+software: the device's memory is host memory and its collectives run gloo on the host.
 """
 
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from typing import Any
 
 import standin_events
@@ -36,17 +38,22 @@ def record(event: str, **details: object) -> None:
     standin_events.record(event, **details)
 
 
-def _gloo(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
-    import torch.distributed as dist
+def load_device(device_type: str, backend: str, count_env: str, visible_env: str) -> None:
+    """Make the vendor's device real in this process, as importing the vendor's extension does:
+    the test device renamed ``device_type``, with ``visible_count(count_env, visible_env)``
+    devices and its c10d backend registered as ``backend``. With no visible device there is
+    no device at all (the extension would find none)."""
+    count = visible_count(count_env, visible_env)
+    if count > 0:
+        import stratgen_testdevice
 
-    return dist.ProcessGroupGloo(store, rank, size, timeout)
+        stratgen_testdevice.load(device_type, backend, count=count)
 
 
-def register_backend(name: str) -> None:
-    """Register ``name`` with torch.distributed, as the extension does, for the CPU tensors
-    the stand-in devices hold (the extension registers it for its device, whose kernels a CPU
-    build lacks); gloo does the work."""
-    import torch.distributed as dist  # imported here: sitecustomize imports this module first
+def set_device(device: Any) -> None:
+    """The device module's ``set_device``, recorded."""
+    import torch
 
-    if name not in dist.Backend.backend_list:
-        dist.Backend.register_backend(name, _gloo, devices=["cpu"])
+    record("set_device", device=str(device))
+    index = torch.device(device).index if not isinstance(device, int) else device
+    torch.accelerator.set_device_index(index or 0)

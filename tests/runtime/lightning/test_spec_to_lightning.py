@@ -239,7 +239,7 @@ def test_the_spec_yields_lightning_plugins_and_their_tests(project: Path) -> Non
     package = project / "generated" / "acmelib" / "lightning"
     for framework in ("pytorch", "fabric"):
         module = (package / framework / "acme.py").read_text(encoding="utf-8")
-        assert "class AcmeParallelStrategy(StrategyAdapter, DDPStrategy):" in module
+        assert "class AcmeParallelStrategy(DDPAdapter, DDPStrategy):" in module
         # Its 'model_parallel' gets Lightning's ModelParallelStrategy (2D parallelism).
         assert (
             "class AcmeModelParallelStrategy(ModelParallelAdapter, ModelParallelStrategy):"

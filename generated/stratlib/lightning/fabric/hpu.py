@@ -7,6 +7,7 @@ from __future__ import annotations
 from lightning.fabric.accelerators import Accelerator
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.ddp import DDPAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
@@ -35,7 +36,7 @@ class SingleHPUStrategy(StrategyAdapter, SingleDeviceStrategy):
     spec = strategies.SingleHPUStrategy
 
 
-class HPUParallelStrategy(StrategyAdapter, DDPStrategy):
+class HPUParallelStrategy(DDPAdapter, DDPStrategy):
     """Strategy for distributed training on multiple HPU devices, for Lightning Fabric.
 
     Lightning's ``DDPStrategy``, configured with the facts of specs/hpu.yaml (``spec``) through

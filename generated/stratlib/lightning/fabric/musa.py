@@ -13,6 +13,7 @@ from lightning.fabric.strategies import (
     SingleDeviceStrategy,
 )
 from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.ddp import DDPAdapter
 from stratcore.lightning.deepspeed import DeepSpeedAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
@@ -48,7 +49,7 @@ class SingleMUSAStrategy(StrategyAdapter, SingleDeviceStrategy):
     spec = strategies.SingleMUSAStrategy
 
 
-class MUSADDPStrategy(StrategyAdapter, DDPStrategy):
+class MUSADDPStrategy(DDPAdapter, DDPStrategy):
     """DistributedDataParallel over MCCL on Moore Threads GPUs (MUSA), one process per device, for
     Lightning Fabric.
 

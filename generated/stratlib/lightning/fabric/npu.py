@@ -13,6 +13,7 @@ from lightning.fabric.strategies import (
     SingleDeviceStrategy,
 )
 from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.ddp import DDPAdapter
 from stratcore.lightning.deepspeed import DeepSpeedAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
@@ -48,7 +49,7 @@ class SingleNPUStrategy(StrategyAdapter, SingleDeviceStrategy):
     spec = strategies.SingleNPUStrategy
 
 
-class NPUDDPStrategy(StrategyAdapter, DDPStrategy):
+class NPUDDPStrategy(DDPAdapter, DDPStrategy):
     """DistributedDataParallel over HCCL on Ascend NPUs, one process per device, for Lightning
     Fabric.
 

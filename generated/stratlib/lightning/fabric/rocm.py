@@ -13,6 +13,7 @@ from lightning.fabric.strategies import (
     SingleDeviceStrategy,
 )
 from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.ddp import DDPAdapter
 from stratcore.lightning.deepspeed import DeepSpeedAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
@@ -48,7 +49,7 @@ class SingleROCmStrategy(StrategyAdapter, SingleDeviceStrategy):
     spec = strategies.SingleROCmStrategy
 
 
-class ROCmDDPStrategy(StrategyAdapter, DDPStrategy):
+class ROCmDDPStrategy(DDPAdapter, DDPStrategy):
     """DistributedDataParallel over RCCL on AMD GPUs (ROCm), one process per device, for Lightning
     Fabric.
 

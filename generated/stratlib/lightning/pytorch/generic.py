@@ -13,6 +13,7 @@ from lightning.pytorch.strategies import (
     SingleDeviceStrategy,
 )
 from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.ddp import DDPAdapter
 from stratcore.lightning.deepspeed import DeepSpeedAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
@@ -49,7 +50,7 @@ class SingleGenericStrategy(StrategyAdapter, SingleDeviceStrategy):
     spec = strategies.SingleGenericStrategy
 
 
-class GenericDDPStrategy(StrategyAdapter, DDPStrategy):
+class GenericDDPStrategy(DDPAdapter, DDPStrategy):
     """DistributedDataParallel on whichever accelerator torch finds, one process per device, over
     the backend torch maps its device type to, for Lightning's Trainer.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.ddp import DDPAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
 from ... import accelerators, strategies
@@ -36,7 +37,7 @@ class SingleHPUStrategy(StrategyAdapter, SingleDeviceStrategy):
     spec = strategies.SingleHPUStrategy
 
 
-class HPUParallelStrategy(StrategyAdapter, DDPStrategy):
+class HPUParallelStrategy(DDPAdapter, DDPStrategy):
     """Strategy for distributed training on multiple HPU devices, for Lightning's Trainer.
 
     Lightning's ``DDPStrategy``, configured with the facts of specs/hpu.yaml (``spec``) through

@@ -13,6 +13,7 @@ from lightning.pytorch.strategies import (
     SingleDeviceStrategy,
 )
 from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.ddp import DDPAdapter
 from stratcore.lightning.deepspeed import DeepSpeedAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
@@ -48,7 +49,7 @@ class SingleMLUStrategy(StrategyAdapter, SingleDeviceStrategy):
     spec = strategies.SingleMLUStrategy
 
 
-class MLUDDPStrategy(StrategyAdapter, DDPStrategy):
+class MLUDDPStrategy(DDPAdapter, DDPStrategy):
     """DistributedDataParallel over CNCL on Cambricon MLUs, one process per device, for Lightning's
     Trainer.
 

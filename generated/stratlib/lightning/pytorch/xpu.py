@@ -13,6 +13,7 @@ from lightning.pytorch.strategies import (
     SingleDeviceStrategy,
 )
 from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.ddp import DDPAdapter
 from stratcore.lightning.deepspeed import DeepSpeedAdapter
 from stratcore.lightning.strategies import StrategyAdapter
 
@@ -48,7 +49,7 @@ class SingleXPUStrategy(StrategyAdapter, SingleDeviceStrategy):
     spec = strategies.SingleXPUStrategy
 
 
-class XPUDDPStrategy(StrategyAdapter, DDPStrategy):
+class XPUDDPStrategy(DDPAdapter, DDPStrategy):
     """DistributedDataParallel over XCCL on Intel GPUs (XPUs), one process per device, for
     Lightning's Trainer.
 

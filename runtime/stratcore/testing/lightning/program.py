@@ -9,6 +9,7 @@ in the cases whose launcher started it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import json
@@ -65,15 +66,32 @@ def parallelize_reference(model: nn.Module, device_mesh: Any) -> nn.Module:
     return model
 
 
-def _write_report(
-    folder: Path, rank: int, world_size: int, precision: str, model: nn.Module
-) -> None:
-    """One rank's report, written by the process that trained (a spawned one, too)."""
+def _full_values(model: nn.Module, wrapped: nn.Module) -> list[torch.Tensor]:
+    """The reference ``model``'s parameters, whole on every rank, however the strategy laid
+    them out: DTensors on a mesh (FSDP2, tensor parallelism) are gathered, and so are the flat
+    shards of torch's FSDP1 (Lightning's FSDPStrategy), whose root is in ``wrapped``."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
     from torch.distributed.tensor import DTensor
 
-    values = [  # every rank gathers the parameters laid out on a mesh
-        v.full_tensor() if isinstance(v, DTensor) else v for v in model.state_dict().values()
-    ]
+    roots = [m for m in wrapped.modules() if isinstance(m, FullyShardedDataParallel)]
+    gathered = (
+        FullyShardedDataParallel.summon_full_params(roots[0], writeback=False)
+        if roots
+        else contextlib.nullcontext()
+    )
+    with gathered:
+        return [
+            (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
+            for v in model.state_dict().values()
+        ]
+
+
+def _write_report(
+    folder: Path, rank: int, world_size: int, precision: str, model: nn.Module, wrapped: nn.Module
+) -> None:
+    """One rank's report, written by the process that trained (a spawned one, too): the
+    reference ``model`` as it ended, inside the module the strategy ``wrapped``."""
+    values = _full_values(model, wrapped)
     report = {
         "rank": rank,
         "world_size": world_size,
@@ -112,7 +130,11 @@ class _Reference(pl.LightningModule):
     def on_train_end(self) -> None:
         trainer = self.trainer
         precision = trainer.strategy.precision_plugin.precision
-        _write_report(self.folder, trainer.global_rank, trainer.world_size, precision, self.model)
+        wrapped = trainer.strategy.model
+        assert wrapped is not None  # the strategy holds the model it trained
+        _write_report(
+            self.folder, trainer.global_rank, trainer.world_size, precision, self.model, wrapped
+        )
 
 
 def _trainer(
@@ -150,7 +172,7 @@ def _fabric_train(fabric: Any, steps: int, folder: Path) -> None:
         fabric.backward(testing.reference_loss(wrapped(x), y))
         optimizer.step()
     precision = fabric.strategy.precision.precision
-    _write_report(folder, fabric.global_rank, fabric.world_size, precision, model)
+    _write_report(folder, fabric.global_rank, fabric.world_size, precision, model, wrapped)
 
 
 def _fabric(

@@ -153,9 +153,12 @@ def merge_precision(config: dict[str, Any], sections: dict[str, Any], precision:
         config[key] = {**section, **own} if isinstance(own, dict) else section
 
 
-def ops_to_build(config: dict[str, Any]) -> list[str]:
-    """The ops DeepSpeed compiles on first use for ``config``."""
-    names = ["ShareMemCommBuilder"]  # deepspeed.comm loads it on the CPU accelerator
+def ops_to_build(config: dict[str, Any], device_name: str) -> list[str]:
+    """The ops DeepSpeed compiles on first use for ``config``, on its accelerator for devices
+    ``device_name`` (``get_accelerator().device_name()``)."""
+    # deepspeed.comm loads ShareMemComm on the CPU accelerator only; other accelerators have
+    # no such op (DeepSpeed's NPU accelerator hands out a builder that refuses to load).
+    names = ["ShareMemCommBuilder"] if device_name == "cpu" else []
     optimizer = config.get("optimizer")
     if isinstance(optimizer, dict) and isinstance(optimizer.get("type"), str):
         params = optimizer.get("params") or {}

@@ -193,7 +193,9 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         # a rank.
         self._saved_local_rank = (os.environ.get("LOCAL_RANK"),)
         os.environ["LOCAL_RANK"] = str(self.local_rank)
-        load_ops_in_turn(ops_to_build(self.deepspeed_config()))
+        from deepspeed.accelerator import get_accelerator
+
+        load_ops_in_turn(ops_to_build(self.deepspeed_config(), get_accelerator().device_name()))
         deepspeed.init_distributed(
             dist_backend=self.collective_backend.process_group_name, auto_mpi_discovery=False
         )

@@ -1,8 +1,9 @@
-"""Stand-in for Moore Threads' ``torch_musa``, used only by stratgen's tests (CPU only).
+"""Stand-in for Moore Threads' ``torch_musa``, used only by stratgen's tests.
 
-Importing it registers the 'mccl' backend, as importing the real package does (here gloo
-underneath); its processes use the CPU, and torch's PrivateUse1 device stays unnamed.
-STANDIN_MUSA_COUNT devices (2 by default), trimmed by MUSA_VISIBLE_DEVICES; bfloat16 as
+Importing it renames torch's PrivateUse1 device to 'musa' and registers the 'mccl' backend for
+it, as importing the real package does: the device is the project's test device
+(``standin_devices.load_device``), STANDIN_MUSA_COUNT devices (2 by default) trimmed by
+MUSA_VISIBLE_DEVICES, whose collectives run gloo on the host under MCCL's name; bfloat16 as
 STANDIN_MUSA_BF16 says.
 
 Written from Moore Threads' source, torch_musa 2.7.1 (MooreThreads/torch_musa on GitHub, tag
@@ -17,7 +18,7 @@ from typing import Any
 
 import standin_devices
 
-standin_devices.register_backend("mccl")
+standin_devices.load_device("musa", "mccl", "STANDIN_MUSA_COUNT", "MUSA_VISIBLE_DEVICES")
 standin_devices.record("torch_musa imported")
 
 
@@ -30,7 +31,7 @@ def device_count() -> int:
 
 
 def set_device(device: Any) -> None:
-    standin_devices.record("set_device", device=str(device))
+    standin_devices.set_device(device)
 
 
 def empty_cache() -> None:

@@ -202,9 +202,9 @@ def test_a_users_ds_accelerator_is_kept(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_ops_compiled_for_config_optimizers_are_built_in_turn() -> None:
-    def ops(optimizer: dict[str, Any], **kwargs: Any) -> list[str]:
+    def ops(optimizer: dict[str, Any], device: str = "cpu", **kwargs: Any) -> list[str]:
         strategy = _strategy(config={"optimizer": optimizer}, **kwargs)
-        return ops_to_build(strategy.deepspeed_config())
+        return ops_to_build(strategy.deepspeed_config(), device)
 
     assert ops({"type": "SGD", "params": {"lr": 0.1}}) == ["ShareMemCommBuilder"]
     assert ops({"type": "Adam"}) == ["ShareMemCommBuilder", "FusedAdamBuilder"]
@@ -213,6 +213,9 @@ def test_ops_compiled_for_config_optimizers_are_built_in_turn() -> None:
         "CPUAdamBuilder",
     ]
     assert ops({"type": "Adam", "params": {"torch_adam": True}}) == ["ShareMemCommBuilder"]
+    # The shared-memory op is the CPU accelerator's only: an NPU accelerator's refuses to load.
+    assert ops({"type": "SGD", "params": {"lr": 0.1}}, device="npu") == []
+    assert ops({"type": "Adam"}, device="npu") == ["FusedAdamBuilder"]
 
 
 # --- precision ------------------------------------------------------------------------------

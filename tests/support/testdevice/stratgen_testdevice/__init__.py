@@ -32,9 +32,11 @@ from typing import Any
 import torch
 
 from . import _device_module
+from ._autoload import AUTOLOAD_ENV
 from ._build import BuildError, build_dir, build_log_path, extension
 
 __all__ = [
+    "AUTOLOAD_ENV",
     "COUNT_ENV",
     "KEEP_PARAMETERS_ENV",
     "BuildError",
@@ -42,6 +44,7 @@ __all__ = [
     "build_dir",
     "build_log_path",
     "keeps_parameters",
+    "load_named",
     "load",
     "loaded",
     "memory_allocated",
@@ -98,6 +101,16 @@ def load(name: str = "testdev", backend: str = "testccl", count: int | None = No
             _register_backend(ext, name, backend)
         atexit.register(_drain_autograd, ext)
         _loaded = (name, backend, count)
+
+
+def load_named() -> None:
+    """Load the device ``$STRATGEN_TESTDEVICE`` names (``testdev``, or ``npu:hccl`` for a device
+    type and a backend), if it names one: what torch's backend autoload runs at ``import torch``
+    (``_autoload``)."""
+    wanted = os.environ.get(AUTOLOAD_ENV, "").strip()
+    if wanted:
+        name, _, backend = wanted.partition(":")
+        load(name, backend or "testccl")
 
 
 def loaded() -> bool:
@@ -161,3 +174,8 @@ def _register_backend(ext: ModuleType, name: str, backend: str) -> None:
         return ext.make_backend(gloo, options.group_rank, options.group_size, backend)
 
     dist.Backend.register_backend(backend, create, extended_api=True, devices=[name])
+
+
+# torch's backend autoload could not load the device if this package's import started torch's.
+if not loaded():
+    load_named()

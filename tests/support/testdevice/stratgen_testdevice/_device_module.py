@@ -8,7 +8,9 @@ own ``torch.Stream`` and ``torch.Event``: the device's guard makes them synchron
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import Any
 
@@ -76,6 +78,33 @@ def synchronize(device: Device = None) -> None:
 
 def get_device_name(device: Device = None) -> str:
     return f"stratgen test device {_index(device)}"
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What ``get_device_properties`` tells of a device, with torch.cuda's field names."""
+
+    name: str
+    total_memory: int
+    multi_processor_count: int = 1
+
+
+def _total_memory() -> int:
+    """The device's memory: the host's (frameworks size buffers by it)."""
+    return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def get_device_properties(device: Device = None) -> DeviceProperties:
+    """The device's name and memory."""
+    _index(device)
+    return DeviceProperties(get_device_name(device), _total_memory())
+
+
+def mem_get_info(device: Device = None) -> tuple[int, int]:
+    """(free, total) bytes of the device, as ``torch.cuda.mem_get_info`` answers: what the device's
+    tensors hold counts as used."""
+    total = _total_memory()
+    return max(total - memory_allocated(device), 0), total
 
 
 class device:  # noqa: N801 (torch.cuda.device's name)

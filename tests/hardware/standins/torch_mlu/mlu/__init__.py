@@ -1,14 +1,12 @@
 """Stand-in for ``torch_mlu.mlu``: STANDIN_MLU_COUNT devices (2 by default), trimmed by
 MLU_VISIBLE_DEVICES; bfloat16 as STANDIN_MLU_BF16 says (no by default: Cambricon's MLU370
-generation has none). Like the real module, importing it registers 'cncl'."""
+generation has none). The device and 'cncl' come with the package (``torch_mlu``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import standin_devices
-
-standin_devices.register_backend("cncl")
 
 
 def is_available() -> bool:
@@ -20,7 +18,7 @@ def device_count() -> int:
 
 
 def set_device(device: Any) -> None:
-    standin_devices.record("set_device", device=str(device))
+    standin_devices.set_device(device)
 
 
 def empty_cache() -> None:

@@ -6,8 +6,9 @@ from lightning.fabric.accelerators import ACCELERATOR_REGISTRY, Accelerator
 from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.fabric.strategies import STRATEGY_REGISTRY, DDPStrategy
 from stratcore.lightning.accelerators import AcceleratorAdapter
+from stratcore.lightning.ddp import DDPAdapter
 from stratcore.lightning.environments import EnvironmentAdapter
-from stratcore.lightning.strategies import StrategyAdapter, register
+from stratcore.lightning.strategies import register
 
 import acme
 
@@ -20,7 +21,7 @@ class AcmeEnvironment(EnvironmentAdapter, ClusterEnvironment):
     spec = acme.AcmeEnvironment
 
 
-class AcmeParallelStrategy(StrategyAdapter, DDPStrategy):
+class AcmeParallelStrategy(DDPAdapter, DDPStrategy):
     spec = acme.AcmeParallelStrategy
     environments = (AcmeEnvironment,)
 

@@ -313,6 +313,12 @@ at::Tensor& set_whole_storage(at::Tensor& self, c10::Storage source) {
   const auto numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
   return set_storage(self, std::move(source), 0, {numel}, {});
 }
+// set_(tensor) takes the source's storage and layout (FSDP1 swaps its flat parameter's so); the
+// CPU fallback cannot, as it would set a host copy's storage.
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
+  return set_storage(self, source.storage(), source.storage_offset(), source.sizes(),
+                     source.strides());
+}
 at::Tensor& set_empty(at::Tensor& self) {
   const c10::DeviceGuard guard(self.device());
   return set_storage(self, c10::Storage(c10::Storage::use_byte_size_t(), 0, &g_allocator, true), 0,
@@ -440,6 +446,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("resize_", TORCH_FN(resize));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
   m.impl("set_.source_Storage", TORCH_FN(set_whole_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("fill_.Scalar", TORCH_FN(fill));
   m.impl("zero_", TORCH_FN(zero));
