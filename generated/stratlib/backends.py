@@ -27,11 +27,12 @@ GLOO = CollectiveBackend(
     name="gloo",
     reduce_ops=frozenset(("sum", "product", "min", "max", "mean")),
     casts={"bool": "int32"},
+    splits_groups=True,
 )
 
 #: NVIDIA's collective library for CUDA devices.
 NCCL = CollectiveBackend(
-    name="nccl", reduce_ops=frozenset(("sum", "product", "min", "max", "mean"))
+    name="nccl", reduce_ops=frozenset(("sum", "product", "min", "max", "mean")), splits_groups=True
 )
 
 #: An MPI implementation torch was built against.
@@ -100,7 +101,10 @@ ASCEND_HCCL = CollectiveBackend(
 
 #: AMD's RCCL, which ROCm builds of torch run as torch.distributed's 'nccl'.
 RCCL = CollectiveBackend(
-    name="rccl", reduce_ops=frozenset(("sum", "product", "min", "max", "mean")), torch_name="nccl"
+    name="rccl",
+    reduce_ops=frozenset(("sum", "product", "min", "max", "mean")),
+    torch_name="nccl",
+    splits_groups=True,
 )
 
 #: torch_xla's process group (init_method 'xla://'); it has no native mean.
@@ -111,7 +115,9 @@ XLA = CollectiveBackend(
 )
 
 #: Intel's oneCCL through torch.distributed's built-in XCCL backend, for XPUs.
-XCCL = CollectiveBackend(name="xccl", reduce_ops=frozenset(("sum", "product", "min", "max")))
+XCCL = CollectiveBackend(
+    name="xccl", reduce_ops=frozenset(("sum", "product", "min", "max")), splits_groups=True
+)
 
 #: Habana's collective communication library for HPUs.
 HCCL = CollectiveBackend(

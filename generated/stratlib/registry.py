@@ -66,8 +66,10 @@ from .strategies.deepspeed import DeepSpeedStrategy
 from .strategies.dp import DataParallelStrategy
 from .strategies.fsdp import FSDPStrategy
 from .strategies.generic_ddp import GenericDDPStrategy
+from .strategies.generic_ddp_spawn import GenericDDPSpawnStrategy
 from .strategies.generic_deepspeed import GenericDeepSpeedStrategy
 from .strategies.generic_fsdp import GenericFSDPStrategy
+from .strategies.generic_model_parallel import GenericModelParallelStrategy
 from .strategies.generic_single import SingleGenericStrategy
 from .strategies.horovod import HorovodStrategy
 from .strategies.hpu_deepspeed import HPUDeepSpeedStrategy
@@ -84,8 +86,10 @@ from .strategies.musa_deepspeed import MUSADeepSpeedStrategy
 from .strategies.musa_fsdp import MUSAFSDPStrategy
 from .strategies.musa_single import SingleMUSAStrategy
 from .strategies.npu_ddp import NPUDDPStrategy
+from .strategies.npu_ddp_spawn import NPUDDPSpawnStrategy
 from .strategies.npu_deepspeed import NPUDeepSpeedStrategy
 from .strategies.npu_fsdp import NPUFSDPStrategy
+from .strategies.npu_model_parallel import NPUModelParallelStrategy
 from .strategies.npu_single import SingleNPUStrategy
 from .strategies.rocm_ddp import ROCmDDPStrategy
 from .strategies.rocm_deepspeed import ROCmDeepSpeedStrategy
@@ -170,7 +174,11 @@ REGISTRY = register(
             "ddp_fully_sharded": StrategyEntry(DDPFullyShardedStrategy, {}),
             "generic_single": StrategyEntry(SingleGenericStrategy, {}),
             "generic_ddp": StrategyEntry(GenericDDPStrategy, {}),
+            "generic_ddp_spawn": StrategyEntry(GenericDDPSpawnStrategy, {}),
+            "generic_ddp_fork": StrategyEntry(GenericDDPSpawnStrategy, {"start_method": "fork"}),
             "generic_fsdp": StrategyEntry(GenericFSDPStrategy, {}),
+            "model_parallel": StrategyEntry(ModelParallelStrategy, {}),
+            "generic_model_parallel": StrategyEntry(GenericModelParallelStrategy, {}),
             "generic_deepspeed": StrategyEntry(GenericDeepSpeedStrategy, {}),
             "generic_deepspeed_stage_1": StrategyEntry(GenericDeepSpeedStrategy, {"zero_stage": 1}),
             "generic_deepspeed_stage_2": StrategyEntry(GenericDeepSpeedStrategy, {"zero_stage": 2}),
@@ -190,7 +198,6 @@ REGISTRY = register(
             "mlu_deepspeed_stage_1": StrategyEntry(MLUDeepSpeedStrategy, {"zero_stage": 1}),
             "mlu_deepspeed_stage_2": StrategyEntry(MLUDeepSpeedStrategy, {"zero_stage": 2}),
             "mlu_deepspeed_stage_3": StrategyEntry(MLUDeepSpeedStrategy, {"zero_stage": 3}),
-            "model_parallel": StrategyEntry(ModelParallelStrategy, {}),
             "musa_single": StrategyEntry(SingleMUSAStrategy, {}),
             "musa_ddp": StrategyEntry(MUSADDPStrategy, {}),
             "musa_fsdp": StrategyEntry(MUSAFSDPStrategy, {}),
@@ -200,7 +207,10 @@ REGISTRY = register(
             "musa_deepspeed_stage_3": StrategyEntry(MUSADeepSpeedStrategy, {"zero_stage": 3}),
             "npu_single": StrategyEntry(SingleNPUStrategy, {}),
             "npu_ddp": StrategyEntry(NPUDDPStrategy, {}),
+            "npu_ddp_spawn": StrategyEntry(NPUDDPSpawnStrategy, {}),
+            "npu_ddp_fork": StrategyEntry(NPUDDPSpawnStrategy, {"start_method": "fork"}),
             "npu_fsdp": StrategyEntry(NPUFSDPStrategy, {}),
+            "npu_model_parallel": StrategyEntry(NPUModelParallelStrategy, {}),
             "npu_deepspeed": StrategyEntry(NPUDeepSpeedStrategy, {}),
             "npu_deepspeed_stage_1": StrategyEntry(NPUDeepSpeedStrategy, {"zero_stage": 1}),
             "npu_deepspeed_stage_2": StrategyEntry(NPUDeepSpeedStrategy, {"zero_stage": 2}),

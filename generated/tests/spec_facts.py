@@ -160,20 +160,6 @@ DDP_FULLY_SHARDED_OPTIONS = {
     "reshard_after_forward": True,
 }
 
-HOROVOD_OPTIONS = {
-    **PARALLEL_OPTIONS,
-    "backward_passes_per_step": 1,
-    "gradient_compression": "none",
-}
-
-IPU_OPTIONS = {
-    **PARALLEL_OPTIONS,
-    "device_iterations": 1,
-    "gradient_accumulation": 1,
-    "autoreport_dir": None,
-    "training_opts": None,
-}
-
 MODEL_PARALLEL_OPTIONS = {
     **PARALLEL_OPTIONS,
     "parallelize_fn": None,
@@ -190,6 +176,20 @@ MODEL_PARALLEL_OPTIONS = {
     "microbatches": None,
     "save_distributed_checkpoint": True,
     "activation_checkpointing_policy": None,
+}
+
+HOROVOD_OPTIONS = {
+    **PARALLEL_OPTIONS,
+    "backward_passes_per_step": 1,
+    "gradient_compression": "none",
+}
+
+IPU_OPTIONS = {
+    **PARALLEL_OPTIONS,
+    "device_iterations": 1,
+    "gradient_accumulation": 1,
+    "autoreport_dir": None,
+    "training_opts": None,
 }
 
 DDP_SHARDED_OPTIONS = {**PARALLEL_OPTIONS, "reduce_buffer_size": 8388608, "broadcast_buffers": True}

@@ -3,15 +3,24 @@
 """Tests of what specs/generic.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from spec_facts import DDP_OPTIONS, DEEPSPEED_OPTIONS, FSDP_OPTIONS, ON_GENERIC
+from spec_facts import (
+    DDP_OPTIONS,
+    DDP_SPAWN_OPTIONS,
+    DEEPSPEED_OPTIONS,
+    FSDP_OPTIONS,
+    MODEL_PARALLEL_OPTIONS,
+    ON_GENERIC,
+)
 from stratcore.testing import AcceleratorRow, StrategyRow
 from stratcore.testing.suite import AcceleratorTests, StrategyTests
 
 from stratlib import (
     GenericAccelerator,
+    GenericDDPSpawnStrategy,
     GenericDDPStrategy,
     GenericDeepSpeedStrategy,
     GenericFSDPStrategy,
+    GenericModelParallelStrategy,
     SingleGenericStrategy,
 )
 
@@ -35,12 +44,30 @@ class TestStrategies(StrategyTests):
             parallel=True,
         ),
         StrategyRow(
+            "generic_ddp_spawn",
+            GenericDDPSpawnStrategy,
+            expected={"generic": ON_GENERIC},
+            devices=2,
+            options=DDP_SPAWN_OPTIONS,
+            presets={"generic_ddp_spawn": {}, "generic_ddp_fork": {"start_method": "fork"}},
+            parallel=True,
+        ),
+        StrategyRow(
             "generic_fsdp",
             GenericFSDPStrategy,
             expected={"generic": ON_GENERIC},
             devices=2,
             options=FSDP_OPTIONS,
             presets={"generic_fsdp": {}},
+            parallel=True,
+        ),
+        StrategyRow(
+            "generic_model_parallel",
+            GenericModelParallelStrategy,
+            expected={"generic": ON_GENERIC},
+            devices=2,
+            options=MODEL_PARALLEL_OPTIONS,
+            presets={"generic_model_parallel": {}},
             parallel=True,
         ),
         StrategyRow(

@@ -20,7 +20,23 @@ class TestPlugins(PluginTests):
     rows = [
         PluginRow("pytorch", "generic_single", pytorch.SingleGenericStrategy, devices=1),
         PluginRow("pytorch", "generic_ddp", pytorch.GenericDDPStrategy, devices=2),
+        PluginRow(
+            "pytorch",
+            "generic_ddp_spawn",
+            pytorch.GenericDDPSpawnStrategy,
+            preset={"start_method": "spawn"},
+            devices=2,
+        ),
+        PluginRow(
+            "pytorch",
+            "generic_ddp_fork",
+            pytorch.GenericDDPSpawnStrategy,
+            preset={"start_method": "fork"},
+        ),
         PluginRow("pytorch", "generic_fsdp", pytorch.GenericFSDPStrategy, devices=2),
+        PluginRow(
+            "pytorch", "generic_model_parallel", pytorch.GenericModelParallelStrategy, devices=2
+        ),
         PluginRow("pytorch", "generic_deepspeed", pytorch.GenericDeepSpeedStrategy, devices=2),
         PluginRow(
             "pytorch",
@@ -42,7 +58,23 @@ class TestPlugins(PluginTests):
         ),
         PluginRow("fabric", "generic_single", fabric.SingleGenericStrategy, devices=1),
         PluginRow("fabric", "generic_ddp", fabric.GenericDDPStrategy, devices=2),
+        PluginRow(
+            "fabric",
+            "generic_ddp_spawn",
+            fabric.GenericDDPSpawnStrategy,
+            preset={"start_method": "spawn"},
+            devices=2,
+        ),
+        PluginRow(
+            "fabric",
+            "generic_ddp_fork",
+            fabric.GenericDDPSpawnStrategy,
+            preset={"start_method": "fork"},
+        ),
         PluginRow("fabric", "generic_fsdp", fabric.GenericFSDPStrategy, devices=2),
+        PluginRow(
+            "fabric", "generic_model_parallel", fabric.GenericModelParallelStrategy, devices=2
+        ),
         PluginRow("fabric", "generic_deepspeed", fabric.GenericDeepSpeedStrategy, devices=2),
         PluginRow(
             "fabric",

@@ -20,7 +20,18 @@ class TestPlugins(PluginTests):
     rows = [
         PluginRow("pytorch", "npu_single", pytorch.SingleNPUStrategy, devices=1),
         PluginRow("pytorch", "npu_ddp", pytorch.NPUDDPStrategy, devices=2),
+        PluginRow(
+            "pytorch",
+            "npu_ddp_spawn",
+            pytorch.NPUDDPSpawnStrategy,
+            preset={"start_method": "spawn"},
+            devices=2,
+        ),
+        PluginRow(
+            "pytorch", "npu_ddp_fork", pytorch.NPUDDPSpawnStrategy, preset={"start_method": "fork"}
+        ),
         PluginRow("pytorch", "npu_fsdp", pytorch.NPUFSDPStrategy, devices=2),
+        PluginRow("pytorch", "npu_model_parallel", pytorch.NPUModelParallelStrategy, devices=2),
         PluginRow("pytorch", "npu_deepspeed", pytorch.NPUDeepSpeedStrategy, devices=2),
         PluginRow(
             "pytorch",
@@ -42,7 +53,18 @@ class TestPlugins(PluginTests):
         ),
         PluginRow("fabric", "npu_single", fabric.SingleNPUStrategy, devices=1),
         PluginRow("fabric", "npu_ddp", fabric.NPUDDPStrategy, devices=2),
+        PluginRow(
+            "fabric",
+            "npu_ddp_spawn",
+            fabric.NPUDDPSpawnStrategy,
+            preset={"start_method": "spawn"},
+            devices=2,
+        ),
+        PluginRow(
+            "fabric", "npu_ddp_fork", fabric.NPUDDPSpawnStrategy, preset={"start_method": "fork"}
+        ),
         PluginRow("fabric", "npu_fsdp", fabric.NPUFSDPStrategy, devices=2),
+        PluginRow("fabric", "npu_model_parallel", fabric.NPUModelParallelStrategy, devices=2),
         PluginRow("fabric", "npu_deepspeed", fabric.NPUDeepSpeedStrategy, devices=2),
         PluginRow(
             "fabric", "npu_deepspeed_stage_1", fabric.NPUDeepSpeedStrategy, preset={"zero_stage": 1}

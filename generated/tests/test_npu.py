@@ -3,15 +3,24 @@
 """Tests of what specs/npu.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from spec_facts import DDP_OPTIONS, DEEPSPEED_OPTIONS, FSDP_OPTIONS, ON_NPU
+from spec_facts import (
+    DDP_OPTIONS,
+    DDP_SPAWN_OPTIONS,
+    DEEPSPEED_OPTIONS,
+    FSDP_OPTIONS,
+    MODEL_PARALLEL_OPTIONS,
+    ON_NPU,
+)
 from stratcore.testing import AcceleratorRow, StrategyRow
 from stratcore.testing.suite import AcceleratorTests, StrategyTests
 
 from stratlib import (
     NPUAccelerator,
+    NPUDDPSpawnStrategy,
     NPUDDPStrategy,
     NPUDeepSpeedStrategy,
     NPUFSDPStrategy,
+    NPUModelParallelStrategy,
     SingleNPUStrategy,
 )
 
@@ -35,12 +44,30 @@ class TestStrategies(StrategyTests):
             parallel=True,
         ),
         StrategyRow(
+            "npu_ddp_spawn",
+            NPUDDPSpawnStrategy,
+            expected={"npu": ON_NPU},
+            devices=2,
+            options=DDP_SPAWN_OPTIONS,
+            presets={"npu_ddp_spawn": {}, "npu_ddp_fork": {"start_method": "fork"}},
+            parallel=True,
+        ),
+        StrategyRow(
             "npu_fsdp",
             NPUFSDPStrategy,
             expected={"npu": ON_NPU},
             devices=2,
             options=FSDP_OPTIONS,
             presets={"npu_fsdp": {}},
+            parallel=True,
+        ),
+        StrategyRow(
+            "npu_model_parallel",
+            NPUModelParallelStrategy,
+            expected={"npu": ON_NPU},
+            devices=2,
+            options=MODEL_PARALLEL_OPTIONS,
+            presets={"npu_model_parallel": {}},
             parallel=True,
         ),
         StrategyRow(

@@ -40,6 +40,10 @@ class CollectiveBackend:
     #: Whether the backend is the one torch maps the device type to
     #: (``Backend.default_device_backend_map``), known only at run time (``for_device``).
     from_device_map: bool = False
+    #: Whether the backend can split a process group into subgroups (its
+    #: ``supportsSplitting``): DeviceMesh makes its groups that way from a group bound to its
+    #: device (``init_process_group(device_id=...)``), and fails on a backend that cannot.
+    splits_groups: bool = False
 
     @property
     def process_group_name(self) -> str:

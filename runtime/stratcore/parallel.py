@@ -316,7 +316,7 @@ class ParallelStrategyBase(StrategyBase):
     def _on_root_device(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` where the collectives run: a tensor on another type of device (a metric
         kept on the CPU of a process that trains on an accelerator) goes to this process's
-        device, whose backend may serve no other type (NCCL, HCCL); the result goes back."""
+        device, whose backend may serve no other device type; the result goes back."""
         device = self.root_device
         return tensor if tensor.device.type == device.type else tensor.to(device)
 

@@ -13,8 +13,10 @@ from .deepspeed import DeepSpeedStrategy
 from .dp import DataParallelStrategy
 from .fsdp import FSDPStrategy
 from .generic_ddp import GenericDDPStrategy
+from .generic_ddp_spawn import GenericDDPSpawnStrategy
 from .generic_deepspeed import GenericDeepSpeedStrategy
 from .generic_fsdp import GenericFSDPStrategy
+from .generic_model_parallel import GenericModelParallelStrategy
 from .generic_single import SingleGenericStrategy
 from .horovod import HorovodStrategy
 from .hpu_deepspeed import HPUDeepSpeedStrategy
@@ -31,8 +33,10 @@ from .musa_deepspeed import MUSADeepSpeedStrategy
 from .musa_fsdp import MUSAFSDPStrategy
 from .musa_single import SingleMUSAStrategy
 from .npu_ddp import NPUDDPStrategy
+from .npu_ddp_spawn import NPUDDPSpawnStrategy
 from .npu_deepspeed import NPUDeepSpeedStrategy
 from .npu_fsdp import NPUFSDPStrategy
+from .npu_model_parallel import NPUModelParallelStrategy
 from .npu_single import SingleNPUStrategy
 from .parallel import ParallelStrategy
 from .rocm_ddp import ROCmDDPStrategy
@@ -60,9 +64,11 @@ __all__ = [
     "DataParallelStrategy",
     "DeepSpeedStrategy",
     "FSDPStrategy",
+    "GenericDDPSpawnStrategy",
     "GenericDDPStrategy",
     "GenericDeepSpeedStrategy",
     "GenericFSDPStrategy",
+    "GenericModelParallelStrategy",
     "HPUDeepSpeedStrategy",
     "HPUParallelStrategy",
     "HorovodStrategy",
@@ -74,9 +80,11 @@ __all__ = [
     "MUSADeepSpeedStrategy",
     "MUSAFSDPStrategy",
     "ModelParallelStrategy",
+    "NPUDDPSpawnStrategy",
     "NPUDDPStrategy",
     "NPUDeepSpeedStrategy",
     "NPUFSDPStrategy",
+    "NPUModelParallelStrategy",
     "ParallelStrategy",
     "ROCmDDPStrategy",
     "ROCmDeepSpeedStrategy",

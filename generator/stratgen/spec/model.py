@@ -134,6 +134,12 @@ class Backend:
         "'reduce_ops' and 'casts' are what the spec relies on from any of them.",
         default=False,
     )
+    splits_groups: bool = described(
+        "The backend can split a process group into subgroups (ProcessGroup's "
+        "supportsSplitting): a group bound to its device then makes DeviceMesh's groups that "
+        "way, as Lightning's ModelParallelStrategy binds it.",
+        default=False,
+    )
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()
 

@@ -11,6 +11,14 @@ processes extends ``CPUAccelerator`` instead, see ``contract.ACCELERATOR_BASES``
 class, and ``setup_device`` and ``teardown`` on an instance; each is answered by the spec, so
 Lightning's ``devices=`` means what it means for the spec's own strategies. Strategies built with
 ``StrategyAdapter`` call ``after_backward`` and ``after_optimizer_step`` after every step.
+
+Lightning's own strategies assume CUDA or the CPU for a device they do not know: with
+``strategy="auto"``, one device of an accelerator Lightning does not know gets
+``SingleDeviceStrategy(device="cpu")``, and several get Lightning's own ``DDPStrategy``, which
+wraps the model on a CUDA stream (``_choose_strategy`` in
+``lightning/pytorch/trainer/connectors/accelerator_connector.py`` and its Fabric twin). On a
+device that is neither, ``setup_device`` refuses a strategy that is not one of the spec's
+plugins at once, naming the plugin to pass, instead of failing later on the wrong device.
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ class AcceleratorAdapter:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.spec_accelerator: AcceleratorSpec = self.spec()
+        #: Whether a strategy of the spec's plugins (``StrategyAdapter``) drives this
+        #: accelerator; it says so when Lightning's connector hands it the accelerator.
+        self.adapted_strategy = False
 
     # -- on the class (Lightning's connector calls these before any instance exists) ------
 
@@ -81,8 +92,33 @@ class AcceleratorAdapter:
     # -- per process ------------------------------------------------------------------------
 
     def setup_device(self, device: torch.device) -> None:
-        """Run the spec's checks and set-device hook for the device this process uses."""
+        """Run the spec's checks and set-device hook for the device this process uses; refuse
+        one of Lightning's own strategies on a device that is neither CUDA nor the CPU (see
+        the module documentation)."""
+        device_type = self.spec_accelerator.device_type
+        if not self.adapted_strategy and device_type not in ("cuda", "cpu"):
+            raise MisconfigurationError(self._plugin_needed(device))
         self.spec_accelerator.setup_device(device)
+
+    def _plugin_needed(self, device: torch.device) -> str:
+        from ..factory import auto_strategy
+        from ..registry import registry_of
+
+        registry = registry_of(self.spec)
+        names = []
+        for processes in (1, 2):
+            try:
+                names.append(repr(auto_strategy(registry, self.spec_accelerator, processes)))
+            except MisconfigurationError:
+                continue
+        choice = " for one device, or ".join(names) + (" for several" if len(names) > 1 else "")
+        return (
+            f"accelerator {self.spec.name!r} runs on {self.spec_accelerator.device_type!r} "
+            "devices, which Lightning's own strategies do not know (with strategy='auto' or one "
+            f"of Lightning's strategies, this process got {device}): pass the spec's strategy, "
+            f"{choice or 'one of its own'} (registered by importing the package's Lightning "
+            "plugins)"
+        )
 
     def teardown(self) -> None:
         """Release what the device holds, as the spec's accelerator does."""

@@ -12,6 +12,14 @@ over the data-parallel dimension, and 'auto' sizes make every process a data-par
 replica, as stratlib's 'model_parallel' does without a ``parallelize_fn``. Spec options
 Lightning's strategy does not take (pipeline and context parallelism, the named dimensions)
 stay with stratlib's strategy.
+
+Lightning binds the process group to the device on every device but the CPU (``device_id`` in
+``_setup_distributed`` of ``lightning/pytorch/strategies/model_parallel.py`` and
+``lightning/fabric/strategies/model_parallel.py``). A bound group makes DeviceMesh split it
+into the mesh's groups, which a backend that cannot split groups refuses ("No backend for the
+parent process group or its backend does not support splitting"). For such a backend (the spec
+says which can: ``splits_groups``) the adapter creates the group first, unbound, as on the CPU;
+the mesh then makes its groups anew.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ check_lightning_version()
 from lightning.fabric.strategies import (  # noqa: E402
     ModelParallelStrategy as FabricModelParallelStrategy,
 )
+from lightning.fabric.utilities.distributed import _init_dist_connection  # noqa: E402
 from torch import nn  # noqa: E402
 
 from ..wrappers.fsdp.fully_shard import fsdp2  # noqa: E402
@@ -74,3 +83,19 @@ class ModelParallelAdapter(StrategyAdapter):
         )
         self._data_parallel_size, self._tensor_parallel_size = data, tensor
         super().setup_environment()
+
+    def _setup_distributed(self) -> None:
+        """Lightning's, with the process group created unbound first where the backend cannot
+        split groups (see the module documentation)."""
+        device_type = self.root_device.type  # type: ignore[attr-defined]
+        if device_type != "cpu" and not self.collective_backend.splits_groups:
+            if isinstance(self, FabricModelParallelStrategy):
+                self._set_world_ranks()
+            else:
+                self.set_world_ranks()  # type: ignore[attr-defined]
+            _init_dist_connection(
+                self.cluster_environment,
+                self._get_process_group_backend(),
+                timeout=self._timeout,  # type: ignore[attr-defined]
+            )
+        super()._setup_distributed()  # type: ignore[misc]

@@ -44,6 +44,8 @@ from lightning.fabric.plugins.environments import LightningEnvironment  # noqa: 
 from lightning.fabric.strategies import ParallelStrategy as FabricParallelStrategy  # noqa: E402
 from lightning.pytorch.strategies import ParallelStrategy as TrainerParallelStrategy  # noqa: E402
 from lightning.pytorch.strategies import Strategy as TrainerStrategy  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.optim import Optimizer  # noqa: E402
 
 from .. import collectives  # noqa: E402
 from ..collectives import CollectiveBackend, normalize_reduce_op  # noqa: E402
@@ -51,6 +53,7 @@ from ..contract import DEFAULT_PRECISION, PRECISIONS  # noqa: E402
 from ..exceptions import MisconfigurationError  # noqa: E402
 from ..imports import import_object  # noqa: E402
 from ..parallel import ParallelStrategyBase  # noqa: E402
+from ..parameter_moves import follow_move, parameters_by_name  # noqa: E402
 from ..process_group import creating_process_group  # noqa: E402
 from ..strategy import StrategyBase  # noqa: E402
 from .accelerators import AcceleratorAdapter  # noqa: E402
@@ -197,6 +200,29 @@ class StrategyAdapter:
         """Lightning's ``setup_environment`` (which creates the process group)."""
         super().setup_environment()  # type: ignore[misc]
 
+    # -- moves that replace parameters (Fabric) ---------------------------------------------
+
+    def module_to_device(self, module: nn.Module) -> None:
+        """Fabric: Lightning's move, remembering the parameters it replaced. A move onto a
+        device whose tensors cannot take a CPU tensor's place (torch_xla's, a PrivateUse1
+        device without ``_has_compatible_shallow_copy_type``) gives the module new Parameter
+        objects, and Fabric points the optimizers at them only for its XLAStrategy
+        (``lightning/fabric/fabric.py``, ``_move_model_to_device``): elsewhere the optimizer
+        made before ``setup`` would step tensors the model no longer uses, silently."""
+        before = parameters_by_name(module)
+        super().module_to_device(module)  # type: ignore[misc]
+        after = parameters_by_name(module)
+        if any(after.get(name) is not parameter for name, parameter in before.items()):
+            self.__dict__.setdefault("_replaced_by_moves", []).append((module, before))
+
+    def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        """Fabric: the optimizer follows the moves that replaced its parameters (see
+        ``module_to_device``), as stratlib's strategies' optimizers do (``parameter_moves``),
+        then Lightning sets it up."""
+        for module, before in self.__dict__.get("_replaced_by_moves", ()):
+            follow_move(module, before, [optimizer])
+        return super().setup_optimizer(optimizer)  # type: ignore[misc]
+
     # -- what the connector hands over ----------------------------------------------------------
 
     def _configure_launcher(self) -> None:
@@ -213,6 +239,9 @@ class StrategyAdapter:
         self._adapt_precision()
         self._check_precision()
         self._place_on_accelerator()
+        accelerator = getattr(self, "accelerator", None)
+        if isinstance(accelerator, AcceleratorAdapter):
+            accelerator.adapted_strategy = True
         super()._configure_launcher()  # type: ignore[misc]
 
     def _place_on_accelerator(self) -> None:

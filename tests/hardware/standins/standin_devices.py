@@ -47,7 +47,11 @@ def load_device(device_type: str, backend: str, count_env: str, visible_env: str
     if count > 0:
         import stratgen_testdevice
 
-        stratgen_testdevice.load(device_type, backend, count=count)
+        # Where torch loaded the device at start (as it loads the real extension, through its
+        # 'torch.backends' entry point), it is that device, with its count.
+        stratgen_testdevice.load(
+            device_type, backend, count=None if stratgen_testdevice.loaded() else count
+        )
 
 
 def set_device(device: Any) -> None:

@@ -296,6 +296,8 @@ def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyMo
             args.append(f"registered_by={literal(backend.registered_by)}")
         if backend.from_device_map:
             args.append("from_device_map=True")
+        if backend.splits_groups:
+            args.append("splits_groups=True")
         constant = backend_constant(name)
         comment = "".join(f"#: {comment_text(line)}\n" for line in backend.description.split("\n"))
         body.append(f"{comment}{constant} = CollectiveBackend({', '.join(args)})")

@@ -157,7 +157,7 @@ def ops_to_build(config: dict[str, Any], device_name: str) -> list[str]:
     """The ops DeepSpeed compiles on first use for ``config``, on its accelerator for devices
     ``device_name`` (``get_accelerator().device_name()``)."""
     # deepspeed.comm loads ShareMemComm on the CPU accelerator only; other accelerators have
-    # no such op (DeepSpeed's NPU accelerator hands out a builder that refuses to load).
+    # no such op (a builder that refuses to load, where they hand one out).
     names = ["ShareMemCommBuilder"] if device_name == "cpu" else []
     optimizer = config.get("optimizer")
     if isinstance(optimizer, dict) and isinstance(optimizer.get("type"), str):

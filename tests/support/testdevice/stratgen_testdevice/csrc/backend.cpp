@@ -8,6 +8,7 @@
 // (stratgen_testdevice/__init__.py) because torch's wheels ship no gloo headers.
 #include <torch/extension.h>
 
+#include <mutex>
 #include <set>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -51,6 +52,45 @@ class DoneWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// A send or a receive in flight: gloo's operation on host copies, finished (a receive copied
+// back to the device tensors) when it is waited for. Point-to-point operations are not finished
+// at once as the collectives are: a pipeline's batch_isend_irecv posts each rank's send before
+// its receive, and a send waited for at once would wait for a receive its peer has not posted.
+class PendingWork final : public c10d::Work {
+ public:
+  PendingWork(int rank, OpType type, WorkPtr host, Tensors device, Tensors host_tensors)
+      : c10d::Work(rank, type),
+        host_(std::move(host)),
+        device_(std::move(device)),
+        host_tensors_(std::move(host_tensors)) {}
+  bool isCompleted() override { return host_->isCompleted(); }
+  bool isSuccess() const override { return host_->isSuccess(); }
+  std::exception_ptr exception() const override { return host_->exception(); }
+  int sourceRank() const override { return host_->sourceRank(); }
+  Tensors result() override { return device_; }
+  void synchronize() override { wait(); }
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override {
+    const bool done = host_->wait(timeout);
+    std::call_once(copied_, [this] {
+      // The received values are data, not an operation on the tensors (a pipeline's receive
+      // buffers are leaves that require grad).
+      const at::NoGradGuard no_grad;
+      for (size_t i = 0; i < device_.size(); ++i) {
+        if (!device_[i].is_same(host_tensors_[i])) {
+          device_[i].copy_(host_tensors_[i]);
+        }
+      }
+    });
+    return done;
+  }
+
+ private:
+  WorkPtr host_;
+  Tensors device_;       // a receive's tensors (a send's stay as they are)
+  Tensors host_tensors_;  // their host copies
+  std::once_flag copied_;
+};
+
 // Host copies of tensors (a CPU tensor is its own), and the way back.
 at::Tensor to_host(const at::Tensor& t) { return t.is_cpu() ? t : t.to(at::kCPU).contiguous(); }
 template <typename T>
@@ -62,6 +102,7 @@ std::vector<T> to_host(const std::vector<T>& items) {
   return out;
 }
 void copy_back(const at::Tensor& dst, const at::Tensor& host) {
+  const at::NoGradGuard no_grad;  // the result is data, not an operation on the tensor
   if (!dst.is_same(host)) {
     dst.copy_(host);
   }
@@ -206,19 +247,19 @@ class HostStagedBackend final : public c10d::Backend {
                   [&](auto& ho, auto& hi) { return host_->alltoall(ho, hi, o); });
   }
   WorkPtr send(Tensors& ts, int dst, int tag) override {
-    Tensors none;
-    return staged(OpType::SEND, none, ts, [&](auto&, auto& h) { return host_->send(h, dst, tag); });
+    auto host = to_host(ts);
+    auto work = host_->send(host, dst, tag);
+    return c10::make_intrusive<PendingWork>(getRank(), OpType::SEND, work, Tensors{}, Tensors{});
   }
   WorkPtr recv(Tensors& ts, int src, int tag) override {
-    Tensors none;
-    return staged(OpType::RECV, ts, none, [&](auto& h, auto&) { return host_->recv(h, src, tag); });
+    auto host = to_host(ts);
+    auto work = host_->recv(host, src, tag);
+    return c10::make_intrusive<PendingWork>(getRank(), OpType::RECV, work, ts, host);
   }
   WorkPtr recvAnysource(Tensors& ts, int tag) override {
     auto host = to_host(ts);
     auto work = host_->recvAnysource(host, tag);
-    work->wait();
-    copy_back(ts, host);
-    return done(OpType::RECVANYSOURCE, ts, work->sourceRank());
+    return c10::make_intrusive<PendingWork>(getRank(), OpType::RECVANYSOURCE, work, ts, host);
   }
   WorkPtr barrier(const c10d::BarrierOptions& o) override {
     host_->barrier(o)->wait();

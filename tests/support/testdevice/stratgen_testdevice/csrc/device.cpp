@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <mutex>
 
 #include "testdevice.h"
@@ -219,6 +220,43 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
 };
 
 // ---- Hooks: what at::globalContext() and torch.accelerator ask of the PrivateUse1 backend.
+// Pinned (page-locked) host memory, which DCP's staging and `Tensor.pin_memory()` ask the device
+// for: the device's memory is host memory already, so pinned memory is plain host memory whose
+// pointers are remembered, for isPinnedPtr.
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* data = n == 0 ? nullptr : std::malloc(n);
+    TORCH_CHECK(n == 0 || data != nullptr, "test device: out of host memory for ", n, " bytes");
+    if (data != nullptr) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      live_.insert(data);
+    }
+    return {data, data, &PinnedAllocator::release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &PinnedAllocator::release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+  bool pinned(const void* data) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return live_.count(data) != 0;
+  }
+
+ private:
+  static void release(void* data);
+  mutable std::mutex mutex_;
+  std::set<const void*> live_;
+};
+PinnedAllocator g_pinned;
+void PinnedAllocator::release(void* data) {
+  if (data == nullptr) return;
+  {
+    const std::lock_guard<std::mutex> lock(g_pinned.mutex_);
+    g_pinned.live_.erase(data);
+  }
+  std::free(data);
+}
+
 struct Hooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return g_count.load() > 0; }
@@ -242,6 +280,8 @@ struct Hooks final : at::PrivateUse1HooksInterface {
     return at::make_generator<DeviceGenerator>(index < 0 ? t_device : checked(index));
   }
   at::Device getDeviceFromPtr(void* data) const override { return device_of_pointer(data); }
+  bool isPinnedPtr(const void* data) const override { return g_pinned.pinned(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned; }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t n) const override {
     resize_bytes(storage.unsafeGetStorageImpl(), n);
   }
