@@ -262,13 +262,15 @@ def config_section() -> str:
 
 
 def _patterns() -> dict[str, str]:
-    """What each constrained string of the model is called, by its regular expression."""
+    """What each constrained string of the model is called, by its regular expression. The
+    example its error messages give ("such as 'ddp_spawn'") is left out: one pattern serves
+    unrelated keys (a device type, a backend, a module), and each key's meaning gives its own."""
     found = {}
     for value in vars(model).values():
         if typing.get_origin(value) is typing.Annotated:
             for meta in value.__metadata__:
                 if isinstance(meta, model.Pattern):
-                    found[meta.regex] = meta.what
+                    found[meta.regex] = meta.what.split(" such as ")[0]
     return found
 
 
