@@ -57,14 +57,16 @@ MERMAID_PACKAGE = "mermaid@11"
 #: than their box. Tables scroll sideways on a phone by design (Material wraps them in a
 #: scrolling box), so there only code and diagrams count.
 MEASURE = """
-(() => {
-  const height = window.innerHeight, phone = window.innerWidth < 600, found = [];
+((whole) => {
+  const height = whole ? Infinity : window.innerHeight;
+  const phone = window.innerWidth < 600, found = [];
   const kinds = [["code", ".md-content pre > code"], ["diagram", ".md-content .mermaid"]];
   if (!phone) kinds.push(["table", ".md-content .md-typeset__scrollwrap"]);
   for (const [kind, selector] of kinds) {
     for (const el of document.querySelectorAll(selector)) {
       const box = el.getBoundingClientRect();
       if (box.top >= height || box.bottom <= 0 || box.width === 0) continue;
+      if (!el.checkVisibility()) continue;  // inside a collapsed note
       if (el.scrollWidth > el.clientWidth + 1) {
         found.push({kind, over: el.scrollWidth - el.clientWidth,
                     text: el.textContent.trim().split("\\n")[0].slice(0, 70)});
@@ -72,7 +74,7 @@ MEASURE = """
     }
   }
   return JSON.stringify(found);
-})()
+})(%s)
 """
 #: Ready when the fonts have loaded and no diagram is still waiting for Mermaid.
 READY = """
@@ -307,6 +309,16 @@ def build_site(into: Path) -> None:
         sys.exit(f"site_screenshots: the site did not build (exit {done.returncode})")
 
 
+def _every_page(site: Path) -> dict[str, str]:
+    """Every page of the built site, by a name made of its path."""
+    pages = {}
+    for path in sorted(site.rglob("index.html")):
+        address = path.parent.relative_to(site).as_posix()
+        if address != "." and not address.startswith(("search", "assets")):
+            pages[address.replace("/", "-")] = address + "/"
+    return pages
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--site", type=Path, help="a built site (default: build one)")
@@ -317,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         "--full-page", action="store_true", help="whole pages too, in tiles of a screen each"
     )
     parser.add_argument("--page", action="append", choices=sorted(PAGES), help="only these")
+    parser.add_argument(
+        "--every-page",
+        action="store_true",
+        help="measure every page of the site, whole (no screenshots but the key pages')",
+    )
     args = parser.parse_args(argv)
     if not shutil.which(args.chromium):
         print(f"site_screenshots: no Chromium at {args.chromium!r}", file=sys.stderr)
@@ -333,12 +350,17 @@ def main(argv: list[str] | None = None) -> int:
             browser = Chromium(args.chromium, Path(scratch) / "profile")
             try:
                 page = Page(browser, mermaid)
-                for name in args.page or PAGES:
+                pages = dict(PAGES) if not args.page else {n: PAGES[n] for n in args.page}
+                if args.every_page:
+                    pages.update(_every_page(site))
+                for name, address in pages.items():
                     for screen, width, height, mobile in SCREENS:
-                        page.open(base + PAGES[name], width, height, mobile)
+                        page.open(base + address, width, height, mobile)
                         shot = args.out / f"{name}-{width}.png"
-                        page.screenshot(shot, args.full_page)
-                        found = json.loads(page.evaluate(MEASURE))
+                        if name in PAGES:
+                            page.screenshot(shot, args.full_page)
+                        whole = "true" if args.every_page else "false"
+                        found = json.loads(page.evaluate(MEASURE % whole))
                         status = "ok" if not found else f"{len(found)} cut off"
                         print(f"{shot}  {screen}: {status}")
                         for item in found:

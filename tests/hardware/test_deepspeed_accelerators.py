@@ -1,9 +1,9 @@
 """DeepSpeed trains on generated DeepSpeed accelerators of devices it has no class for.
 
 Two devices without a DeepSpeed class of their own: Moore Threads' ``musa`` (stratlib's
-``MUSADeepSpeedAccelerator``) and the made-up Acme device whose spec the guide
+``MUSADeepSpeedAccelerator``) and the made-up Boreal device whose spec the guide
 docs/guides/deepspeed-accelerators.md gives, generated here as the guide says. Their processes
-stand in on the CPU (``standins/``: torch_musa, and below a torch_acme of the same kind), so
+stand in on the CPU (``standins/``: torch_musa, and below a torch_boreal of the same kind), so
 DeepSpeed runs its real engine over gloo underneath each device's backend.
 
 One torchrun job per device, two processes each (``deepspeed_job.py``), trains the reference
@@ -43,11 +43,11 @@ STAGES = (1, 2, 3)
 
 #: The made-up device's extension, for the guide's spec: its processes use the CPU, its backend
 #: is gloo underneath (as the stand-ins of real extensions, ``standins/standin_devices.py``).
-TORCH_ACME = '''"""Stand-in for torch_acme, the extension of the guide's made-up device."""
+TORCH_BOREAL = '''"""Stand-in for torch_boreal, the extension of the guide's made-up device."""
 
 import standin_devices
 
-standin_devices.register_backend("accl")
+standin_devices.register_backend("bccl")
 
 
 def is_available():
@@ -55,7 +55,7 @@ def is_available():
 
 
 def device_count():
-    return standin_devices.visible_count("STANDIN_ACME_COUNT", "ACME_VISIBLE_DEVICES")
+    return standin_devices.visible_count("STANDIN_BOREAL_COUNT", "BOREAL_VISIBLE_DEVICES")
 
 
 def set_device(device):
@@ -92,17 +92,17 @@ DEVICES = {
     "musa": Device(
         "stratlib", "MUSADeepSpeedAccelerator", "musa_deepspeed", "mccl", ("torch_musa",)
     ),
-    "acme": Device("acmelib", "AcmeDeepSpeedAccelerator", "acme_deepspeed", "accl", ()),
+    "boreal": Device("boreallib", "BorealDeepSpeedAccelerator", "boreal_deepspeed", "bccl", ()),
 }
 
 
-def acme_project(root: Path) -> Path:
+def boreal_project(root: Path) -> Path:
     """The guide's spec in a project of its own, generated with the deepspeed target; the
     folder to put on the PYTHONPATH."""
     (root / "specs").mkdir(parents=True)
-    (root / "specs" / "acme.yaml").write_text(guide_spec(), encoding="utf-8")
+    (root / "specs" / "boreal.yaml").write_text(guide_spec(), encoding="utf-8")
     (root / "pyproject.toml").write_text(
-        '[tool.stratgen]\npackage = "acmelib"\noutput = "src"\ntests = "src/tests"\n'
+        '[tool.stratgen]\npackage = "boreallib"\noutput = "src"\ntests = "src/tests"\n'
         'targets = ["stratlib", "deepspeed"]\n',
         encoding="utf-8",
     )
@@ -123,8 +123,8 @@ class JobRun:
 def start(name: str, folder: Path, extra_path: list[Path]) -> tuple[watch.Job, Path]:
     device = DEVICES[name]
     site = install_standins(folder, device.standins, devices=True)
-    if name == "acme":
-        (site / "torch_acme.py").write_text(TORCH_ACME, encoding="utf-8")
+    if name == "boreal":
+        (site / "torch_boreal.py").write_text(TORCH_BOREAL, encoding="utf-8")
     events = folder / "events.jsonl"
     environ = clean_environ(
         {
@@ -157,10 +157,10 @@ def finish(job: watch.Job, events: Path) -> JobRun:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobRun]:
     """Both devices' jobs, run at the same time, once for the module."""
-    acme_src = acme_project(tmp_path_factory.mktemp("acme-project"))
+    boreal_src = boreal_project(tmp_path_factory.mktemp("boreal-project"))
     started = {
         "musa": start("musa", tmp_path_factory.mktemp("musa"), [GENERATED]),
-        "acme": start("acme", tmp_path_factory.mktemp("acme"), [acme_src]),
+        "boreal": start("boreal", tmp_path_factory.mktemp("boreal"), [boreal_src]),
     }
     return {name: finish(job, events) for name, (job, events) in started.items()}
 

@@ -121,7 +121,11 @@ def test_a_project_gets_pages_for_its_own_devices(tmp_path: Path) -> None:
         "| `64-true` | refused |  |",
     ):
         assert row in page, row
-    assert 'widgetlib.get_strategy("widget_ddp", accelerator="widget", devices=2' in page
+    # The call wrapped to fit the page, as black would lay it out.
+    assert (
+        "strategy = widgetlib.get_strategy(\n"
+        '    "widget_ddp", accelerator="widget", devices=2, precision="32-true"\n)'
+    ) in page
     assert "The spec notes: widget\\_sdk/ddp.py: the vendor's DDP recipe" in page
     assert "- What `widget_sdk.flush()` does on the device" in page
     index = (project / "docs" / "devices" / "index.md").read_text(encoding="utf-8")

@@ -230,11 +230,11 @@ def _usage(
         return Usage("", "", "No strategy runs on this device.", "", "")
     devices = 2 if example.base == "parallel" else 1
     precision = device.spec.precision.default or DEFAULT_PRECISION
-    arguments = f'"{example.name}", accelerator="{device.name}", devices={devices}'
-    stratlib = (
-        f"import {package}\n\n"
-        f'strategy = {package}.get_strategy({arguments}, precision="{precision}")'
+    arguments = (
+        f'"{example.name}", accelerator="{device.name}", devices={devices}, '
+        f'precision="{precision}"'
     )
+    stratlib = f"import {package}\n\n" + _call(f"strategy = {package}.get_strategy", arguments)
     snippets, notes = {}, {}
     for framework in FRAMEWORKS:
         cell = _lightning_cell(example.name, framework, plugins)
@@ -255,17 +255,17 @@ def _usage(
             if cell == "Lightning's own" and device.name in ACCELERATOR_NAMES
             else f"import {package}.lightning.{framework}  # registers the plugins\n"
         )
+        keywords = (
+            f'strategy="{example.name}", accelerator="{device.name}", devices={devices}, '
+            f'precision="{precision}"'
+        )
         if framework == "pytorch":
-            snippets[framework] = (
-                f"import lightning.pytorch as pl\n{register}\n"
-                f'trainer = pl.Trainer(strategy="{example.name}", accelerator="{device.name}", '
-                f'devices={devices}, precision="{precision}")'
+            snippets[framework] = f"import lightning.pytorch as pl\n{register}\n" + _call(
+                "trainer = pl.Trainer", keywords
             )
         else:
-            snippets[framework] = (
-                f"from lightning.fabric import Fabric\n{register}\n"
-                f'fabric = Fabric(strategy="{example.name}", accelerator="{device.name}", '
-                f'devices={devices}, precision="{precision}")'
+            snippets[framework] = f"from lightning.fabric import Fabric\n{register}\n" + _call(
+                "fabric = Fabric", keywords
             )
     return Usage(
         stratlib,
@@ -274,6 +274,18 @@ def _usage(
         snippets.get("fabric", ""),
         notes.get("fabric", ""),
     )
+
+
+#: The longest line of a snippet on a device page: the site's code blocks hold about 100
+#: characters, a narrower page less.
+SNIPPET_WIDTH = 88
+
+
+def _call(callee: str, arguments: str) -> str:
+    """A call on one line where it fits ``SNIPPET_WIDTH``, else its arguments on a line of
+    their own, as black lays it out."""
+    line = f"{callee}({arguments})"
+    return line if len(line) <= SNIPPET_WIDTH else f"{callee}(\n    {arguments}\n)"
 
 
 def _hardware_only(device: Accelerator, strategies: list[Strategy]) -> list[str]:
