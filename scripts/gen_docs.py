@@ -200,7 +200,9 @@ def _help(name: str, action: argparse.Action) -> str:
 def usage(name: str, command: argparse.ArgumentParser) -> str:
     """The command's usage as argparse shows it, the shared project options as one
     ``[project options]`` where the command takes them, wrapped to the site's width."""
-    shown = [a for a in command._actions if isinstance(a, argparse._HelpAction)]  # noqa: SLF001
+    shown: list[argparse.Action] = [
+        a for a in command._actions if isinstance(a, argparse._HelpAction)  # noqa: SLF001
+    ]
     if project_actions(command):
         shown.append(argparse.Action(["project options"], "project_options", nargs=0))
     shown += own_actions(command)
