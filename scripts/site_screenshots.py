@@ -299,7 +299,7 @@ def served(site: Path) -> Iterator[str]:
 
 
 def build_site(into: Path) -> None:
-    """The site, built strictly as CI builds it (docs/build.py's environment)."""
+    """The site, built strictly as CI builds it (scripts/docs.py)."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "docs.py"), "build", "--site-dir", str(into)],
         cwd=ROOT,
