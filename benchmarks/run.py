@@ -89,7 +89,9 @@ def machine() -> dict[str, str]:
         "cpu": model,
         "cores": f"{os.cpu_count()} ({usable} usable); torch uses {threads} intra-op threads by default",
         "memory": memory_text,
-        "python": f"{platform.python_version()} ({sys.executable})",
+        # The version, not the interpreter's path: a report is published, and the path names
+        # the machine's folders, not anything the figures depend on.
+        "python": platform.python_version(),
         "torch": str(torch_version),
         "lightning": str(lightning) if lightning else "not installed",
         "os": platform.platform(),

@@ -64,6 +64,10 @@ CONFIG_DOCS = {
     "accelerators of the devices, `<package>.deepspeed`) and `docs` (a Markdown page for each "
     "device, in the `docs` folder); `--target` adds one.",
     "docs": "Folder of the device pages the `docs` target writes (every file in it is generated).",
+    "verification": "File of the project's verification record (YAML): what each device's code "
+    "has run on, and when. The `docs` target shows it on every device page and in the index, "
+    "and refuses a device it says nothing of; without it the pages have no verification "
+    "status. The format is [below](#the-verification-record).",
 }
 
 
@@ -136,17 +140,44 @@ def strategies_section() -> str:
 
 # --- commands -------------------------------------------------------------------------------
 
+#: The argument group of the options every command that works on a project shares
+#: (``stratgen.cli``); a command's usage line shows them as ``[project options]``.
+PROJECT_GROUP = "project"
+#: Where a usage line wraps: the site's code blocks hold about 100 characters.
+USAGE_WIDTH = 88
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    """Every subcommand's parser, by name, as ``stratgen`` builds them."""
+    parser = build_parser()
+    subparsers = next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)  # noqa: SLF001
+    )
+    return dict(subparsers.choices)
+
+
+def project_actions(command: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The shared project options a command takes (none for a command without them)."""
+    for group in command._action_groups:  # noqa: SLF001
+        if group.title == PROJECT_GROUP:
+            return list(group._group_actions)  # noqa: SLF001
+    return []
+
+
+def own_actions(command: argparse.ArgumentParser) -> list[argparse.Action]:
+    """A command's own arguments: everything it takes but help and the shared project options."""
+    shared = {id(a) for a in project_actions(command)}
+    return [
+        a
+        for a in command._actions  # noqa: SLF001
+        if id(a) not in shared and not isinstance(a, argparse._HelpAction)  # noqa: SLF001
+    ]
+
 
 def _value_name(action: argparse.Action) -> str:
     if action.choices:
         return "{" + ",".join(map(str, action.choices)) + "}"
     return str(action.metavar or action.dest.upper())
-
-
-def _usage_part(action: argparse.Action) -> str:
-    """How argparse shows an optional argument in a usage line."""
-    flag = action.option_strings[0]
-    return f"[{flag}]" if action.nargs == 0 else f"[{flag} {_value_name(action)}]"
 
 
 def _flags(action: argparse.Action) -> str:
@@ -157,50 +188,53 @@ def _flags(action: argparse.Action) -> str:
     return flags if action.nargs == 0 else f"{flags} {_value_name(action)}"
 
 
+def _help(name: str, action: argparse.Action) -> str:
+    if not action.help or action.help == argparse.SUPPRESS:
+        raise SystemExit(
+            f"scripts/gen_docs.py: `stratgen {name}`'s argument {_flags(action)!r} has no help: "
+            "give it one in generator/stratgen/cli.py"
+        )
+    return action.help
+
+
+def usage(name: str, command: argparse.ArgumentParser) -> str:
+    """The command's usage as argparse shows it, the shared project options as one
+    ``[project options]`` where the command takes them, wrapped to the site's width."""
+    shown: list[argparse.Action] = [
+        a for a in command._actions if isinstance(a, argparse._HelpAction)  # noqa: SLF001
+    ]
+    if project_actions(command):
+        shown.append(argparse.Action(["project options"], "project_options", nargs=0))
+    shown += own_actions(command)
+    formatter = argparse.HelpFormatter(f"stratgen {name}", width=USAGE_WIDTH)
+    formatter.add_usage(None, shown, [], prefix="")
+    return formatter.format_help().strip("\n")
+
+
 def commands_section() -> str:
-    parser = build_parser()
-    subparsers = next(
-        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)  # noqa: SLF001
-    )
     out = []
-    for name, sub in subparsers.choices.items():
-        sub.prog = f"stratgen {name}"
-        usage = " ".join(sub.format_usage().split()).removeprefix("usage: ")
-        shared = [
-            a for a in sub._actions if a.dest in CONFIG_KEYS or a.dest in ("project", "no_color")
-        ]  # noqa: SLF001
-        for action in shared:
-            usage = usage.replace(" " + _usage_part(action), "")
-        if shared:
-            usage = usage.replace(
-                f"stratgen {name} [-h]", f"stratgen {name} [-h] [project options]"
-            )
+    for name, command in _commands().items():
         out.append(f"#### `stratgen {name}`\n")
-        out.append(f"{sub.description}\n")
-        out.append("```text\n" + usage + "\n```\n")
-        rows = []
-        for action in sub._actions:  # noqa: SLF001
-            if action.help in (None, argparse.SUPPRESS) or "-h" in action.option_strings:
-                continue
-            if action.dest in CONFIG_KEYS or action.dest in ("project", "no_color"):
-                continue  # the shared project options are listed once, below
-            rows.append([f"`{_flags(action)}`", action.help or ""])
+        out.append(f"{command.description}\n")
+        out.append("```text\n" + usage(name, command) + "\n```\n")
+        rows = [[f"`{_flags(a)}`", _help(name, a)] for a in own_actions(command)]
         if rows:
-            out.append(table(["option", "meaning"], rows) + "\n")
+            out.append(table(["argument", "meaning"], rows) + "\n")
     return "\n".join(out).rstrip() + "\n"
 
 
 def project_options_section() -> str:
-    parser = build_parser()
-    subparsers = next(
-        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
-    )  # noqa: SLF001
-    generate = subparsers.choices["generate"]
-    rows = []
-    for action in generate._actions:  # noqa: SLF001
-        if action.dest in CONFIG_KEYS or action.dest in ("project", "no_color"):
-            rows.append([f"`{_flags(action)}`", action.help or ""])
-    return table(["option", "meaning"], rows) + "\n"
+    commands = _commands()
+    taking = [name for name, command in commands.items() if project_actions(command)]
+    rows = [[f"`{_flags(a)}`", _help(taking[0], a)] for a in project_actions(commands[taking[0]])]
+    others = ", ".join(f"`stratgen {name}`" for name in commands if name not in taking)
+    lead = f"Every command but {others}" if others else "Every command"
+    return (
+        f"{lead} takes these options (`[project options]` in its usage); they override "
+        "[the configuration](configuration.md) in `[tool.stratgen]`:\n\n"
+        + table(["option", "meaning"], rows)
+        + "\n"
+    )
 
 
 # --- configuration ----------------------------------------------------------------------------
@@ -230,13 +264,15 @@ def config_section() -> str:
 
 
 def _patterns() -> dict[str, str]:
-    """What each constrained string of the model is called, by its regular expression."""
+    """What each constrained string of the model is called, by its regular expression. The
+    example its error messages give ("such as 'ddp_spawn'") is left out: one pattern serves
+    unrelated keys (a device type, a backend, a module), and each key's meaning gives its own."""
     found = {}
     for value in vars(model).values():
         if typing.get_origin(value) is typing.Annotated:
             for meta in value.__metadata__:
                 if isinstance(meta, model.Pattern):
-                    found[meta.regex] = meta.what
+                    found[meta.regex] = meta.what.split(" such as ")[0]
     return found
 
 

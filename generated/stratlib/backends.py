@@ -79,7 +79,7 @@ MCCL = CollectiveBackend(
     requires=(
         Requirement(
             "torch_musa",
-            "Moore Threads' torch_musa wheel for your torch version (github.com/MooreThreads/torch_musa/releases, with the MUSA SDK)",
+            "Moore Threads' torch_musa wheel for your torch version (https://github.com/MooreThreads/torch_musa/releases, with the MUSA SDK)",
         ),
     ),
     registered_by="torch_musa",

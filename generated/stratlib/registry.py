@@ -2,7 +2,7 @@
 # change the spec or template, then run `stratgen generate`.
 """The tables of stratlib: every strategy, accelerator, precision plugin, cluster
 environment and backend by name, registered with the runtime when the package is imported.
-:func:`get_strategy` and :func:`list_strategies` build and describe strategies from them."""
+``get_strategy`` and ``list_strategies`` build and describe strategies from them."""
 
 from __future__ import annotations
 

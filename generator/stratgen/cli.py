@@ -98,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check spec files against the format and against the project's other "
         "specs (extends, names, references). Prints every problem with file:line:column.",
     )
-    validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    validate.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="a spec file to check"
+    )
 
     lst = commands.add_parser(
         "list",
@@ -143,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create a project of your own with copier: pyproject.toml with "
         "[tool.stratgen], specs/, a CI workflow and pre-commit hooks that run `stratgen check`.",
     )
-    init.add_argument("directory", type=Path)
+    init.add_argument("directory", type=Path, help="folder to create the project in")
     init.add_argument("--package", help="import name of your package")
     init.add_argument("--defaults", action="store_true", help="ask nothing; use defaults")
     init.add_argument(

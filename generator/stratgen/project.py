@@ -25,6 +25,7 @@ from .spec.yaml_loader import read_spec_bytes
 if TYPE_CHECKING:
     from .resolve.catalog import Catalog, Source
     from .resolve.selection import Selection
+    from .targets.docs.verification import Record
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
@@ -49,6 +50,7 @@ CONFIG_KEYS = (
     "builtin-specs",
     "targets",
     "docs",
+    "verification",
 )
 #: What a project can generate: 'stratlib' (the package of strategies on stratcore, always
 #: generated), 'lightning' (plugins for Lightning's Trainer and Fabric, built on it),
@@ -70,6 +72,9 @@ class Config:
     builtin_specs: bool = True
     targets: tuple[str, ...] = ("stratlib",)
     docs: str = "docs/devices"
+    #: The verification record the docs target shows on each device page (a file of the
+    #: project, ``stratgen.targets.docs.verification``); none by default.
+    verification: str | None = None
 
     @property
     def package_dir(self) -> str:
@@ -138,7 +143,7 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = _targets(value, "--target") if key == "targets" else value
-    for key in ("specs", "output", "tests", "templates", "docs"):
+    for key in ("specs", "output", "tests", "templates", "docs", "verification"):
         if isinstance(values.get(key), str) and values[key]:
             values[key] = PurePosixPath(values[key].replace("\\", "/")).as_posix()
     config = Config(root=root, **values)
@@ -324,6 +329,7 @@ class Project:
         if self.config.templates:
             template_dirs.insert(0, self.config.root / self.config.templates)
         renderer = Renderer(template_dirs)
+        record = self.verification_record(catalog) if "docs" in self.config.targets else None
         rendered = render_targets(
             catalog,
             selection,
@@ -333,6 +339,7 @@ class Project:
             self.config.tests,
             self.config.docs,
             self.config.targets,
+            record,
         )
         self.timings.add("render", started)
 
@@ -355,6 +362,16 @@ class Project:
         self.formatter.save()
         self.timings.add("format", started)
         return Plan(files, catalog, selection)
+
+    def verification_record(self, catalog: Catalog) -> Record | None:
+        """The project's verification record, checked against its accelerators; None where
+        the project names none."""
+        if not self.config.verification:
+            return None
+        from .targets.docs.verification import load_record
+
+        path = self.config.root / self.config.verification
+        return load_record(path, self.display(path), self.config.root, catalog.accelerators)
 
     def tree(self) -> Tree:
         return Tree(self.config.root, self.config.owned_dirs, self.config.manifest)

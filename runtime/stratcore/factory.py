@@ -268,7 +268,8 @@ class StrategyInfo:
 
 class StrategyFactory:
     """``get_strategy`` and ``list_strategies`` of one generated package: registry names,
-    accelerators and precision plugins are looked up in its :class:`Registry`."""
+    accelerators and precision plugins are looked up in its [`Registry`][stratcore.registry.Registry].
+    """
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry

@@ -1,6 +1,6 @@
 """The tables of a generated package, and how a class finds the package it belongs to.
 
-Every generated package has a ``registry`` module that builds one :class:`Registry` of its
+Every generated package has a ``registry`` module that builds one [`Registry`][stratcore.registry.Registry] of its
 strategies, accelerators, precision plugins, cluster environments and backends, and
 registers it here when the package is imported. A strategy looks up defaults (its
 accelerator, its cluster environment, its precision plugin, its backend's capabilities) in
@@ -147,7 +147,7 @@ class Registry:
     def select_precision_plugin(
         self, strategy: type[StrategyBase], accelerator: Accelerator, precision: Any
     ) -> PrecisionBase:
-        """An instance of :meth:`precision_plugin_class` for ``precision``."""
+        """An instance of [`precision_plugin_class`][stratcore.registry.Registry.precision_plugin_class] for ``precision``."""
         mode = canonical_precision(precision)
         plugin = self.precision_plugin_class(strategy, accelerator, mode)
         return plugin(mode, device_type=accelerator.device_type)

@@ -25,7 +25,7 @@ def _numbers(version: str) -> tuple[int, ...]:
 
 
 def check_runtime_version(generated_for: str, package: str) -> None:
-    """Raise :class:`RuntimeVersionError` unless this runtime serves code generated for
+    """Raise [`RuntimeVersionError`][stratcore.version.RuntimeVersionError] unless this runtime serves code generated for
     ``generated_for`` (``major.minor``): the same series, at least as new."""
     if generated_for == RUNTIME_SERIES:
         return

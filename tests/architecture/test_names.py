@@ -27,8 +27,18 @@ from stratcore.contract import ENVIRONMENT_VALUES
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
 #: Keys that shape the class rather than become one of its attributes: its name, module and
-#: docstring, its place in the hierarchy, constructor options and registry presets.
-STRUCTURAL = {"class_name", "description", "module", "abstract", "extends", "base", "kind"}
+#: docstring, its place in the hierarchy, constructor options and registry presets; and what
+#: only its documentation shows (an accelerator's product, the title of the device's page).
+STRUCTURAL = {
+    "class_name",
+    "description",
+    "module",
+    "abstract",
+    "extends",
+    "base",
+    "kind",
+    "product",
+}
 STRUCTURAL_STRATEGY = STRUCTURAL | {"options", "aliases"}
 
 #: Where each section's classes are exported.

@@ -1,11 +1,11 @@
 """DeepSpeed trains on generated DeepSpeed accelerators of devices it has no class for.
 
 Two devices without a DeepSpeed class of their own: Moore Threads' ``musa`` (stratlib's
-``MUSADeepSpeedAccelerator``) and the made-up Acme device whose spec the guide
+``MUSADeepSpeedAccelerator``) and the made-up Boreal device whose spec the guide
 docs/guides/deepspeed-accelerators.md gives, generated here as the guide says. Both are real
-devices here: their extensions' stand-ins (``standins/``: torch_musa, and below a torch_acme of
+devices here: their extensions' stand-ins (``standins/``: torch_musa, and below a torch_boreal of
 the same kind) load the project's test device under the vendor's device type and backend name,
-so DeepSpeed runs its real engine on ``musa:N`` and ``acme:N`` tensors, with gloo on the host
+so DeepSpeed runs its real engine on ``musa:N`` and ``boreal:N`` tensors, with gloo on the host
 underneath each device's backend.
 
 One torchrun job per device, two processes each (``deepspeed_job.py``), trains the reference
@@ -13,11 +13,11 @@ problem with ZeRO stages 1, 2 and 3 written as a user would (the generated accel
 installed before ``import deepspeed``, then ``deepspeed.initialize`` with an SGD optimizer), and
 through the device's DeepSpeed strategy by registry name; each case must end at the weights of
 one process trained on the whole batch. The jobs also report what DeepSpeed ran on: the
-generated class, the device, the spec's backend, and op builders bound to the generated
-accelerator at import. The stand-in's call log shows every process selecting its device through
-the vendor's function. Each process ends with no process group left alive after the generated
-accelerator's release at exit (the job fails otherwise): one left alive is how gloo now and then
-aborted a rank after a successful run.
+generated class, the spec's backend, and op builders bound to the generated accelerator at
+import. The stand-in's call log shows every process selecting its device through the vendor's
+function. Each process ends with no process group left alive after the generated accelerator's
+release at exit (the job fails otherwise): one left alive is how gloo now and then aborted a
+rank after a successful run.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ GUIDE = REPO / "docs" / "guides" / "deepspeed-accelerators.md"
 JOB = Path(__file__).with_name("deepspeed_job.py")
 STAGES = (1, 2, 3)
 
-#: The made-up device's extension, for the guide's spec: the test device renamed 'acme', its
-#: backend 'accl' (as the stand-ins of real extensions, ``standins/standin_devices.py``).
-TORCH_ACME = '''"""Stand-in for torch_acme, the extension of the guide's made-up device."""
+#: The made-up device's extension, for the guide's spec: the test device renamed 'boreal', its
+#: backend 'bccl' (as the stand-ins of real extensions, ``standins/standin_devices.py``).
+TORCH_BOREAL = '''"""Stand-in for torch_boreal, the extension of the guide's made-up device."""
 
 import standin_devices
 
-standin_devices.load_device("acme", "accl", "STANDIN_ACME_COUNT", "ACME_VISIBLE_DEVICES")
+standin_devices.load_device("boreal", "bccl", "STANDIN_BOREAL_COUNT", "BOREAL_VISIBLE_DEVICES")
 
 
 def is_available():
@@ -57,7 +57,7 @@ def is_available():
 
 
 def device_count():
-    return standin_devices.visible_count("STANDIN_ACME_COUNT", "ACME_VISIBLE_DEVICES")
+    return standin_devices.visible_count("STANDIN_BOREAL_COUNT", "BOREAL_VISIBLE_DEVICES")
 
 
 def set_device(device):
@@ -94,17 +94,17 @@ DEVICES = {
     "musa": Device(
         "stratlib", "MUSADeepSpeedAccelerator", "musa_deepspeed", "mccl", ("torch_musa",)
     ),
-    "acme": Device("acmelib", "AcmeDeepSpeedAccelerator", "acme_deepspeed", "accl", ()),
+    "boreal": Device("boreallib", "BorealDeepSpeedAccelerator", "boreal_deepspeed", "bccl", ()),
 }
 
 
-def acme_project(root: Path) -> Path:
+def boreal_project(root: Path) -> Path:
     """The guide's spec in a project of its own, generated with the deepspeed target; the
     folder to put on the PYTHONPATH."""
     (root / "specs").mkdir(parents=True)
-    (root / "specs" / "acme.yaml").write_text(guide_spec(), encoding="utf-8")
+    (root / "specs" / "boreal.yaml").write_text(guide_spec(), encoding="utf-8")
     (root / "pyproject.toml").write_text(
-        '[tool.stratgen]\npackage = "acmelib"\noutput = "src"\ntests = "src/tests"\n'
+        '[tool.stratgen]\npackage = "boreallib"\noutput = "src"\ntests = "src/tests"\n'
         'targets = ["stratlib", "deepspeed"]\n',
         encoding="utf-8",
     )
@@ -125,8 +125,8 @@ class JobRun:
 def start(name: str, folder: Path, extra_path: list[Path]) -> tuple[watch.Job, Path]:
     device = DEVICES[name]
     site = install_standins(folder, device.standins, devices=True)
-    if name == "acme":
-        (site / "torch_acme.py").write_text(TORCH_ACME, encoding="utf-8")
+    if name == "boreal":
+        (site / "torch_boreal.py").write_text(TORCH_BOREAL, encoding="utf-8")
     events = folder / "events.jsonl"
     environ = clean_environ(
         {
@@ -158,10 +158,10 @@ def finish(job: watch.Job, events: Path) -> JobRun:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobRun]:
     """Both devices' jobs, run at the same time, once for the module."""
-    acme_src = acme_project(tmp_path_factory.mktemp("acme-project"))
+    boreal_src = boreal_project(tmp_path_factory.mktemp("boreal-project"))
     started = {
         "musa": start("musa", tmp_path_factory.mktemp("musa"), [GENERATED]),
-        "acme": start("acme", tmp_path_factory.mktemp("acme"), [acme_src]),
+        "boreal": start("boreal", tmp_path_factory.mktemp("boreal"), [boreal_src]),
     }
     return {name: finish(job, events) for name, (job, events) in started.items()}
 

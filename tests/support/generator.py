@@ -114,7 +114,8 @@ def builtin_specs_project(tmp_path: Path) -> Path:
 
 
 def copy_repo_project(destination: Path) -> Path:
-    """This repository's own project (pyproject, specs, generated) in ``destination``."""
+    """This repository's own project (pyproject, specs, generated, the verification record the
+    device pages show) in ``destination``."""
     destination.mkdir(parents=True, exist_ok=True)
     # The copied specs are the built-in ones: the repository's configuration says so
     # (builtin-specs = false), so that stratgen does not load them twice.
@@ -127,6 +128,7 @@ def copy_repo_project(destination: Path) -> Path:
             destination / folder,
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".stratgen.lock"),
         )
+    shutil.copy2(REPO / "verification.yaml", destination / "verification.yaml")
     return destination
 
 

@@ -43,7 +43,7 @@ class ROCmAccelerator(Accelerator):
     set_device_hook: ClassVar[str | None] = "torch.cuda:set_device"
     teardown_hook: ClassVar[str | None] = "torch.cuda:empty_cache"
     install: ClassVar[str | None] = (
-        "a ROCm build of torch (pip install torch --index-url https://download.pytorch.org/whl/rocm<version>)"
+        "a ROCm build of torch (the command for your ROCm version is on https://pytorch.org/get-started/locally/)"
     )
     deepspeed_accelerator: ClassVar[str | None] = "cuda"
     sync_batchnorm: ClassVar[bool] = True

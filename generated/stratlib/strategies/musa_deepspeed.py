@@ -36,6 +36,6 @@ class MUSADeepSpeedStrategy(DeepSpeedStrategy):
         Requirement("deepspeed", "pip install deepspeed"),
         Requirement(
             "torch_musa",
-            "Moore Threads' torch_musa wheel for your torch version (github.com/MooreThreads/torch_musa/releases, with the MUSA SDK)",
+            "Moore Threads' torch_musa wheel for your torch version (https://github.com/MooreThreads/torch_musa/releases, with the MUSA SDK)",
         ),
     )

@@ -27,6 +27,6 @@ class MUSAFSDPStrategy(FSDPStrategy):
     requires: ClassVar[tuple[Requirement, ...]] = (
         Requirement(
             "torch_musa",
-            "Moore Threads' torch_musa wheel for your torch version (github.com/MooreThreads/torch_musa/releases, with the MUSA SDK)",
+            "Moore Threads' torch_musa wheel for your torch version (https://github.com/MooreThreads/torch_musa/releases, with the MUSA SDK)",
         ),
     )

@@ -186,6 +186,12 @@ class AcceleratorSpec:
         "e.g. 'torch.accelerator:current_accelerator'."
     )
     description: str = described("Docstring of the class.", default="", inherit=False)
+    product: str | None = described(
+        "The hardware as its users and its vendor name it: the title of the device's page and "
+        "its entry in the devices index, e.g. 'MUSA: Moore Threads GPUs'; without it the page "
+        "is titled with the accelerator's name.",
+        inherit=False,
+    )
     module: Name | None = described("Module name in the package; defaults to the accelerator name.")
     indexed: bool = described(
         "Whether devices carry an index (torch.device('cuda', 1)); false for devices "

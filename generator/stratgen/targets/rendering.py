@@ -9,6 +9,7 @@ the project's own template folder (if configured), then in stratgen's built-in o
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import jinja2
 
@@ -17,6 +18,9 @@ from ..resolve.catalog import Catalog
 from ..resolve.selection import Selection
 from ..spec.errors import StratgenError
 from .stratlib.package import render_package
+
+if TYPE_CHECKING:
+    from .docs.verification import Record
 
 
 def render_targets(
@@ -28,9 +32,10 @@ def render_targets(
     tests_dir: str,
     docs_dir: str,
     targets: Iterable[str] = ("stratlib",),
+    verification: Record | None = None,
 ) -> list[RenderedFile]:
     """Every file of the package and its tests, for each target; a broken template is a clean
-    error."""
+    error. ``verification`` is the project's record of what its devices ran on (docs target)."""
     targets = tuple(targets)
     try:
         files = render_package(catalog, selection, renderer, package, package_dir, tests_dir)
@@ -46,7 +51,7 @@ def render_targets(
             from .docs.device_pages import render_pages
 
             files += render_pages(
-                catalog, selection, renderer, package, tests_dir, docs_dir, targets
+                catalog, selection, renderer, package, tests_dir, docs_dir, targets, verification
             )
         return files
     except jinja2.TemplateError as exc:

@@ -66,7 +66,7 @@ def use_package(package: str) -> None:
 
 
 def package_name() -> str:
-    """The package chosen with :func:`use_package`, or the only generated package loaded."""
+    """The package chosen with [`use_package`][stratcore.testing.environ.use_package], or the only generated package loaded."""
     if _package is not None:
         return _package
     loaded = loaded_packages()
@@ -117,7 +117,7 @@ def isolated_environment(monkeypatch: Any) -> None:
 
 
 def package_environ(package: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """:func:`clean_environ`, with the runtime and ``package`` (a generated package's import
+    """[`clean_environ`][stratcore.testing.environ.clean_environ], with the runtime and ``package`` (a generated package's import
     name) first on the PYTHONPATH: a new process imports both as this one does, installed or
     not."""
     import importlib

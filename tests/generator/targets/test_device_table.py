@@ -23,14 +23,11 @@ import yaml
 from tests.support.generator import REPO, run_cli
 
 SPECS = REPO / "specs"
-COLUMNS = [
-    "stratlib",
-    "Lightning Trainer",
-    "Lightning Fabric",
-    "DeepSpeed",
-    "precisions",
-    "install",
-]
+#: The devices page's two tables: the devices (with what to install), then what runs on each.
+DEVICE_COLUMNS = ["hardware", "install", "verified on"]
+FRAMEWORK_COLUMNS = ["stratlib", "Lightning", "DeepSpeed", "precisions"]
+#: The cells `stratgen list` and the page show alike.
+SHARED = ["stratlib", "DeepSpeed", "precisions", "install"]
 
 
 def deepspeeds_own_accelerators() -> list[str]:
@@ -68,20 +65,23 @@ def _runs_on(name: str, strategies: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _unescaped(cell: str) -> str:
-    """A cell as it reads: Markdown's backslash escapes and '&lt;' undone."""
+    """A cell as it reads: Markdown's backslash escapes, '&lt;' and links' brackets undone."""
+    cell = re.sub(r"<(https://[^>]+)>", r"\1", cell)
     return re.sub(r"\\(.)", r"\1", cell).replace("&lt;", "<")
 
 
 def page_rows() -> dict[str, dict[str, str]]:
-    """The rows of docs/devices/index.md, each device's cell a link to its page."""
+    """The rows of docs/devices/index.md's two tables, merged by device; each device's cell a
+    link to its page."""
     text = (REPO / "docs" / "devices" / "index.md").read_text(encoding="utf-8")
-    lines = [line for line in text.splitlines() if line.startswith("| [")]
-    rows = {}
-    for line in lines:
-        cells = [_unescaped(c.strip()) for c in re.split(r"(?<!\\) \| ", line.strip("|"))]
-        device = re.fullmatch(r"\[(\w+)\]\((\w+)\.md\)", cells[0])
-        assert device is not None and device.group(1) == device.group(2), cells[0]
-        rows[device.group(1)] = dict(zip(COLUMNS, cells[1:], strict=True))
+    devices, frameworks = text.split("\n## Strategies and frameworks\n")
+    rows: dict[str, dict[str, str]] = {}
+    for table, columns in ((devices, DEVICE_COLUMNS), (frameworks, FRAMEWORK_COLUMNS)):
+        for line in (line for line in table.splitlines() if line.startswith("| [")):
+            cells = [_unescaped(c.strip()) for c in re.split(r"(?<!\\) \| ", line.strip("|"))]
+            device = re.fullmatch(r"\[`(\w+)`\]\((\w+)\.md\)", cells[0])
+            assert device is not None and device.group(1) == device.group(2), cells[0]
+            rows.setdefault(device.group(1), {}).update(zip(columns, cells[1:], strict=True))
     return rows
 
 
@@ -100,11 +100,25 @@ def list_rows() -> dict[str, dict[str, str]]:
     return rows
 
 
+def _lightning(listed: str) -> str:
+    """What the page's Lightning column says of a framework's cell of `stratgen list`."""
+    own, plugins = listed.startswith("Lightning's own"), "plugins: " in listed
+    return (
+        "Lightning's own and plugins"
+        if own and plugins
+        else "Lightning's own" if own else "plugins" if plugins else "no"
+    )
+
+
 def test_the_devices_page_and_stratgen_list_show_the_same_table() -> None:
     page, listed = page_rows(), list_rows()
     assert set(page) == set(listed) == set(_accelerators())
     for device, cells in page.items():
-        assert listed[device] == cells, device
+        assert {c: cells[c] for c in SHARED} == {c: listed[device][c] for c in SHARED}, device
+        trainer = _lightning(listed[device]["Lightning Trainer"])
+        fabric = _lightning(listed[device]["Lightning Fabric"])
+        both = trainer if trainer == fabric else f"Trainer: {trainer}; Fabric: {fabric}"
+        assert cells["Lightning"] == both, device
 
 
 @pytest.mark.parametrize("device", sorted(_accelerators()))
@@ -142,14 +156,17 @@ def test_each_row_follows_from_the_specs(device: str) -> None:
 
 
 def test_the_new_devices_have_lightning_plugins_and_lightnings_own_keep_theirs() -> None:
-    rows = page_rows()
+    rows = list_rows()
     for device in ("xpu", "npu", "mlu", "musa", "rocm", "generic", "hpu"):
         for framework in ("Lightning Trainer", "Lightning Fabric"):
             assert rows[device][framework].startswith("plugins: "), (device, rows[device])
             assert f"{device}_single" in rows[device][framework]
+        assert page_rows()[device]["Lightning"] == "plugins"
     for device in ("cpu", "cuda", "mps"):
         assert rows[device]["Lightning Trainer"].startswith("Lightning's own"), rows[device]
+        assert page_rows()[device]["Lightning"].startswith("Lightning's own")
     assert rows["ipu"]["Lightning Trainer"] == "no"  # Lightning 2 has no IPU strategy
+    assert page_rows()["ipu"]["Lightning"] == "no"
     assert "xpu_ddp" in rows["xpu"]["Lightning Trainer"]
 
 

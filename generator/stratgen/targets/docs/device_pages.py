@@ -4,8 +4,9 @@
 ``docs/devices`` by default) renders, for each accelerator of the project's own specs, a page
 a user of that device reads: what the spec declares and where each fact comes from (the spec's
 comments), its strategies and aliases for stratlib and Lightning, its precisions and the probes
-that gate them, what to install, how to select it, and what only the hardware itself can
-prove; and ``index.md``, the devices table. The pages are generated files like any other:
+that gate them, what to install, how to select it, what its code has run on (the project's
+verification record, ``verification``) and what only the hardware itself can prove; and
+``index.md``, the devices table. The pages are generated files like any other:
 ``stratgen check`` reports a stale or hand-edited one. Templates: ``templates/docs``.
 """
 
@@ -25,9 +26,10 @@ from ...resolve.selection import Selection
 from ...spec.errors import StratgenError
 from ...spec.model import Backend
 from ..lightning import plugins as lightning_plugins
-from .device_table import HEADER, device_rows, install_text
+from .device_table import device_rows, install_text
 from .markdown import call, code, paragraphs, text, tidy
 from .spec_comments import SpecText, facts
+from .verification import KINDS, SHORT, Record
 
 INDEX = "index.md"
 #: What the Trainer and Fabric columns say of a framework the project does not render for.
@@ -63,9 +65,21 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Status:
+    """What the device's code has run on, from the verification record: a row per entry
+    (ran on, what ran, when), and whether the hardware itself has reported."""
+
+    record: str
+    rows: list[tuple[str, str, str]]
+    reported: bool
+    hardware: str
+
+
+@dataclass(frozen=True)
 class DevicePage:
     path: str
     name: str
+    title: str
     summary: str
     description: str
     spec_path: str
@@ -80,6 +94,7 @@ class DevicePage:
     backend_title: str
     backend: list[tuple[str, str, str]]
     hardware_only: list[str]
+    status: Status | None = None
     standin_checks: list[str] = field(default_factory=list)
 
 
@@ -215,11 +230,11 @@ def _usage(
         return Usage("", "", "No strategy runs on this device.", "", "")
     devices = 2 if example.base == "parallel" else 1
     precision = device.spec.precision.default or DEFAULT_PRECISION
-    arguments = f'"{example.name}", accelerator="{device.name}", devices={devices}'
-    stratlib = (
-        f"import {package}\n\n"
-        f'strategy = {package}.get_strategy({arguments}, precision="{precision}")'
+    arguments = (
+        f'"{example.name}", accelerator="{device.name}", devices={devices}, '
+        f'precision="{precision}"'
     )
+    stratlib = f"import {package}\n\n" + _call(f"strategy = {package}.get_strategy", arguments)
     snippets, notes = {}, {}
     for framework in FRAMEWORKS:
         cell = _lightning_cell(example.name, framework, plugins)
@@ -240,17 +255,17 @@ def _usage(
             if cell == "Lightning's own" and device.name in ACCELERATOR_NAMES
             else f"import {package}.lightning.{framework}  # registers the plugins\n"
         )
+        keywords = (
+            f'strategy="{example.name}", accelerator="{device.name}", devices={devices}, '
+            f'precision="{precision}"'
+        )
         if framework == "pytorch":
-            snippets[framework] = (
-                f"import lightning.pytorch as pl\n{register}\n"
-                f'trainer = pl.Trainer(strategy="{example.name}", accelerator="{device.name}", '
-                f'devices={devices}, precision="{precision}")'
+            snippets[framework] = f"import lightning.pytorch as pl\n{register}\n" + _call(
+                "trainer = pl.Trainer", keywords
             )
         else:
-            snippets[framework] = (
-                f"from lightning.fabric import Fabric\n{register}\n"
-                f'fabric = Fabric(strategy="{example.name}", accelerator="{device.name}", '
-                f'devices={devices}, precision="{precision}")'
+            snippets[framework] = f"from lightning.fabric import Fabric\n{register}\n" + _call(
+                "fabric = Fabric", keywords
             )
     return Usage(
         stratlib,
@@ -259,6 +274,18 @@ def _usage(
         snippets.get("fabric", ""),
         notes.get("fabric", ""),
     )
+
+
+#: The longest line of a snippet on a device page: the site's code blocks hold about 100
+#: characters, a narrower page less.
+SNIPPET_WIDTH = 88
+
+
+def _call(callee: str, arguments: str) -> str:
+    """A call on one line where it fits ``SNIPPET_WIDTH``, else its arguments on a line of
+    their own, as black lays it out."""
+    line = f"{callee}({arguments})"
+    return line if len(line) <= SNIPPET_WIDTH else f"{callee}(\n    {arguments}\n)"
 
 
 def _hardware_only(device: Accelerator, strategies: list[Strategy]) -> list[str]:
@@ -325,6 +352,51 @@ def _hardware_only(device: Accelerator, strategies: list[Strategy]) -> list[str]
     return items
 
 
+def product_of(device: Accelerator) -> str:
+    """What the device's page is titled: its product, else its accelerator's name."""
+    return device.spec.product or device.name
+
+
+def _hardware_name(device: Accelerator) -> str:
+    """The hardware, as the status names it: the product after the page title's colon."""
+    product = device.spec.product or ""
+    return product.split(":", 1)[-1].strip() or "the device"
+
+
+def status_of(
+    device: Accelerator, record: Record | None, everywhere: bool = False
+) -> Status | None:
+    """The device's rows of the verification record; None without a record. A device that is
+    on every machine (``everywhere``: CPU processes) runs on its hardware wherever its tests
+    run, and waits for no report."""
+    if record is None:
+        return None
+    rows = []
+    for entry in record.of(device.name):
+        if entry.on == "hardware":
+            when = f"{text(entry.date)}, commit {code(entry.commit)}: {code(entry.report)}"
+        else:
+            when = text(entry.when)
+        rows.append((entry.label, text(entry.what), when))
+    reported = everywhere or bool(record.hardware(device.name))
+    if not reported:
+        rows.append((KINDS["hardware"], "no report yet", ""))
+    return Status(code(record.path), rows, reported, text(_hardware_name(device)))
+
+
+def status_summary(device: Accelerator, record: Record | None, everywhere: bool = False) -> str:
+    """The device's status in a few words, for the devices index."""
+    if record is None:
+        return ""
+    kinds = [k for k in KINDS if k != "hardware" and any(e.on == k for e in record.of(device.name))]
+    ran = ", ".join(SHORT[k] for k in kinds)
+    reports = record.hardware(device.name)
+    if everywhere and not reports:
+        return ran
+    hardware = f"hardware {reports[0].date}" if reports else "no hardware report"
+    return f"{ran}; {hardware}" if ran else hardware
+
+
 def device_page(
     catalog: Catalog,
     selection: Selection,
@@ -333,13 +405,15 @@ def device_page(
     tests_dir: str,
     folder: str,
     plugins: dict[str, set[str]] | None,
+    record: Record | None = None,
 ) -> DevicePage:
     source = device.source
     spec_text = SpecText.of(source)
     strategies = _runs_on(catalog, selection, device.name)
     node = spec_text.entry("accelerator", device.name)
-    skip = frozenset({"name", "description", "class_name"})
+    skip = frozenset({"name", "description", "class_name", "product"})
     backend_title, backend_rows = _backend_rows(catalog, device.backend)
+    hardware_only = _hardware_only(device, strategies)
     install = [text(install_text(device))]
     for strategy in strategies:
         extra = [r for r in strategy.requires if r not in device.spec.requires]
@@ -351,6 +425,7 @@ def device_page(
     return DevicePage(
         path=f"{folder}/{device.name}.md",
         name=device.name,
+        title=text(product_of(device)),
         summary=text(first_sentence(device.spec.description) or device.class_name),
         description=paragraphs(device.spec.description),
         spec_path=code(source.path),
@@ -364,7 +439,8 @@ def device_page(
         declared=_fact_rows(spec_text, node, skip),
         backend_title=backend_title,
         backend=backend_rows,
-        hardware_only=_hardware_only(device, strategies),
+        hardware_only=hardware_only,
+        status=status_of(device, record, everywhere=not hardware_only),
     )
 
 
@@ -387,6 +463,34 @@ def _plugins(
     }
 
 
+def _lightning_summary(
+    catalog: Catalog,
+    selection: Selection,
+    device: Accelerator,
+    plugins: dict[str, set[str]] | None,
+) -> str:
+    """How Lightning's Trainer and Fabric serve the device, in a few words: Lightning's own
+    accelerator, plugins rendered for it, both, or neither."""
+    if plugins is None:
+        return NOT_A_TARGET
+    names = [
+        name
+        for strategy in _runs_on(catalog, selection, device.name)
+        for name in (strategy.name, *strategy.aliases)
+    ]
+    said = {}
+    for framework in FRAMEWORKS:
+        own = device.name in ACCELERATOR_NAMES
+        rendered = any(name in plugins[framework] for name in names)
+        said[framework] = (
+            "Lightning's own and plugins"
+            if own and rendered
+            else "Lightning's own" if own else "plugins" if rendered else "no"
+        )
+    trainer, fabric = said["pytorch"], said["fabric"]
+    return trainer if trainer == fabric else f"Trainer: {trainer}; Fabric: {fabric}"
+
+
 def render_pages(
     catalog: Catalog,
     selection: Selection,
@@ -395,8 +499,10 @@ def render_pages(
     tests_dir: str,
     folder: str,
     targets: Iterable[str],
+    record: Record | None = None,
 ) -> list[RenderedFile]:
-    """The device pages and their index; a broken template is a clean error."""
+    """The device pages and their index; a broken template is a clean error, and so is a
+    device the project's verification record (``record``) says nothing of."""
     targets = tuple(targets)
     plugins = _plugins(catalog, selection, targets)
     devices = paged_accelerators(catalog, selection)
@@ -406,32 +512,61 @@ def render_pages(
                 f"{device.source.path}: a device named 'index' would overwrite the index of "
                 f"{folder}/; give the accelerator another name"
             )
+    if record is not None:
+        record.require(d.name for d in devices)
     try:
         page_template = renderer.template("docs/device.md.j2")
         files = []
         for device in devices:
-            page = device_page(catalog, selection, device, package, tests_dir, folder, plugins)
+            page = device_page(
+                catalog, selection, device, package, tests_dir, folder, plugins, record
+            )
             text_ = page_template.render(
-                header=header(device.source.path, markup="markdown"), page=page
+                header=header(_page_sources(device.source.path, record), markup="markdown"),
+                page=page,
             )
             files.append(RenderedFile(page.path, tidy(text_), False))
         rows = device_rows(
             catalog, selection.strategies, [d.name for d in devices], plugins is not None
         )
+        specs = ", ".join(sorted({d.source.path for d in devices})) or "the specs"
         index = renderer.template("docs/index.md.j2").render(
-            header=header(
-                ", ".join(sorted({d.source.path for d in devices})) or "the specs",
-                markup="markdown",
-            ),
-            rows=[
-                (f"[{row.device}]({row.device}.md)", *(text(c) for c in row.cells()[1:]))
-                for row in rows
+            header=header(_page_sources(specs, record), markup="markdown"),
+            devices=[
+                (
+                    f"[{code(device.name)}]({device.name}.md)",
+                    text(_hardware_name(device)) if device.spec.product else "",
+                    text(install_text(device)),
+                    text(
+                        status_summary(
+                            device,
+                            record,
+                            not _hardware_only(device, _runs_on(catalog, selection, device.name)),
+                        )
+                    ),
+                )
+                for device in devices
+            ],
+            frameworks=[
+                (
+                    f"[{code(row.device)}]({row.device}.md)",
+                    text(row.stratlib),
+                    text(_lightning_summary(catalog, selection, device, plugins)),
+                    text(row.deepspeed),
+                    text(row.precisions),
+                )
+                for device, row in zip(devices, rows, strict=True)
             ],
             package=package,
-            # device_table's columns, the package's own named as the package is
-            columns=[package if column == "stratlib" else column for column in HEADER],
+            record=code(record.path) if record is not None else "",
+            generic="generic" in {d.name for d in devices},
         )
         files.append(RenderedFile(f"{folder}/{INDEX}", tidy(index), False))
         return files
     except jinja2.TemplateError as exc:
         raise StratgenError(template_problem(exc)) from None
+
+
+def _page_sources(specs: str, record: Record | None) -> str:
+    """What a page is made from, as its header names it: the specs, and the record."""
+    return f"{specs} and {record.path}" if record is not None else specs

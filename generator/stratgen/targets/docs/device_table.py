@@ -2,7 +2,7 @@
 with the generated package, with Lightning's Trainer and with Lightning Fabric, which DeepSpeed
 accelerator DeepSpeed strategies train on, in which precisions, and what to install.
 ``stratgen list`` prints it, and the docs target's index page
-shows it for the built-in specs, from the same function."""
+shows its cells, from the same function (its Lightning columns summed up in one)."""
 
 from __future__ import annotations
 

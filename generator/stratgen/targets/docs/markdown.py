@@ -9,16 +9,32 @@ import re
 _SPECIAL = re.compile(r"([\\*_\[\]>|#])")
 #: Inline code as a spec's descriptions write it (`devices`, ``devices``): kept as it is.
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+#: A web address in a spec's text: shown as a link. It ends before a closing bracket or a
+#: punctuation mark that ends the sentence.
+_URL = re.compile(r"https://[A-Za-z0-9._~:/?#@!$&*+,;=%-]*[A-Za-z0-9/_~#=-]")
 
 
 def text(value: str) -> str:
     """Plain text from a spec (a description, a comment) made safe in Markdown: its characters
-    stay what they are, outside any table cell or emphasis; inline code stays inline code."""
+    stay what they are, outside any table cell or emphasis; inline code stays inline code, and
+    a web address becomes a link."""
     value = " ".join(value.split())
     parts, start = [], 0
     for match in _CODE_SPAN.finditer(value):
-        parts.append(_escape(value[start : match.start()]))
+        parts.append(_linked(value[start : match.start()]))
         parts.append(code(match.group(2)))
+        start = match.end()
+    parts.append(_linked(value[start:]))
+    return "".join(parts)
+
+
+def _linked(value: str) -> str:
+    """Text made safe, its web addresses as autolinks (``<https://...>``, whose characters
+    ``_URL`` limits to those an address may hold unescaped)."""
+    parts, start = [], 0
+    for match in _URL.finditer(value):
+        parts.append(_escape(value[start : match.start()]))
+        parts.append(f"<{match.group(0)}>")
         start = match.end()
     parts.append(_escape(value[start:]))
     return "".join(parts)

@@ -3,7 +3,7 @@
 DeepSpeed reaches its device through one object, ``deepspeed.accelerator.get_accelerator()``:
 an instance of a subclass of ``deepspeed.accelerator.DeepSpeedAccelerator``, either one of
 DeepSpeed's own classes (picked by ``DS_ACCELERATOR`` from a closed list) or one installed with
-``deepspeed.accelerator.set_accelerator``. :class:`DeepSpeedAcceleratorBase` implements every
+``deepspeed.accelerator.set_accelerator``. [`DeepSpeedAcceleratorBase`][stratcore.wrappers.deepspeed.accelerator.base.DeepSpeedAcceleratorBase] implements every
 method of that interface from a stratcore accelerator class (``spec``) and the device's torch
 module (``torch.<device type>``, which torch and device extensions register):
 
@@ -61,7 +61,7 @@ class DeepSpeedAcceleratorBase(DeviceMemory):
 
     Instances are instances of ``deepspeed.accelerator.DeepSpeedAccelerator`` too (see the
     module documentation), so ``deepspeed.accelerator.set_accelerator(cls())`` accepts them;
-    :meth:`install` does that at the right moment.
+    [`install`][stratcore.wrappers.deepspeed.accelerator.base.DeepSpeedAcceleratorBase.install] does that at the right moment.
     """
 
     #: The stratcore accelerator class whose facts this class states to DeepSpeed.
@@ -287,13 +287,13 @@ class DeepSpeedAcceleratorBase(DeviceMemory):
         raise self._no_graphs()
 
     def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> Any:
-        """A no-op context on the CPU; elsewhere an error (see :meth:`create_graph`)."""
+        """A no-op context on the CPU; elsewhere an error (see [`create_graph`][stratcore.wrappers.deepspeed.accelerator.base.DeepSpeedAcceleratorBase.create_graph])."""
         if self.on_host:
             return contextlib.nullcontext()
         raise self._no_graphs()
 
     def replay_graph(self, graph: Any) -> None:
-        """Nothing on the CPU; elsewhere an error (see :meth:`create_graph`)."""
+        """Nothing on the CPU; elsewhere an error (see [`create_graph`][stratcore.wrappers.deepspeed.accelerator.base.DeepSpeedAcceleratorBase.create_graph])."""
         if not self.on_host:
             raise self._no_graphs()
 
@@ -346,7 +346,7 @@ class DeepSpeedAcceleratorBase(DeviceMemory):
         """Profiler ranges are the device vendor's own tracer API: none here."""
 
     def range_pop(self, domain: Any = None) -> None:
-        """See :meth:`range_push`."""
+        """See [`range_push`][stratcore.wrappers.deepspeed.accelerator.base.DeepSpeedAcceleratorBase.range_push]."""
 
     def lazy_call(self, callback: Callable[[], Any]) -> Any:
         """Run ``callback`` when the device module initializes (now where it has no lazy calls)."""
@@ -365,11 +365,11 @@ class DeepSpeedAcceleratorBase(DeviceMemory):
         return False
 
     def op_builder_dir(self) -> str:
-        """The module of op builders DeepSpeed lists: its CPU builders' (see :meth:`get_op_builder`)."""
+        """The module of op builders DeepSpeed lists: its CPU builders' (see [`get_op_builder`][stratcore.wrappers.deepspeed.accelerator.base.DeepSpeedAcceleratorBase.get_op_builder])."""
         return OP_BUILDER_DIR
 
     def create_op_builder(self, class_name: str) -> Any:
-        """An instance of :meth:`get_op_builder`'s class."""
+        """An instance of [`get_op_builder`][stratcore.wrappers.deepspeed.accelerator.base.DeepSpeedAcceleratorBase.get_op_builder]'s class."""
         return self.get_op_builder(class_name)()
 
     def get_op_builder(self, class_name: str) -> type:

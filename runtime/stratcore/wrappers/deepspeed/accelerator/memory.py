@@ -32,7 +32,7 @@ def _memory_function(*names: str, empty: Any = 0) -> Callable[..., Any]:
 
 class DeviceMemory:
     """The memory methods of
-    :class:`~stratcore.wrappers.deepspeed.accelerator.base.DeepSpeedAcceleratorBase`, on what it
+    [`DeepSpeedAcceleratorBase`][stratcore.wrappers.deepspeed.accelerator.base.DeepSpeedAcceleratorBase], on what it
     says of the device: its type, whether its devices are processes on the CPU, and its torch
     module's functions."""
 
