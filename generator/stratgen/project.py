@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .codegen.formatting import Formatter
 from .output.file_tree import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
+from .resolve.reserved_names import RESERVED_PACKAGE_NAMES
 from .spec.errors import Location, SpecError, StratgenError, did_you_mean
 from .spec.yaml_loader import read_spec_bytes
 
@@ -147,6 +148,12 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
         raise StratgenError(
             f"package name {package!r} must be a lower-case Python identifier that is not a "
             "keyword, such as 'mystrategies'"
+        )
+    if package in RESERVED_PACKAGE_NAMES:
+        raise StratgenError(
+            f"package name {package!r} is taken by the standard library or a package generated "
+            f"code imports: on the path, the generated {package} would be imported in its place; "
+            "choose another name, such as 'mystrategies'"
         )
     for key in ("output", "tests", "docs"):
         folder = getattr(config, key)
@@ -351,6 +358,7 @@ class Project:
         files = {
             item.path: formatted.get(item.path, item.text).encode("utf-8") for item in rendered
         }
+        compile_modules(files)
         files[self.config.manifest] = manifest_bytes(files)
         self.formatter.save()
         self.timings.add("format", started)
@@ -370,6 +378,24 @@ class Project:
         drift = self.tree().compare(plan.files, with_diff)
         self.timings.add("compare", started)
         return drift
+
+
+def compile_modules(files: dict[str, bytes]) -> None:
+    """Compile every Python module of a plan before anything is written: a value that reached
+    the code without its escaping, or a name that breaks it (a duplicate argument is no error
+    to ``ast.parse``), fails here, never at the user's import. Compiling runs nothing."""
+    for path, data in files.items():
+        if not path.endswith(".py"):
+            continue
+        try:
+            compile(data, path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            where = f"{path}:{exc.lineno}" if isinstance(exc, SyntaxError) else path
+            reason = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+            raise StratgenError(
+                f"{where}: the generated module is not valid Python ({reason}); nothing was "
+                "written (a spec value reached it unescaped, or a hooks file is broken)"
+            ) from None
 
 
 def relative_to_cwd(path: Path) -> str:
