@@ -1,9 +1,34 @@
-"""Where the command line writes: stdout and stderr, in colour only on a terminal."""
+"""Where the command line writes: stdout and stderr, in colour only on a terminal, and no
+character of what it prints a control for the terminal (``terminal_text``)."""
 
 from __future__ import annotations
 
 import os
+import re
 from typing import TextIO
+
+#: Characters a terminal acts on instead of showing them: the C0 and C1 controls but for a tab
+#: and "\n" (escape sequences start with ESC or CSI), other line and paragraph separators, and
+#: the format characters that reorder or hide text (bidirectional overrides and isolates,
+#: zero-width characters, tag characters).
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+
+
+def terminal_text(text: str) -> str:
+    """``text`` with every character a terminal would act on written as an escape (``\\x1b``,
+    ``\\u202e``): whatever the command line prints (values from specs, diffs of generated
+    files) goes through it."""
+    return _CONTROL.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def wants_color(stream: TextIO) -> bool:
@@ -31,10 +56,10 @@ class Console:
         return f"\033[{code}m{text}\033[0m" if self.color else text
 
     def say(self, text: str = "") -> None:
-        print(text, file=self.out)
+        print(terminal_text(text), file=self.out)
 
     def error(self, text: str) -> None:
-        print(self.paint("error: ", "1;31") + text, file=self.err)
+        print(self.paint("error: ", "1;31") + terminal_text(text), file=self.err)
 
     def warn(self, text: str) -> None:
-        print(self.paint("warning: ", "1;33") + text, file=self.err)
+        print(self.paint("warning: ", "1;33") + terminal_text(text), file=self.err)
