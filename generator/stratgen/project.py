@@ -258,10 +258,22 @@ class Project:
         )
 
     def spec_paths(self) -> list[Path]:
+        """The spec files of the specs folder; one that is a symbolic link out of the folder is
+        refused (a commit could point one at any file the user can read)."""
         folder = self.config.root / self.config.specs
         if not folder.is_dir():
             raise StratgenError(f"specs folder {self.display(folder)}/ does not exist")
-        return sorted(p for p in folder.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+        paths = sorted(p for p in folder.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+        real = folder.resolve()
+        for path in paths:
+            if not path.resolve().is_relative_to(real):
+                raise SpecError.single(
+                    Location(self.display(path)),
+                    "",
+                    "is a symbolic link out of the specs folder; a spec file is read only "
+                    "where it lies in the project",
+                )
+        return paths
 
     def builtin_is_local(self) -> bool:
         local = (self.config.root / self.config.specs).resolve()

@@ -500,6 +500,15 @@ def check_hooks_file(problems: Problems, spec: StrategySpec, path: str, source: 
             f"{path}.hooks",
             f"hooks file {hooks!r} does not exist next to {source.path}",
         )
+    elif (
+        not Path(source.hooks_dir, hooks).resolve().is_relative_to(Path(source.hooks_dir).resolve())
+    ):
+        problems.add(
+            field_loc(spec, "hooks"),
+            f"{path}.hooks",
+            f"hooks file {hooks!r} is a symbolic link out of the folder of {source.path}; a "
+            "hooks file is read only where it lies beside its spec",
+        )
 
 
 def check_condition(problems: Problems, condition: Any, path: str) -> None:
