@@ -8,6 +8,7 @@ destroys the previous checkpoint. ``AsyncCheckpointIO`` moves the write to a bac
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pickle
 import re
@@ -72,8 +73,11 @@ class TorchCheckpointIO(CheckpointIO):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        except OSError as error:
+            raise _about(error, target) from None
         os.close(fd)
         try:
             # mkstemp creates the file private (0600); give it the mode a plain open() would.
@@ -84,9 +88,11 @@ class TorchCheckpointIO(CheckpointIO):
             torch.save(checkpoint, tmp)
             _fsync_file(tmp)
             os.replace(tmp, target)
-        except BaseException:
+        except BaseException as error:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(error, OSError) or _writer_failed(error):
+                raise _about(error, target) from None
             raise
         fsync_folder(target.parent)
 
@@ -102,6 +108,36 @@ class TorchCheckpointIO(CheckpointIO):
             if not self.weights_only and not isinstance(error, CORRUPT_ERRORS):
                 raise  # a trusted file's own objects failed to load: their error, as it is
             raise CheckpointLoadError(load_error_message(path, error)) from None
+
+
+class CheckpointSaveError(OSError):
+    """Writing a checkpoint failed (a full disk, a folder without write permission, a file
+    too large); the message names the checkpoint, not the temporary file it was written to."""
+
+
+def _writer_failed(error: BaseException) -> bool:
+    """Whether ``error`` is torch's archive writer failing to write (not an object that cannot
+    be saved)."""
+    return isinstance(error, RuntimeError) and any(
+        mark in str(error) for mark in ("inline_container", "PytorchStreamWriter", "file write")
+    )
+
+
+def _about(error: BaseException, target: Path) -> CheckpointSaveError:
+    """``error`` of a save as an error about the checkpoint ``target``: torch's writer says
+    only where in its archive it stopped (``unexpected pos``), an OSError names the temporary
+    file."""
+    if isinstance(error, OSError):
+        reason = error.strerror or str(error)
+        return CheckpointSaveError(
+            error.errno, f"cannot write the checkpoint: {reason}", str(target)
+        )
+    reason = " ".join(str(error).split())[:160]
+    return CheckpointSaveError(
+        errno.EIO,
+        f"cannot write the checkpoint (is the disk full, or the file larger than allowed?): {reason}",
+        str(target),
+    )
 
 
 class CheckpointLoadError(pickle.UnpicklingError):
