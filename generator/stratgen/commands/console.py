@@ -5,27 +5,31 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from typing import TextIO
 
-#: Characters a terminal acts on instead of showing them: the C0 and C1 controls but for a tab
-#: and "\n" (escape sequences start with ESC or CSI), other line and paragraph separators, and
-#: the format characters that reorder or hide text (bidirectional overrides and isolates,
-#: zero-width characters, tag characters).
-_CONTROL = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e"
-    "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
-)
+#: The Unicode categories of characters a terminal acts on instead of showing them: controls
+#: (escape sequences start with ESC or CSI), format characters (bidirectional overrides and
+#: isolates, zero-width characters, tag characters) and line and paragraph separators.
+_ACTED_ON = frozenset({"Cc", "Cf", "Zl", "Zp"})
+#: The ASCII ones, for text that is all ASCII (a tab and "\n" are printed as they are).
+_ASCII_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def terminal_text(text: str) -> str:
     """``text`` with every character a terminal would act on written as an escape (``\\x1b``,
     ``\\u202e``): whatever the command line prints (values from specs, diffs of generated
     files) goes through it."""
-    return _CONTROL.sub(_escaped, text)
+    if text.isascii():
+        return _ASCII_CONTROL.sub(lambda match: _escaped(match.group()), text)
+    return "".join(
+        _escaped(char) if char not in "\t\n" and unicodedata.category(char) in _ACTED_ON else char
+        for char in text
+    )
 
 
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
+def _escaped(char: str) -> str:
+    code = ord(char)
     if code < 0x100:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
