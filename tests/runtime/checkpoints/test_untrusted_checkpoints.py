@@ -309,3 +309,28 @@ def test_files_of_a_deepspeed_folder_are_read_weights_only(tmp_path: Path) -> No
     converted = _consolidate(tmp_path / "sharded.ckpt", tmp_path / "one.ckpt")
     assert not (tmp_path / "PWNED").exists(), "converting the folder ran code"
     assert converted.returncode == 2 and "posix.system" in converted.stderr, converted.stderr
+
+
+#: Saves a checkpoint in a process whose files may be no larger than 10 kB (the kernel then
+#: refuses a write with EFBIG, as it refuses one with ENOSPC on a full disk); prints the error.
+SMALL_FILES = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))
+import torch, stratlib
+try:
+    stratlib.TorchCheckpointIO().save_checkpoint({"x": torch.zeros(100_000)}, sys.argv[1])
+except OSError as error:
+    print(type(error).__name__, error)
+"""
+
+
+def test_a_failed_save_names_the_checkpoint_not_its_temporary_file(tmp_path: Path) -> None:
+    target = tmp_path / "big.ckpt"
+    env = testing.clean_environ({"PYTHONPATH": PYTHONPATH})
+    process = watch.run([sys.executable, "-c", SMALL_FILES, str(target)], env=env, cwd=tmp_path)
+    assert process.returncode == 0, process.stderr[-3000:]
+    message = process.stdout.strip()
+    assert message.startswith("CheckpointSaveError") and str(target) in message, message
+    assert ".tmp" not in message, "the temporary file is named"
+    assert list(tmp_path.iterdir()) == [], "the temporary file was left behind"
