@@ -107,6 +107,10 @@ strategies:
         default: fast
         choices: [fast, slow]
         doc: How to train.
+      note:
+        type: str
+        default: plain
+        doc: A note for the logs.
     aliases:
       acme_ddp_slow: {mode: slow}
 
@@ -142,23 +146,50 @@ def seed() -> dict[str, Any]:
 # --- generated modules ---------------------------------------------------------------------------
 
 
-def import_every_module(output: Path, package: str) -> subprocess.CompletedProcess[str]:
-    """Import every module of the generated ``package`` under ``output`` in a fresh process
-    whose working folder is ``output`` (where a payload would create ``MARKER``); the Lightning
-    target's modules too, where Lightning is installed."""
-    script = f"""
-import importlib, pkgutil, sys
-import {package}
-names = [m.name for m in pkgutil.walk_packages({package}.__path__, "{package}.")]
-for name in sorted(names):
-    if ".lightning" in name and importlib.util.find_spec("lightning") is None:
-        continue
-    importlib.import_module(name)
-print("imported", len(names))
+#: Imports every module of the generated packages named on the command line, each found on the
+#: path given after it; Lightning's registries go back to what Lightning registers itself before
+#: each package, whose plugins take the same names as another's.
+IMPORT_PACKAGES = """
+import importlib, importlib.util, pkgutil, sys
+from stratcore.lightning.contract import FRAMEWORKS, REGISTRIES
+
+registries = []
+if importlib.util.find_spec("lightning") is not None:
+    for framework, names in REGISTRIES.items():
+        accelerators = importlib.import_module(FRAMEWORKS[framework] + ".accelerators")
+        strategies = importlib.import_module(FRAMEWORKS[framework] + ".strategies")
+        registries += [getattr(accelerators, names[0]), getattr(strategies, names[1])]
+lightnings_own = [set(registry) for registry in registries]
+arguments = sys.argv[1:]
+for package, folder in zip(arguments[::2], arguments[1::2]):
+    for registry, own in zip(registries, lightnings_own):
+        for name in set(registry) - own:
+            del registry[name]
+    sys.path.insert(0, folder)
+    root = importlib.import_module(package)
+    for module in pkgutil.walk_packages(root.__path__, package + "."):
+        if ".lightning" in module.name and not registries:
+            continue
+        importlib.import_module(module.name)
+    print("imported", package)
 """
-    path = os.pathsep.join([str(output), str(REPO / "runtime"), str(REPO / "generated")])
+
+
+def import_packages(
+    cwd: Path, packages: list[tuple[str, Path]]
+) -> subprocess.CompletedProcess[str]:
+    """Import every module of each generated (package, folder it is in) in one fresh process
+    working in ``cwd`` (where a payload would create ``MARKER``); the Lightning target's
+    modules too, where Lightning is installed."""
+    arguments = [str(a) for package, folder in packages for a in (package, folder)]
+    path = os.pathsep.join([str(REPO / "runtime"), str(REPO / "generated")])
     env = {**os.environ, "PYTHONPATH": path}
-    return watch.run([sys.executable, "-c", script], env=env, cwd=output)
+    return watch.run([sys.executable, "-c", IMPORT_PACKAGES, *arguments], env=env, cwd=cwd)
+
+
+def import_every_module(output: Path, package: str) -> subprocess.CompletedProcess[str]:
+    """``import_packages`` of one package generated into ``output``, working there."""
+    return import_packages(output, [(package, output)])
 
 
 # --- documentation pages -------------------------------------------------------------------------

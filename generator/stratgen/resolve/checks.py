@@ -483,7 +483,18 @@ def check_aliases(
 
 def check_hooks_file(problems: Problems, spec: StrategySpec, path: str, source: Source) -> None:
     hooks = spec.hooks
-    if hooks is None or not hooks.endswith(".py"):
+    if hooks is None:
+        return
+    if not hooks.endswith(".py"):  # a module path, imported as it is: ``import pkg.hooks``
+        for part in hooks.split("."):
+            problem = module_name_problem(part)
+            if problem is not None:
+                problems.add(
+                    field_loc(spec, "hooks"),
+                    f"{path}.hooks",
+                    f"hooks module {hooks!r} is imported by name: {problem}",
+                )
+                return
         return
     module = Path(hooks).stem.replace("-", "_")
     problem = module_name_problem(module)
