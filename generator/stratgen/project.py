@@ -18,7 +18,14 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .codegen.formatting import Formatter
-from .output.file_tree import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
+from .output.file_tree import (
+    MANIFEST_NAME,
+    Drift,
+    Tree,
+    WriteReport,
+    manifest_bytes,
+    read_regular,
+)
 from .resolve.reserved_names import RESERVED_PACKAGE_NAMES
 from .spec.errors import Location, SpecError, StratgenError, did_you_mean
 from .spec.yaml_loader import read_spec_bytes
@@ -90,6 +97,8 @@ class Config:
 
 #: The table a project's pyproject.toml holds stratgen's settings in.
 CONFIG_TABLE = "[tool.stratgen]"
+#: The most of a pyproject.toml that is read (a FIFO or a device of that name is not read).
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def find_root(start: Path) -> Path:
@@ -99,11 +108,11 @@ def find_root(start: Path) -> Path:
     while True:
         pyproject = os.path.join(folder, "pyproject.toml")
         try:
-            with open(pyproject, encoding="utf-8", errors="replace") as handle:
-                if CONFIG_TABLE in handle.read():
-                    return Path(folder)
-        except OSError:
-            pass
+            data = read_regular(pyproject, MAX_CONFIG_BYTES, follow=True)
+        except OSError:  # a FIFO or a device in a folder above: not a project's configuration
+            data = None
+        if data is not None and CONFIG_TABLE.encode() in data:
+            return Path(folder)
         parent = os.path.dirname(folder)
         if parent == folder:
             return Path(start)
@@ -114,8 +123,11 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
     values: dict[str, Any] = {}
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
+        text = read_regular(pyproject, MAX_CONFIG_BYTES, follow=True) or b""
+        if len(text) > MAX_CONFIG_BYTES:
+            raise StratgenError(f"{pyproject}: larger than any project's configuration")
         try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            data = tomllib.loads(text.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise StratgenError(f"{pyproject}: cannot read it: {exc}") from None
         table = data.get("tool", {}).get("stratgen", {})

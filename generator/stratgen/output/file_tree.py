@@ -78,12 +78,16 @@ def inside(root: str | os.PathLike[str], relative: str, folder: bool = False) ->
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
-def read_regular(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> bytes | None:
+def read_regular(
+    path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES, follow: bool = False
+) -> bytes | None:
     """The content of the regular file at ``path``, at most ``limit`` + 1 bytes of it (more
     than ``limit`` bytes: a file too large to be what is expected); None where there is none (or
-    a folder). A symbolic link or another kind of file (a FIFO, a device) is ``UnsafePath``."""
+    a folder). Another kind of file (a FIFO, a device) is ``UnsafePath``, and so is a symbolic
+    link unless ``follow`` (a file the user points at, such as a project's configuration)."""
+    flags = _OPEN_FLAGS & ~getattr(os, "O_NOFOLLOW", 0) if follow else _OPEN_FLAGS
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        fd = os.open(path, flags)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:

@@ -191,3 +191,14 @@ def test_an_error_of_a_write_names_the_file_not_its_temporary(tmp_path: Path) ->
     written = message.removeprefix("error: ").split(": ")[0]
     assert Path(written).is_relative_to(root) and "too large" in message.lower(), message
     assert not list((root / "out").rglob("*.tmp"))
+
+
+def test_a_fifo_named_pyproject_above_the_project_never_stalls_a_command(tmp_path: Path) -> None:
+    """Finding the project reads the pyproject.toml of every folder above: one that is a FIFO
+    (anyone may make one in /tmp) is not read."""
+    os.mkfifo(tmp_path / "pyproject.toml")
+    folder = tmp_path / "work"
+    folder.mkdir()
+    command = [sys.executable, "-m", "stratgen", "list", "--no-probe"]
+    result = watch.run(command, env=stratgen_env(), cwd=folder)
+    assert "Traceback" not in result.stderr, result.stderr
