@@ -275,13 +275,17 @@ def read_meta(path: PathLike) -> dict[str, Any]:
             f"{os.fspath(path)} is not a sharded checkpoint of this package: its {META_FILE} "
             "is corrupt or not a checkpoint's"
         )
-    version = record.get("version", 0)
-    if not isinstance(version, int):
-        version = VERSION + 1  # not a version this package wrote
-    if version > VERSION:
+    version = record.get("version", VERSION)
+    numbered = isinstance(version, int) and not isinstance(version, bool)
+    if numbered and version > VERSION:
         raise CheckpointLoadError(
             f"the sharded checkpoint {os.fspath(path)} has format version {version!r}; "
             f"this package reads up to {VERSION}: update it"
+        )
+    if not numbered or version < 1:
+        raise CheckpointLoadError(
+            f"the sharded checkpoint {os.fspath(path)} has format version {version!r}, which "
+            f"no package wrote: its {META_FILE} is corrupt or not a checkpoint's"
         )
     sharded, entries = record.get("sharded"), record.get("entries")
     if (
