@@ -218,3 +218,35 @@ def test_a_spec_file_no_plugin_module_can_be_named_after_is_refused(
         (root / "pyproject.toml").read_text().replace(LIGHTNING, "")
     )
     assert run_cli("generate", "--project", root).code == 0
+
+
+ENVIRONMENT = """\
+version: 1
+cluster_environments:
+  - name: myenv
+    class_name: ClusterEnvironment
+    extends: lightning
+    detect: {all_set: [MY_JOB]}
+"""
+
+
+def test_a_class_name_that_would_shadow_lightnings_is_refused_at_its_location(
+    tmp_path: Path,
+) -> None:
+    plugged = PLUGGED.replace("MyStrategy", "StrategyAdapter")
+    root = make_project(tmp_path / "strategy", {"mine.yaml": plugged}, config=LIGHTNING)
+    result = run_cli("generate", "--project", root)
+    assert result.code == 2, result.err
+    assert (
+        "specs/mine.yaml:4:17: strategies[0].class_name: class 'StrategyAdapter' would"
+        in result.err
+    )
+    specs = {"mine.yaml": PLUGGED.replace("[lightning]", "[myenv]"), "env.yaml": ENVIRONMENT}
+    root = make_project(tmp_path / "environment", specs, config=LIGHTNING)
+    result = run_cli("generate", "--project", root)
+    assert result.code == 2, result.err
+    assert (
+        "specs/env.yaml:4:17: cluster_environments[0].class_name: class 'ClusterEnvironment'"
+        in result.err
+    )
+    assert not (root / "out").exists()

@@ -48,10 +48,11 @@ from ...codegen.python_source import (
 )
 from ...codegen.templating import RenderedFile, Renderer, describe_sources, header
 from ...resolve.catalog import Accelerator, Catalog, ClusterEnvironment, Source, Strategy
+from ...resolve.checks import field_loc, spec_path
 from ...resolve.reserved_names import module_name_problem
 from ...resolve.runtime_facts import processes_per_node
 from ...resolve.selection import Selection as PackageSelection
-from ...spec.errors import Location, SpecError, StratgenError
+from ...spec.errors import Location, SpecError, SpecProblem
 
 WHAT = {"pytorch": "Lightning's Trainer", "fabric": "Lightning Fabric"}
 
@@ -204,7 +205,8 @@ def spec_modules(
                 )
         names = [c.name for c in classes]
         aliased = {e.lightning_base for e in entries if isinstance(e, PluginStrategy)}
-        _check_no_shadowing(names, imported_names() - (aliased & set(names)), source)
+        items = [e if isinstance(e, Accelerator) else e.strategy for e in entries]
+        _check_no_shadowing(items, imported_names() - (aliased & set(names)))
         exported += [(module, name) for name in names]
         modules.append(
             PyModule(
@@ -240,14 +242,22 @@ def _base_name(lightning_base: str, entries: list[Any]) -> str:
     return f"Lightning{lightning_base}" if lightning_base in taken else lightning_base
 
 
-def _check_no_shadowing(names: list[str], imported: frozenset[str], source: str) -> None:
-    """A generated class may not take the name of a Lightning class its module imports."""
-    for name in names:
-        if name in imported:
-            raise StratgenError(
-                f"{source}: class {name!r} would shadow Lightning's {name} in its Lightning "
-                "plugin module; give it another class_name"
-            )
+def _check_no_shadowing(items: list[Any], imported: frozenset[str]) -> None:
+    """A generated class may not take the name of a Lightning class its module imports: the
+    ``class_name`` of such an item (an accelerator, a strategy, a cluster environment) is
+    refused where its spec writes it."""
+    problems = [
+        SpecProblem(
+            field_loc(item.spec, "class_name"),
+            f"{spec_path(item)}.class_name",
+            f"class {item.class_name!r} would shadow Lightning's {item.class_name} in its "
+            "Lightning plugin module; give it another class_name",
+        )
+        for item in items
+        if item.class_name in imported
+    ]
+    if problems:
+        raise SpecError(problems)
 
 
 def _module_doc(names: list[str], framework: str, source: str) -> DocSource:
@@ -293,7 +303,7 @@ def environments_module(
             )
             for env in own
         ]
-        _check_no_shadowing([c.name for c in classes], imported_names(), sources)
+        _check_no_shadowing(own, imported_names())
     tail = []
     # One constant per declared cluster list, shared by the strategies inheriting it.
     constants: list[str] = []
