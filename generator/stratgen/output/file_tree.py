@@ -75,6 +75,7 @@ def inside(root: str | os.PathLike[str], relative: str, folder: bool = False) ->
     return os.path.join(real, name) if name else real
 
 
+NOT_REGULAR = "is not a regular file; stratgen reads only regular files"
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
@@ -95,13 +96,15 @@ def read_regular(
             raise UnsafePath(
                 path, "is a symbolic link; stratgen reads only regular files"
             ) from None
+        if exc.errno == errno.ENXIO:  # a socket
+            raise UnsafePath(path, NOT_REGULAR) from None
         raise
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
             return None
         if not stat.S_ISREG(mode):
-            raise UnsafePath(path, "is not a regular file; stratgen reads only regular files")
+            raise UnsafePath(path, NOT_REGULAR)
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(limit + 1 - size, 1 << 20))
@@ -180,7 +183,10 @@ class Tree:
 
     def read(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
         """The file at ``path`` (``read_regular``), None where there is none."""
-        return read_regular(self.local(path), limit)
+        try:
+            return read_regular(self.local(path), limit)
+        except UnsafePath as exc:
+            raise UnsafePath(path, exc.strerror or str(exc)) from None  # as the project names it
 
     def holds(self, path: str, data: bytes) -> bool:
         """Whether the file at ``path`` holds exactly ``data``, reading no more than one byte
@@ -253,6 +259,9 @@ class Tree:
                     lock, "is a symbolic link; stratgen creates its lock file itself"
                 ) from None
             raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UnsafePath(lock, "is not a regular file; stratgen creates its lock file itself")
         with os.fdopen(fd, "r+b") as handle:
             try:
                 import fcntl

@@ -506,10 +506,12 @@ def check_hooks_file(problems: Problems, spec: StrategySpec, path: str, source: 
             f"{problem}; rename the file",
         )
     elif not Path(source.hooks_dir, hooks).is_file():
+        there = Path(source.hooks_dir, hooks).exists()
         problems.add(
             field_loc(spec, "hooks"),
             f"{path}.hooks",
-            f"hooks file {hooks!r} does not exist next to {source.path}",
+            f"hooks file {hooks!r} {'is not a regular file' if there else 'does not exist'} "
+            f"next to {source.path}",
         )
     elif (
         not Path(source.hooks_dir, hooks).resolve().is_relative_to(Path(source.hooks_dir).resolve())
