@@ -112,14 +112,16 @@ PARSERS: dict[str, Any] = {
 }
 
 
-#: What a launch variable may be, inclusive (None: no upper bound); a rank is also below the
-#: world size (``global_rank``).
+#: The largest number of processes or rank torch.distributed takes (a C int).
+MAX_RANKS = 2**31 - 1
+#: What a launch variable may be, inclusive; a rank is also below the world size
+#: (``global_rank``).
 RANGES: dict[str, tuple[int, int | None]] = {
     "main_port": (1, 65535),
-    "world_size": (1, None),
-    "global_rank": (0, None),
-    "local_rank": (0, None),
-    "node_rank": (0, None),
+    "world_size": (1, MAX_RANKS),
+    "global_rank": (0, MAX_RANKS - 1),
+    "local_rank": (0, MAX_RANKS - 1),
+    "node_rank": (0, MAX_RANKS - 1),
 }
 
 
