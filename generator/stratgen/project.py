@@ -18,7 +18,15 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .codegen.formatting import Formatter
-from .output.file_tree import MANIFEST_NAME, Drift, Tree, WriteReport, manifest_bytes
+from .output.file_tree import (
+    MANIFEST_NAME,
+    Drift,
+    Tree,
+    WriteReport,
+    manifest_bytes,
+    read_regular,
+)
+from .resolve.reserved_names import RESERVED_PACKAGE_NAMES
 from .spec.errors import Location, SpecError, StratgenError, did_you_mean
 from .spec.yaml_loader import read_spec_bytes
 
@@ -94,6 +102,8 @@ class Config:
 
 #: The table a project's pyproject.toml holds stratgen's settings in.
 CONFIG_TABLE = "[tool.stratgen]"
+#: The most of a pyproject.toml that is read (a FIFO or a device of that name is not read).
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def find_root(start: Path) -> Path:
@@ -103,11 +113,11 @@ def find_root(start: Path) -> Path:
     while True:
         pyproject = os.path.join(folder, "pyproject.toml")
         try:
-            with open(pyproject, encoding="utf-8", errors="replace") as handle:
-                if CONFIG_TABLE in handle.read():
-                    return Path(folder)
-        except OSError:
-            pass
+            data = read_regular(pyproject, MAX_CONFIG_BYTES, follow=True)
+        except OSError:  # a FIFO or a device in a folder above: not a project's configuration
+            data = None
+        if data is not None and CONFIG_TABLE.encode() in data:
+            return Path(folder)
         parent = os.path.dirname(folder)
         if parent == folder:
             return Path(start)
@@ -118,8 +128,11 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
     values: dict[str, Any] = {}
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
+        text = read_regular(pyproject, MAX_CONFIG_BYTES, follow=True) or b""
+        if len(text) > MAX_CONFIG_BYTES:
+            raise StratgenError(f"{pyproject}: larger than any project's configuration")
         try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            data = tomllib.loads(text.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise StratgenError(f"{pyproject}: cannot read it: {exc}") from None
         table = data.get("tool", {}).get("stratgen", {})
@@ -152,6 +165,12 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
         raise StratgenError(
             f"package name {package!r} must be a lower-case Python identifier that is not a "
             "keyword, such as 'mystrategies'"
+        )
+    if package in RESERVED_PACKAGE_NAMES:
+        raise StratgenError(
+            f"package name {package!r} is taken by the standard library or a package generated "
+            f"code imports: on the path, the generated {package} would be imported in its place; "
+            "choose another name, such as 'mystrategies'"
         )
     for key in ("output", "tests", "docs"):
         folder = getattr(config, key)
@@ -256,10 +275,22 @@ class Project:
         )
 
     def spec_paths(self) -> list[Path]:
+        """The spec files of the specs folder; one that is a symbolic link out of the folder is
+        refused (a commit could point one at any file the user can read)."""
         folder = self.config.root / self.config.specs
         if not folder.is_dir():
             raise StratgenError(f"specs folder {self.display(folder)}/ does not exist")
-        return sorted(p for p in folder.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+        paths = sorted(p for p in folder.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+        real = folder.resolve()
+        for path in paths:
+            if not path.resolve().is_relative_to(real):
+                raise SpecError.single(
+                    Location(self.display(path)),
+                    "",
+                    "is a symbolic link out of the specs folder; a spec file is read only "
+                    "where it lies in the project",
+                )
+        return paths
 
     def builtin_is_local(self) -> bool:
         local = (self.config.root / self.config.specs).resolve()
@@ -358,6 +389,7 @@ class Project:
         files = {
             item.path: formatted.get(item.path, item.text).encode("utf-8") for item in rendered
         }
+        compile_modules(files)
         files[self.config.manifest] = manifest_bytes(files)
         self.formatter.save()
         self.timings.add("format", started)
@@ -387,6 +419,24 @@ class Project:
         drift = self.tree().compare(plan.files, with_diff)
         self.timings.add("compare", started)
         return drift
+
+
+def compile_modules(files: dict[str, bytes]) -> None:
+    """Compile every Python module of a plan before anything is written: a value that reached
+    the code without its escaping, or a name that breaks it (a duplicate argument is no error
+    to ``ast.parse``), fails here, never at the user's import. Compiling runs nothing."""
+    for path, data in files.items():
+        if not path.endswith(".py"):
+            continue
+        try:
+            compile(data, path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            where = f"{path}:{exc.lineno}" if isinstance(exc, SyntaxError) else path
+            reason = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+            raise StratgenError(
+                f"{where}: the generated module is not valid Python ({reason}); nothing was "
+                "written (a spec value reached it unescaped, or a hooks file is broken)"
+            ) from None
 
 
 def relative_to_cwd(path: Path) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import stat
 from typing import Any, ClassVar
 
 from .contract import Condition, ValueSource
@@ -67,10 +68,21 @@ def _job_port(job_variable: str) -> Any:
     return parse
 
 
+#: The most an LSF rank file is read of (a line per slot: far more than any job's).
+MAX_RANK_FILE_BYTES = 16 * 1024 * 1024
+
+
 def _lsf_hosts(variable: str, value: str) -> list[str]:
-    """Compute hosts from an LSF rank file; its first line is the launch node and is skipped."""
-    with open(value, encoding="utf-8") as handle:
-        hosts = [line.strip() for line in handle if line.strip()]
+    """Compute hosts from an LSF rank file; its first line is the launch node and is skipped.
+    Only a regular file is read, and at most ``MAX_RANK_FILE_BYTES`` of it."""
+    fd = os.open(value, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"the rank file {variable}={value} is not a regular file")
+        data = handle.read(MAX_RANK_FILE_BYTES + 1)
+    if len(data) > MAX_RANK_FILE_BYTES:
+        raise ValueError(f"the rank file {variable}={value} is larger than any rank file")
+    hosts = [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()]
     if len(hosts) < 2:
         raise ValueError(f"the rank file {variable}={value} lists no compute host")
     return hosts[1:]
@@ -98,6 +110,51 @@ PARSERS: dict[str, Any] = {
     "lsf_node_rank": _lsf_node_rank,
     "lsf_job_port": _job_port("LSB_JOBID"),
 }
+
+
+#: The largest number of processes or rank torch.distributed takes (a C int).
+MAX_RANKS = 2**31 - 1
+#: What a launch variable may be, inclusive; a rank is also below the world size
+#: (``global_rank``).
+RANGES: dict[str, tuple[int, int | None]] = {
+    "main_port": (1, 65535),
+    "world_size": (1, MAX_RANKS),
+    "global_rank": (0, MAX_RANKS - 1),
+    "local_rank": (0, MAX_RANKS - 1),
+    "node_rank": (0, MAX_RANKS - 1),
+}
+
+
+def int_variable(name: str, default: int, low: int, high: int | None = None) -> int:
+    """The whole number in the environment variable ``name`` (``default`` where it is unset or
+    empty), in ``[low, high]``: else one line naming the variable."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    expected = f"{low}-{high}" if high is not None else f"{low} or more"
+    text = value.strip()
+    if not text.lstrip("+-").isdigit() or not (
+        low <= int(text) and (high is None or int(text) <= high)
+    ):
+        raise MisconfigurationError(f"{name}={value!r}: expected a whole number, {expected}")
+    return int(text)
+
+
+#: Addresses that resolved in this process (a failure is asked again: it may be passing).
+_RESOLVED: set[str] = set()
+
+
+def unresolvable(address: str) -> str | None:
+    """Why ``address`` (a host name or an IP address) does not resolve, or None: a rank would
+    otherwise try to connect to it until its timeout."""
+    if address in _RESOLVED:
+        return None
+    try:
+        socket.getaddrinfo(address, None)
+    except (OSError, UnicodeError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
+    _RESOLVED.add(address)
+    return None
 
 
 def find_free_port() -> int:
@@ -149,19 +206,39 @@ class ClusterEnvironmentBase:
     # -- reading values -------------------------------------------------------------------
 
     def _read(self, key: str, as_int: bool) -> Any:
+        return self._read_with_origin(key, as_int)[0]
+
+    def _read_with_origin(self, key: str, as_int: bool) -> tuple[Any, str]:
+        """A value and where it came from (``VARIABLE='value'``, or "its default"), checked
+        against ``RANGES``."""
         source: ValueSource = getattr(self, f"{key}_source")
         for variable in source.env:
             value = os.environ.get(variable)
             if value is None or value == "":
                 continue
             parser = PARSERS[source.parse or ("int" if as_int else "str")]
+            origin = f"{variable}={value!r}"
             try:
                 result = parser(variable, value)
-                return int(result) if as_int else result
+                result = int(result) if as_int else result
             except (ValueError, OSError) as exc:
                 raise MisconfigurationError(
-                    f"{type(self).__name__}: cannot read {key} from {variable}={value!r}: {exc}"
+                    f"{type(self).__name__}: cannot read {key} from {origin}: {exc}"
                 ) from None
+            self._check_range(key, result, origin)
+            return result, origin
+        return self._unread(key, as_int, source), "its default"
+
+    def _check_range(self, key: str, value: Any, origin: str) -> None:
+        low, high = RANGES.get(key, (None, None))
+        if low is not None and (value < low or (high is not None and value > high)):
+            expected = f"{low}-{high}" if high is not None else f"{low} or more"
+            raise MisconfigurationError(
+                f"{type(self).__name__}: {key} from {origin} is out of range: expected {expected}"
+            )
+
+    def _unread(self, key: str, as_int: bool, source: ValueSource) -> Any:
+        """A value no variable gives: the default, or the fallback's."""
         if source.default is not None:
             return int(source.default) if as_int else source.default
         if source.fallback is not None:
@@ -179,7 +256,7 @@ class ClusterEnvironmentBase:
         if name == "ranks_per_node":
             for variable in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
                 if os.environ.get(variable):
-                    return self.global_rank() // max(1, int(os.environ[variable]))
+                    return self.global_rank() // int_variable(variable, 1, 1)
             return 0
         raise MisconfigurationError(f"unknown fallback {name!r}")  # pragma: no cover
 
@@ -188,6 +265,18 @@ class ClusterEnvironmentBase:
         """Address of the node that holds rank 0, from the environment's variables or their
         default."""
         return str(self._read("main_address", as_int=False))
+
+    def resolved_main_address(self) -> str:
+        """``main_address``, checked to resolve, for a process about to connect to it: one
+        line naming the variable instead of retrying the connection until the timeout."""
+        address, origin = self._read_with_origin("main_address", as_int=False)
+        problem = unresolvable(str(address))
+        if problem:
+            raise MisconfigurationError(
+                f"{type(self).__name__}: main_address from {origin} does not resolve to an "
+                f"address: {problem}"
+            )
+        return str(address)
 
     @property
     def main_port(self) -> int:
@@ -229,8 +318,20 @@ class ClusterEnvironmentBase:
             self._assigned["world_size"] = size
 
     def global_rank(self) -> int:
-        """Rank of this process among all processes of the job."""
-        return self._assigned_or_read("global_rank")
+        """Rank of this process among all processes of the job: in ``[0, world_size)``."""
+        if "global_rank" in self._assigned:
+            return self._assigned["global_rank"]
+        rank, origin = self._read_with_origin("global_rank", as_int=True)
+        try:
+            size = self.world_size()
+        except MisconfigurationError:
+            return int(rank)  # the world size's own error is raised where it is read
+        if rank >= size:
+            raise MisconfigurationError(
+                f"{type(self).__name__}: global_rank from {origin} is out of range: expected "
+                f"0-{size - 1} (the world size is {size})"
+            )
+        return int(rank)
 
     def set_global_rank(self, rank: int) -> None:
         """Set by the strategy; ignored where the scheduler decides ranks."""

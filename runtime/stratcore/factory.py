@@ -127,6 +127,43 @@ def _count_of_nodes(num_nodes: Any) -> int:
     return value
 
 
+def _cluster_environment(
+    registry: Registry, cluster_environment: Any
+) -> ClusterEnvironmentBase | None:
+    """``cluster_environment`` as an environment: None, an instance, or the name of one the
+    package registers (as ``accelerator`` takes a name or an Accelerator)."""
+    if cluster_environment is None or isinstance(cluster_environment, ClusterEnvironmentBase):
+        return cluster_environment
+    known = list(registry.cluster_environments)
+    if isinstance(cluster_environment, str):
+        name = cluster_environment.strip().lower()
+        if name in registry.cluster_environments:
+            return registry.cluster_environments[name]()
+        raise MisconfigurationError(
+            f"cluster_environment={cluster_environment!r}: this package has no cluster "
+            f"environment {name!r}{close_matches(name, known)} (its environments: "
+            f"{', '.join(known)}; or give an instance)"
+        )
+    raise MisconfigurationError(
+        f"cluster_environment={cluster_environment!r} is not allowed; give the name of a cluster "
+        f"environment ({', '.join(known)}) or an instance of one"
+    )
+
+
+def _check_core_arguments(checkpoint_io: Any, sync_batchnorm: Any) -> None:
+    """The arguments of ``get_strategy`` that take one kind of object, checked as options are
+    (``check_options``): one line naming the argument and what it takes."""
+    if checkpoint_io is not None and not isinstance(checkpoint_io, CheckpointIO):
+        raise MisconfigurationError(
+            f"checkpoint_io={checkpoint_io!r} is not allowed; expected a CheckpointIO such as "
+            "TorchCheckpointIO() or AsyncCheckpointIO(), or None"
+        )
+    if not isinstance(sync_batchnorm, bool):
+        raise MisconfigurationError(
+            f"sync_batchnorm={sync_batchnorm!r} is not allowed; expected True or False"
+        )
+
+
 def _processes_started_per_node(
     registry: Registry,
     cls: type[StrategyBase],
@@ -282,7 +319,7 @@ class StrategyFactory:
         devices: int | str | Sequence[int] = "auto",
         num_nodes: int | str = 1,
         precision: str | int | None = None,
-        cluster_environment: ClusterEnvironmentBase | None = None,
+        cluster_environment: ClusterEnvironmentBase | str | None = None,
         checkpoint_io: CheckpointIO | None = None,
         sync_batchnorm: bool = False,
         **options: Any,
@@ -302,7 +339,8 @@ class StrategyFactory:
             precision: ``"32-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"64-true"``, ``"16-true"``,
                 ``"bf16-true"`` or the short forms ``"32"``, ``"16"``, ``"bf16"``, ``"64"``; by
                 default the strategy's or accelerator's default.
-            cluster_environment: An environment to use instead of detecting one.
+            cluster_environment: An environment to use instead of detecting one: an instance, or
+                the name of one the package registers (``"slurm"``, ``"torchelastic"``, ...).
             checkpoint_io: A CheckpointIO to use instead of ``TorchCheckpointIO``.
             sync_batchnorm: Convert BatchNorm layers to SyncBatchNorm in ``setup``.
             **options: Options of the strategy (see its class), on top of the registry name's preset.
@@ -311,6 +349,8 @@ class StrategyFactory:
 
         registry = self.registry
         num_nodes = _count_of_nodes(num_nodes)
+        _check_core_arguments(checkpoint_io, sync_batchnorm)
+        cluster_environment = _cluster_environment(registry, cluster_environment)
         if isinstance(devices, str):
             devices = devices.strip().lower()
         instance: StrategyBase | None = None

@@ -227,7 +227,7 @@ class ParallelStrategyBase(StrategyBase):
         if backend.init_hook is not None:
             import_object(backend.init_hook)()
         environment = self.cluster_environment
-        address, port = environment.main_address, environment.main_port
+        address, port = environment.resolved_main_address(), environment.main_port
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address, str(port)
         # Joining waits for the slowest process to start; the collectives then wait the
         # strategy's timeout (where torch can change a group's timeout after creating it).

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .user_cache import black_version, cache_folder
+from .user_cache import black_version, cache_folder, make_folder, trusted_file
 
 LINE_LENGTH = 100
 #: The layout of the file of remembered layouts and of its keys; bumped when either changes.
@@ -357,6 +357,8 @@ def _places_key(source: str) -> str:
 
 
 def _load(path: Path, name: str) -> dict[str, str]:
+    if not trusted_file(path):  # a layout ends up in generated code (``user_cache``)
+        return {}
     try:
         data = path.read_bytes()
     except OSError:
@@ -404,7 +406,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     """Write the file whole or not at all (a temporary file renamed into place); a read-only
     or full cache folder only costs speed."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as handle:

@@ -1,9 +1,13 @@
 """Python source from plain values: literals, docstrings, import blocks, and the description
 of a module (``PyModule``) that ``templates/package/module.py.j2`` writes out.
 
-Values from specs reach the code only as literals made by ``literal`` (Python's own ``repr``),
-as names the model has already validated as identifiers, or as docstring text escaped by
-``docstring_body``; nothing from a spec is ever evaluated or rendered as a template.
+Values from specs reach the code only through one escaping function per context: literals made
+by ``literal`` (Python's own ``repr``), docstring text escaped by ``docstring_body`` (or
+``docstring`` for wrapped paragraphs), comment text by ``comment_text``, or names the model has
+already validated as identifiers (and ``resolve.reserved_names`` as names that shadow nothing);
+nothing from a spec is ever evaluated or rendered as a template. A docstring is a ``DocSource``,
+which only those functions make, so a raw text cannot become one (mypy says so), and every
+generated module is compiled before anything is written (``project.Project.plan``).
 """
 
 from __future__ import annotations
@@ -12,9 +16,13 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NewType
 
 from ..resolve.runtime_facts import class_annotations
+
+#: Text escaped to sit verbatim between the triple quotes of a docstring: made only by
+#: ``docstring_body`` and the functions built on it.
+DocSource = NewType("DocSource", str)
 
 #: The runtime package every generated package imports.
 RUNTIME_PACKAGE = "stratcore"
@@ -59,13 +67,16 @@ def string_literal(text: str) -> str:
     return f'"{body}"'
 
 
+#: The width docstrings are wrapped to.
+DOC_WIDTH = 96
+
 _DOC_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\r": "\\r"}
 #: A character ``_escape_doc_char`` changes: a backslash, a control character, a byte-order
 #: mark, or white space other than a space or a line break.
 _ESCAPED_DOC_CHAR = re.compile(r"[\\\x00-\x1f\x7f-\x9f\ufeff]|[^\S \n]")
 
 
-def docstring_body(text: str, indent: str) -> str:
+def docstring_body(text: str, indent: str) -> DocSource:
     """Escape ``text`` so that it sits verbatim inside a triple-quoted docstring, through black.
 
     Backslashes, control characters and white space other than plain spaces are escaped. So
@@ -106,11 +117,25 @@ def docstring_body(text: str, indent: str) -> str:
     if not any(lines[1:]):
         # black drops the lines of a docstring whose continuation lines are all blank; as
         # escapes, the line breaks survive.
-        return "\\n".join(lines)
+        return DocSource("\\n".join(lines))
     body = lines[0]
     for line in lines[1:]:
         body += "\n" + (indent + line if line else "")
-    return body
+    return DocSource(body)
+
+
+def docstring(
+    paragraphs: Iterable[str],
+    indent: str = "",
+    first_width: int = DOC_WIDTH - 3,
+    width: int = DOC_WIDTH,
+) -> DocSource:
+    """Paragraphs of text (from a spec, or naming what a spec gave) as a docstring: each wrapped
+    at single spaces (its first line to ``first_width``, which leaves room for the quotes, the
+    others to ``width``), blank lines between them, continuation lines indented by
+    ``indent``, and escaped by ``docstring_body``."""
+    wrapped = ["\n".join(wrap_exactly(p, first_width, width)) for p in paragraphs]
+    return docstring_body("\n\n".join(wrapped), indent)
 
 
 def _escape_doc_char(char: str) -> str:
@@ -131,9 +156,6 @@ def _escape_doc_char(char: str) -> str:
 def comment_text(text: str) -> str:
     """``text`` made safe for one ``#`` comment line: line breaks and controls escaped."""
     return "".join(_escape_doc_char(c) if c != "\\" else c for c in text.replace("\t", " "))
-
-
-DOC_WIDTH = 96
 
 
 def wrap_exactly(text: str, first_width: int, width: int) -> list[str]:
@@ -249,7 +271,7 @@ class Init:
 class PyClass:
     name: str
     bases: list[str]
-    doc: str
+    doc: DocSource
     attributes: list[tuple[str, str, str]]  # (name, annotation, value)
     init: Init | None = None
 
@@ -260,7 +282,7 @@ class PyModule:
 
     path: str  # relative to the package root, e.g. 'strategies/ddp.py'
     source: str  # what it was generated from, for the header
-    doc: str
+    doc: DocSource
     imports: Imports
     classes: list[PyClass]
     body: list[str] = field(default_factory=list)  # module-level assignments
@@ -302,9 +324,10 @@ def annotated(
     return result
 
 
-def class_doc(description: str, extra: list[str], args: list[tuple[str, str]]) -> str:
-    """A docstring: the spec's description verbatim, then generated sections."""
-    parts = [docstring_body(description, "    ")]
+def class_doc(description: str, extra: list[str], args: list[tuple[str, str]]) -> DocSource:
+    """A docstring: the spec's description verbatim, then generated sections (each line
+    escaped)."""
+    parts: list[str] = [docstring_body(description, "    ")]
     if extra:
         parts.append("\n".join("    " + docstring_body(line, "") if line else "" for line in extra))
     if args:
@@ -312,13 +335,13 @@ def class_doc(description: str, extra: list[str], args: list[tuple[str, str]]) -
         for name, text in args:
             arg_lines.append(f"        {name}: " + option_doc(name, text))
         parts.append("\n".join(arg_lines))
-    return "\n\n".join(parts)
+    return DocSource("\n\n".join(parts))
 
 
 ARG_INDENT = " " * 12
 
 
-def option_doc(name: str, text: str) -> str:
+def option_doc(name: str, text: str) -> DocSource:
     """An option's text in the Args section, as docstring source.
 
     A one-line text is wrapped at single spaces; a text with line breaks keeps its own. Either
@@ -326,7 +349,7 @@ def option_doc(name: str, text: str) -> str:
     be read back exactly.
     """
     if not text:
-        return "Documented in the spec."
+        return DocSource("Documented in the spec.")
     if "\n" in text:
         return docstring_body(text, ARG_INDENT)
     lines = wrap_exactly(text, DOC_WIDTH - 8 - len(name) - 2, DOC_WIDTH - len(ARG_INDENT))
@@ -342,9 +365,9 @@ def first_sentence(description: str) -> str:
     return sentence.rstrip(".")
 
 
-def module_doc(class_name: str, description: str, fallback: str, what: str) -> str:
+def module_doc(class_name: str, description: str, fallback: str, what: str) -> DocSource:
     """A module docstring saying what the module offers: 'DDPStrategy: <the description's
     first sentence> (registry name "ddp").', wrapped, as docstring source."""
     summary = first_sentence(description) or fallback
     text = f"{class_name}: {summary} ({what})." if what else f"{class_name}: {summary}."
-    return docstring_body("\n".join(wrap_exactly(text, DOC_WIDTH - 3, DOC_WIDTH)), "")
+    return docstring([text])

@@ -8,7 +8,8 @@ jinja2's own ``FileSystemBytecodeCache``: compiling them takes longer than a who
 check`` of the built-in specs spends on the rest of its rendering. **An entry is never stale**:
 jinja2 keys it by the template's name and path and reuses it only while the template's text is
 unchanged, in a folder of its own for each jinja2 version, Python version and template syntax
-(``_compiled_folder``). A missing or unwritable folder only costs the time of compiling.
+(``_compiled_folder``). A missing or unwritable folder only costs the time of compiling, and
+so does one that someone else could have written (``user_cache``: compiled templates run).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import jinja2.bccache
 from ..spec.errors import StratgenError
 from . import python_source
 from .python_source import literal
-from .user_cache import cache_folder
+from .user_cache import cache_folder, make_folder, trusted_file
 
 if TYPE_CHECKING:
     from ..resolve.catalog import Source
@@ -78,11 +79,18 @@ def header(source: str, markup: str = "python") -> str:
     """The header a generated file starts with, naming ``source`` (a spec file, or what
     ``describe_sources`` says of several): in Python (``markup="python"``) two comment lines,
     the source escaped for one (a line break in it would end the comment); in Markdown
-    (``"markdown"``) one HTML comment over two lines."""
+    (``"markdown"``) one HTML comment over two lines, the source escaped for one."""
     first, second = GENERATED_STAMP
     if markup == "markdown":
-        return f"<!-- {first.format(source=source)}\n     {second} -->"
+        return f"<!-- {first.format(source=html_comment_text(source))}\n     {second} -->"
     return f"# {first.format(source=python_source.comment_text(source))}\n# {second}"
+
+
+def html_comment_text(text: str) -> str:
+    """``text`` made safe inside an HTML comment: nothing in it can end the comment (``--``,
+    ``>``) or start markup, and it stays on one line."""
+    text = python_source.comment_text(text).replace("&", "&amp;")
+    return text.replace("<", "&lt;").replace(">", "&gt;").replace("--", "-&#45;")
 
 
 def describe_sources(sources: Iterable[Source]) -> str:
@@ -138,6 +146,10 @@ class _CompiledTemplates(jinja2.FileSystemBytecodeCache):
     written, or is damaged, only costs the time of compiling again."""
 
     def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        # Bytecode runs, and jinja2 unpickles the file's checksum: only a file no one else can
+        # have written is read (``user_cache.trusted_file``).
+        if not trusted_file(self._get_cache_filename(bucket)):
+            return
         try:
             super().load_bytecode(bucket)
         except Exception:  # a damaged file: anything unpickling or unmarshalling may raise
@@ -155,7 +167,7 @@ def _compiled_templates(env: jinja2.Environment) -> jinja2.BytecodeCache | None:
     if folder is None:
         return None
     try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
     except OSError:
         return None
     return _CompiledTemplates(folder)

@@ -24,6 +24,13 @@ def _package_name(text: str) -> str:
     return re.sub(r"[-.\s]+", "_", text.strip().lower())
 
 
+def distribution_name(folder: str) -> str:
+    """A distribution name (what pip installs) made from a folder name: ASCII letters and
+    digits, runs of anything else as one '-', none at either end."""
+    name = re.sub(r"[^A-Za-z0-9._]+", "-", folder).strip("-._")
+    return name or "my-strategies"
+
+
 def init_project(
     args: argparse.Namespace, console: Console, interactive: bool | None = None
 ) -> int:
@@ -58,7 +65,7 @@ def init_project(
         raise StratgenError(
             f"cannot make a package name from the folder name {dirname!r}; pass --package NAME"
         )
-    project_name = re.sub(r"\s+", "-", dirname.strip()) or "my-strategies"
+    project_name = distribution_name(dirname)
     template = getattr(args, "template", None) or str(PROJECT_TEMPLATE)
     vcs_ref = getattr(args, "vcs_ref", None)
 

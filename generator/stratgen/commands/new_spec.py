@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from stratcore.contract import (
     STRATEGY_KINDS,
 )
 
-from ..output.file_tree import atomic_write
+from ..output.file_tree import MAX_FILE_BYTES, atomic_write, inside, read_regular
 from ..project import Project
 from ..resolve.resolver import resolve
 from ..spec.errors import StratgenError, did_you_mean
@@ -319,45 +318,57 @@ def spec_text(answers: SpecAnswers) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What ``generate`` reads of the specs folder (``Project.spec_paths``).
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
 def new_from_file(source: Path, project: Project, console: Console, force: bool = False) -> int:
-    """Validate ``source`` with the project, copy it into the specs folder, and render it."""
+    """Validate ``source`` with the project, copy it (and the hooks files it names) into the
+    specs folder, and render it. A file already there that differs is replaced only with
+    ``force``; nothing is written through a symbolic link, nor out of the project."""
     if not source.is_file():
         raise StratgenError(f"{source}: no such file")
+    if source.suffix not in SPEC_SUFFIXES:
+        raise StratgenError(
+            f"{source}: a spec file is named *.yaml or *.yml (`stratgen generate` reads only "
+            "those); rename it"
+        )
     config = project.config
     specs_dir = config.root / config.specs
     destination = specs_dir / source.name
-    inside = source.resolve().parent == specs_dir.resolve()
-    if (
-        not inside
-        and destination.exists()
-        and destination.read_bytes() != source.read_bytes()
-        and not force
-    ):
-        raise StratgenError(
-            f"{project.display(destination)} already exists and differs from {source}; "
-            "rename your file or pass --force to replace it"
-        )
     label = project.display(destination)
-    replacing = not inside and destination.exists()
-    extra = [] if inside else [(source, label)]
+    in_place = source.resolve().parent == specs_dir.resolve()
+    #: (file to copy, where in the project: relative to its root)
+    copies: list[tuple[Path, str]] = [] if in_place else [(source, f"{config.specs}/{source.name}")]
+    replacing = bool(copies) and _present(project, copies[0][1])
+    extra = [] if in_place else [(source, label)]
     before = set(project.tree().recorded())
     # Planning raises with every problem before anything is written.
     plan = project.plan(extra=extra, skip=destination if replacing else None)
 
     spec = next(s for s in plan.catalog.sources if s.path == label).spec
-    copied: list[str] = []
-    if not inside:
-        specs_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(destination, source.read_bytes(), durable=True)
-        copied.append(label)
+    if not in_place:
         for strategy in spec.strategies:
             if strategy.hooks and strategy.hooks.endswith(".py"):
                 hooks_source = source.parent / strategy.hooks
-                hooks_target = specs_dir / strategy.hooks
-                if hooks_source.resolve() != hooks_target.resolve():
-                    hooks_target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(hooks_source, hooks_target)
-                    copied.append(project.display(hooks_target))
+                hooks_target = f"{config.specs}/{strategy.hooks}"
+                if hooks_source.resolve() != Path(inside_project(project, hooks_target)):
+                    copies.append((hooks_source, hooks_target))
+    # Every copy is checked before the first is made: each is new, the same, or --force.
+    planned: dict[str, bytes] = {}
+    for copied_from, target in copies:
+        data = _read_source(copied_from)
+        current = read_regular(inside_project(project, target))
+        if current is not None and current != data and not force:
+            raise StratgenError(
+                f"{target} already exists and differs from {copied_from}; rename your file or "
+                "pass --force to replace it"
+            )
+        planned[target] = data
+    for target, data in planned.items():
+        atomic_write(Path(inside_project(project, target)), data, durable=True)
+    copied = list(planned)
+    if copied:
         # Planned again from the specs folder: the file now sits in its sorted place among the
         # others, so the output is exactly what `stratgen generate` and `check` produce.
         plan = project.plan()
@@ -374,6 +385,26 @@ def new_from_file(source: Path, project: Project, console: Console, force: bool 
     console.say("")
     _next_steps(spec, label, config.package, config.tests, console)
     return EXIT_OK
+
+
+def inside_project(project: Project, relative: str) -> str:
+    """Where ``relative`` (to the project) is written: ``file_tree.inside``."""
+    return inside(project.config.root, relative)
+
+
+def _present(project: Project, relative: str) -> bool:
+    return read_regular(inside_project(project, relative)) is not None
+
+
+def _read_source(path: Path) -> bytes:
+    """A file to copy into the project: a regular file, read whole (a spec or hooks file is
+    kilobytes)."""
+    data = read_regular(path)
+    if data is None:
+        raise StratgenError(f"{path}: no such file")
+    if len(data) > MAX_FILE_BYTES:
+        raise StratgenError(f"{path}: larger than any spec or hooks file")
+    return data
 
 
 def _next_steps(spec: object, label: str, package: str, tests: str, console: Console) -> None:

@@ -10,16 +10,25 @@ A run that is killed part way leaves every file either as it was or as it should
 the first write, the manifest is extended with the hashes about to be written, so that the
 next run still recognises (and may remove) a file this run created; the final manifest is
 written last.
+
+The tree is untrusted input too (a commit may hold anything under ``generated/``): every
+path is reached through its folder resolved, which must lie inside the project (``inside``: a
+symbolic link that leaves it is refused, never followed), only regular files are read, and at
+most ``MAX_FILE_BYTES`` of one (``read_regular``: a FIFO would block, ``/dev/zero`` never end),
+and a file is never read or removed through a symbolic link. Files are written with the mode a
+plain ``open()`` gives them (``atomic_write``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +44,77 @@ MANIFEST_NAME = ".stratgen-manifest.json"
 TEMP_MARK = ".stratgen-"
 # Temporary files of atomic_write: '.<name>.stratgen-<random>.tmp' next to their target.
 _TEMP_FILE = re.compile(r"^\..+\.stratgen-[A-Za-z0-9_]+\.tmp$")
+#: The most of a file that is read: generated files are kilobytes; a larger one is only ever
+#: compared (and found to differ).
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
+class UnsafePath(OSError):
+    """A path stratgen will not read, write or remove: one that leaves the project through a
+    symbolic link, a symbolic link itself, or something other than a regular file."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        super().__init__(errno.EPERM, reason, os.fspath(path))
+
+
+def inside(root: str | os.PathLike[str], relative: str, folder: bool = False) -> str:
+    """The file ``relative`` (to the project ``root``) as it is reached: its folder resolved
+    (symbolic links followed as far as they exist), which must lie inside the resolved root,
+    and its own name as it is; with ``folder``, the whole path resolved (a folder to list).
+    Raises ``UnsafePath`` for a path that leaves the project."""
+    real_root = os.path.realpath(root)
+    full = os.path.join(real_root, relative)
+    parent, name = (full, "") if folder else os.path.split(full)
+    real = os.path.realpath(parent)
+    if real != real_root and os.path.commonpath([real, real_root]) != real_root:
+        raise UnsafePath(
+            relative,
+            f"leads out of the project (to {real}) through a symbolic link; stratgen writes, "
+            "reads and removes files only inside the project",
+        )
+    return os.path.join(real, name) if name else real
+
+
+NOT_REGULAR = "is not a regular file; stratgen reads only regular files"
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def read_regular(
+    path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES, follow: bool = False
+) -> bytes | None:
+    """The content of the regular file at ``path``, at most ``limit`` + 1 bytes of it (more
+    than ``limit`` bytes: a file too large to be what is expected); None where there is none (or
+    a folder). Another kind of file (a FIFO, a device) is ``UnsafePath``, and so is a symbolic
+    link unless ``follow`` (a file the user points at, such as a project's configuration)."""
+    flags = _OPEN_FLAGS & ~getattr(os, "O_NOFOLLOW", 0) if follow else _OPEN_FLAGS
+    try:
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(
+                path, "is a symbolic link; stratgen reads only regular files"
+            ) from None
+        if exc.errno == errno.ENXIO:  # a socket
+            raise UnsafePath(path, NOT_REGULAR) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return None
+        if not stat.S_ISREG(mode):
+            raise UnsafePath(path, NOT_REGULAR)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(limit + 1 - size, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def files_under(folder: str) -> list[tuple[str, str]]:
@@ -95,33 +175,23 @@ class Tree:
         self.owned_dirs = owned_dirs  # folders (relative to root) whose every file is generated
         self.manifest = manifest  # manifest path relative to root
 
+    def local(self, path: str) -> str:
+        """Where the file ``path`` (relative to the root) is: see ``inside``."""
+        return inside(self.root, path)
+
     # -- reading ------------------------------------------------------------------------------
 
-    def read(self, path: str) -> bytes | None:
+    def read(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
+        """The file at ``path`` (``read_regular``), None where there is none."""
         try:
-            with open(os.path.join(self.root, path), "rb") as handle:
-                return handle.read()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
+            return read_regular(self.local(path), limit)
+        except UnsafePath as exc:
+            raise UnsafePath(path, exc.strerror or str(exc)) from None  # as the project names it
 
     def holds(self, path: str, data: bytes) -> bool:
-        """Whether the file at ``path`` holds exactly ``data``: ``read(path) == data``, reading
-        no more than one byte past it, with no file object."""
-        try:
-            fd = os.open(os.path.join(self.root, path), os.O_RDONLY)
-            try:
-                chunks, size = [], 0
-                while size <= len(data):
-                    chunk = os.read(fd, len(data) + 1 - size)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    size += len(chunk)
-            finally:
-                os.close(fd)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return False
-        return b"".join(chunks) == data
+        """Whether the file at ``path`` holds exactly ``data``, reading no more than one byte
+        past it."""
+        return self.read(path, len(data)) == data
 
     def recorded(self) -> dict[str, frozenset[str]]:
         """Paths from the manifest of the previous run, each with the hashes it may have had
@@ -155,7 +225,7 @@ class Tree:
         return {
             f"{folder}/{relative}"
             for folder in self.owned_dirs
-            for relative, _ in files_under(str(self.root / folder))
+            for relative, _ in files_under(inside(self.root, folder, folder=True))
         }
 
     # -- comparing ----------------------------------------------------------------------------
@@ -178,9 +248,21 @@ class Tree:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold an exclusive lock on the tree for the duration of a write."""
-        lock_dir = self.root / Path(self.manifest).parent
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        with open(lock_dir / LOCK_NAME, "a+b") as handle:
+        lock = self.local(f"{Path(self.manifest).parent.as_posix()}/{LOCK_NAME}")
+        os.makedirs(os.path.dirname(lock), exist_ok=True)
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(lock, flags, 0o666)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePath(
+                    lock, "is a symbolic link; stratgen creates its lock file itself"
+                ) from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UnsafePath(lock, "is not a regular file; stratgen creates its lock file itself")
+        with os.fdopen(fd, "r+b") as handle:
             try:
                 import fcntl
             except ImportError:  # pragma: no cover - not POSIX
@@ -210,9 +292,9 @@ class Tree:
                 journal: dict[str, list[str]] = {p: sorted(h) for p, h in previous.items()}
                 for path, data in pending.items():
                     journal[path] = sorted(set(journal.get(path, [])) | {digest(data)})
-                atomic_write(self.root / self.manifest, _manifest_document(journal))
+                atomic_write(Path(self.local(self.manifest)), _manifest_document(journal))
             for path, data in pending.items():
-                atomic_write(self.root / path, data)
+                atomic_write(Path(self.local(path)), data)
                 report.written.append(path)
             for path in sorted(set(previous) - set(plan)):
                 current = self.read(path)
@@ -221,18 +303,19 @@ class Tree:
                 if digest(current) not in previous[path]:
                     report.kept.append(path)
                     continue
-                (self.root / path).unlink()
+                local = self.local(path)
+                os.unlink(local)
                 report.removed.append(path)
-                _remove_empty_parents(self.root / path, self.root)
+                _remove_empty_parents(Path(local), Path(os.path.realpath(self.root)))
             if self.manifest in plan and self.read(self.manifest) != plan[self.manifest]:
-                atomic_write(self.root / self.manifest, plan[self.manifest])
+                atomic_write(Path(self.local(self.manifest)), plan[self.manifest])
                 report.written.append(self.manifest)
         return report
 
     def _remove_stale_temporaries(self) -> None:
         """Temporary files left by a run that was killed (only runs holding the lock write)."""
         for folder in {*self.owned_dirs, str(Path(self.manifest).parent)}:
-            base = self.root / folder
+            base = Path(inside(self.root, folder, folder=True))
             if not base.is_dir():
                 continue
             for dirpath, dirnames, filenames in os.walk(base):
@@ -251,21 +334,51 @@ def atomic_write(target: Path, data: bytes, durable: bool = False) -> None:
     survives a power loss: worth its cost for files a user wrote (a copied spec), not for
     generated files that `stratgen generate` can always write again.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}{TEMP_MARK}", suffix=".tmp"
-    )
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(
+            dir=target.parent, prefix=f".{target.name}{TEMP_MARK}", suffix=".tmp"
+        )
+    except OSError as exc:
+        raise _about(exc, target) from None
+    try:
+        # mkstemp creates the file private (0600); give it the mode a plain open() would.
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _about(exc, target) from None
         raise
+
+
+def _about(exc: OSError, target: Path) -> OSError:
+    """``exc`` about the file being written, not its temporary file (a full disk, a folder
+    without write permission): the same kind of error, naming ``target``."""
+    if isinstance(exc, UnsafePath):
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), os.fspath(target))
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where the platform allows (the runtime's
+    ``TorchCheckpointIO`` gives its files the same mode)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _remove_empty_parents(path: Path, stop: Path) -> None:

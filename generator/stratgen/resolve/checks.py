@@ -7,6 +7,7 @@ every problem of every file.
 from __future__ import annotations
 
 import keyword
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,12 @@ from .catalog import (
     Source,
     Strategy,
 )
-from .reserved_names import RESERVED_CLASS_NAMES
+from .reserved_names import (
+    CONSTRUCTOR_NAMES,
+    RESERVED_CLASS_NAMES,
+    class_name_problem,
+    module_name_problem,
+)
 from .runtime_facts import strategy_attributes
 
 #: Names an option may not take besides the core's own attributes (see ``reserved_option_names``):
@@ -48,8 +54,33 @@ RESERVED_ARGUMENTS = CONSTRUCTOR_ARGUMENT_NAMES | {
 
 def reserved_option_names() -> frozenset[str]:
     """Names an option may not take: an option is stored as an instance attribute, so a name
-    the core's strategy classes use would shadow one of their methods or facts."""
-    return RESERVED_ARGUMENTS | (strategy_attributes() - core_read_options())
+    the core's strategy classes use would shadow one of their methods or facts; and it is a
+    parameter of the generated constructor, which uses ``CONSTRUCTOR_NAMES`` itself (any other
+    builtin, ``compile`` say, is no name its body uses)."""
+    return RESERVED_ARGUMENTS | CONSTRUCTOR_NAMES | (strategy_attributes() - core_read_options())
+
+
+def _reserved_option_reason(name: str) -> str:
+    if name in CONSTRUCTOR_NAMES:
+        return "the generated constructor uses the name itself (self, *args, **kwargs, super())"
+    return "the core strategy classes use the name (as a constructor argument, method or attribute)"
+
+
+def has_nan(value: Any) -> bool:
+    """Whether ``value`` is, or holds, a float NaN (equal to nothing, itself included)."""
+    if isinstance(value, float):
+        return math.isnan(value)
+    if isinstance(value, dict):
+        return any(has_nan(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(has_nan(v) for v in value)
+    return False
+
+
+NAN_PROBLEM = (
+    ".nan equals nothing, itself included: no value could be told to be the default or a "
+    "choice; give a number"
+)
 
 
 class Problems:
@@ -159,9 +190,11 @@ def check_option(
         problems.add(
             option.loc,
             opt_path,
-            f"{name!r} is reserved: the core strategy classes use the name (as a constructor "
-            "argument, method or attribute); pick another name",
+            f"{name!r} is reserved: {_reserved_option_reason(name)}; pick another name",
         )
+    for key, value in (("default", option.default), ("choices", option.choices)):
+        if has_nan(value):
+            problems.add(option.locs.get(key, option.loc), f"{opt_path}.{key}", NAN_PROBLEM)
     if keyword.iskeyword(name):
         problems.add(option.loc, opt_path, f"{name!r} is a Python keyword")
     if option.default is not None and option.types and not value_fits(option.default, option.types):
@@ -255,11 +288,14 @@ def check_names(catalog: Catalog, problems: Problems) -> None:
         for item in items:
             loc = field_loc(item.spec, "class_name")
             if item.class_name in RESERVED_CLASS_NAMES or item.class_name in constants:
+                reason = (
+                    class_name_problem(item.class_name)
+                    or "generated modules import a backend constant of that name"
+                )
                 problems.add(
                     loc,
                     f"{spec_path(item)}.class_name",
-                    f"{item.class_name!r} is reserved: generated modules import a core or "
-                    "typing name of that name; pick another class name",
+                    f"{item.class_name!r} is reserved: {reason}; pick another class name",
                 )
             elif item.class_name in classes:
                 other_loc, owner = classes[item.class_name]
@@ -434,6 +470,8 @@ def check_aliases(
                     f"{spec.name!r} has no option {key!r}{did_you_mean(key, options)}; options: "
                     f"{', '.join(options) or 'none'}",
                 )
+            elif has_nan(value):
+                problems.add(key_loc, f"{alias_path}.{key}", NAN_PROBLEM)
             elif not option_value_ok(options[key], value):
                 problems.add(
                     key_loc,
@@ -445,9 +483,56 @@ def check_aliases(
 
 def check_hooks_file(problems: Problems, spec: StrategySpec, path: str, source: Source) -> None:
     hooks = spec.hooks
-    if hooks is not None and hooks.endswith(".py") and not Path(source.hooks_dir, hooks).is_file():
+    if hooks is None:
+        return
+    if not hooks.endswith(".py"):  # a module path, imported as it is: ``import pkg.hooks``
+        for part in hooks.split("."):
+            problem = module_name_problem(part)
+            if problem is not None:
+                problems.add(
+                    field_loc(spec, "hooks"),
+                    f"{path}.hooks",
+                    f"hooks module {hooks!r} is imported by name: {problem}",
+                )
+                return
+        return
+    module = Path(hooks).stem.replace("-", "_")
+    problem = module_name_problem(module)
+    if problem is not None:
         problems.add(
             field_loc(spec, "hooks"),
             f"{path}.hooks",
-            f"hooks file {hooks!r} does not exist next to {source.path}",
+            f"hooks file {hooks!r} becomes the module hooks/{module}.py, imported by name: "
+            f"{problem}; rename the file",
+        )
+    elif not Path(source.hooks_dir, hooks).is_file():
+        there = Path(source.hooks_dir, hooks).exists()
+        problems.add(
+            field_loc(spec, "hooks"),
+            f"{path}.hooks",
+            f"hooks file {hooks!r} {'is not a regular file' if there else 'does not exist'} "
+            f"next to {source.path}",
+        )
+    elif (
+        not Path(source.hooks_dir, hooks).resolve().is_relative_to(Path(source.hooks_dir).resolve())
+    ):
+        problems.add(
+            field_loc(spec, "hooks"),
+            f"{path}.hooks",
+            f"hooks file {hooks!r} is a symbolic link out of the folder of {source.path}; a "
+            "hooks file is read only where it lies beside its spec",
+        )
+
+
+def check_condition(problems: Problems, condition: Any, path: str) -> None:
+    """A condition that names variables only under ``not_equal`` never holds (it needs one
+    that is set: ``all_set`` or ``any_set``; or ``always``)."""
+    if condition is None or condition.always or condition.all_set or condition.any_set:
+        return
+    if condition.not_equal:
+        problems.add(
+            condition.loc,
+            path,
+            "not_equal alone never holds: a condition holds only where a variable of all_set "
+            "or any_set is set (or with always: true); add the variable that must be set",
         )

@@ -35,6 +35,7 @@ from .checks import (
     check_accelerators,
     check_aliases,
     check_cluster,
+    check_condition,
     check_hooks_file,
     check_names,
     check_option,
@@ -230,6 +231,9 @@ def _resolve_environments(catalog: Catalog, problems: Problems) -> None:
                         f"cluster environment {name!r} needs {key!r} (set it or inherit it "
                         "with 'extends')",
                     )
+        for key in ("detect", "creates_processes_externally"):
+            if key in spec.locs:  # given here (an inherited one was checked where it was given)
+                check_condition(problems, getattr(spec, key), f"{entry.path}.{key}")
         for key in (k for k in ENVIRONMENT_VALUES if k != "main_address"):  # the numbers
             source_spec: ValueSource | None = values[key]
             if (

@@ -14,7 +14,9 @@ error messages a user sees.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,15 +342,25 @@ def _compose(text: str, file: str) -> yaml.Node | None:
 
 
 def read_spec_bytes(path: Path, display: str) -> bytes:
-    """The bytes of a spec file, or a located error saying why they cannot be read."""
+    """The bytes of a spec file, or a located error saying why they cannot be read. Only a
+    regular file is read (a FIFO would block, a device never end), and no more than one byte
+    past ``MAX_BYTES`` (``load_yaml`` refuses a larger file)."""
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise SpecError.single(Location(display), "", "no such file") from None
-    except IsADirectoryError:
-        raise SpecError.single(Location(display), "", "is a directory, not a spec file") from None
     except OSError as exc:
         raise SpecError.single(Location(display), "", f"cannot read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise SpecError.single(Location(display), "", "is a directory, not a spec file")
+        if not stat.S_ISREG(mode):
+            raise SpecError.single(Location(display), "", "is not a regular file, not a spec file")
+        try:
+            return handle.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise SpecError.single(Location(display), "", f"cannot read: {exc.strerror}") from None
 
 
 def load_yaml_file(path: Path, display: str) -> Node:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .io import CheckpointLoadError
 from .sharded import META_FILE, consolidate, is_sharded_checkpoint, resolve_checkpoint
 
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         consolidate(options.source, options.destination)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, CheckpointLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"wrote {options.destination}")

@@ -8,11 +8,15 @@ destroys the previous checkpoint. ``AsyncCheckpointIO`` moves the write to a bac
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pickle
 import re
+import stat
+import struct
 import tempfile
 import threading
+import zipfile
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -69,8 +73,11 @@ class TorchCheckpointIO(CheckpointIO):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        except OSError as error:
+            raise _about(error, target) from None
         os.close(fd)
         try:
             # mkstemp creates the file private (0600); give it the mode a plain open() would.
@@ -81,43 +88,113 @@ class TorchCheckpointIO(CheckpointIO):
             torch.save(checkpoint, tmp)
             _fsync_file(tmp)
             os.replace(tmp, target)
-        except BaseException:
+        except BaseException as error:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(error, OSError) or _writer_failed(error):
+                raise _about(error, target) from None
             raise
         fsync_folder(target.parent)
 
     def load_checkpoint(self, path: PathLike, map_location: Any = None) -> dict[str, Any]:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"checkpoint {os.fspath(path)!r} does not exist")
+        check_checkpoint_file(path)
         try:
             return torch.load(
                 path, map_location=map_location or "cpu", weights_only=self.weights_only
             )
-        except pickle.UnpicklingError as error:
-            if not self.weights_only:
-                raise
-            raise CheckpointLoadError(_refused_message(path, error)) from None
+        except MemoryError:
+            raise
+        except Exception as error:
+            if not self.weights_only and not isinstance(error, CORRUPT_ERRORS):
+                raise  # a trusted file's own objects failed to load: their error, as it is
+            raise CheckpointLoadError(load_error_message(path, error)) from None
+
+
+class CheckpointSaveError(OSError):
+    """Writing a checkpoint failed (a full disk, a folder without write permission, a file
+    too large); the message names the checkpoint, not the temporary file it was written to."""
+
+
+def _writer_failed(error: BaseException) -> bool:
+    """Whether ``error`` is torch's archive writer failing to write (not an object that cannot
+    be saved)."""
+    return isinstance(error, RuntimeError) and any(
+        mark in str(error) for mark in ("inline_container", "PytorchStreamWriter", "file write")
+    )
+
+
+def _about(error: BaseException, target: Path) -> CheckpointSaveError:
+    """``error`` of a save as an error about the checkpoint ``target``: torch's writer says
+    only where in its archive it stopped (``unexpected pos``), an OSError names the temporary
+    file."""
+    if isinstance(error, OSError):
+        reason = error.strerror or str(error)
+        return CheckpointSaveError(
+            error.errno, f"cannot write the checkpoint: {reason}", str(target)
+        )
+    reason = " ".join(str(error).split())[:160]
+    return CheckpointSaveError(
+        errno.EIO,
+        f"cannot write the checkpoint (is the disk full, or the file larger than allowed?): {reason}",
+        str(target),
+    )
 
 
 class CheckpointLoadError(pickle.UnpicklingError):
-    """``torch.load(weights_only=True)`` refused an object in the checkpoint; the message
-    names it and the ways to allow it."""
+    """A checkpoint that cannot be read as data: it is corrupt, not a checkpoint, or holds an
+    object that weights-only loading refuses. The message names the file and what is wrong,
+    in one line."""
 
 
-def _refused_message(path: PathLike, error: Exception) -> str:
+#: What reading a damaged file raises (read as trusted, ``weights_only=False``, any other error
+#: comes from the file's own objects): ``zipfile.BadZipFile``, and torch's ``RuntimeError``, of
+#: the zip format; ``struct.error`` of a legacy file's header; the unpickler's own errors.
+CORRUPT_ERRORS: tuple[type[BaseException], ...] = (
+    EOFError,
+    pickle.UnpicklingError,
+    struct.error,
+    zipfile.BadZipFile,
+    RuntimeError,
+    UnicodeDecodeError,
+)
+
+
+def check_checkpoint_file(path: PathLike) -> None:
+    """Fail unless ``path`` is a regular file: a missing one is a ``FileNotFoundError``, a
+    folder, a FIFO or a device a ``CheckpointLoadError`` (reading a FIFO would wait forever and
+    ``/dev/zero`` would never end)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint {os.fspath(path)!r} does not exist") from None
+    if stat.S_ISDIR(mode):
+        raise CheckpointLoadError(
+            f"checkpoint {os.fspath(path)!r} is a folder but not a sharded checkpoint (it has "
+            "no meta.pt); give a checkpoint file or a sharded checkpoint's folder"
+        )
+    if not stat.S_ISREG(mode):
+        raise CheckpointLoadError(
+            f"checkpoint {os.fspath(path)!r} is not a regular file: it is corrupt or not a "
+            "checkpoint"
+        )
+
+
+def load_error_message(path: PathLike, error: BaseException) -> str:
+    """One line on why the checkpoint at ``path`` did not load: an object weights-only loading
+    refuses (named, and never offered to be allowed: the name comes from the file), or a file
+    that is corrupt or not a checkpoint."""
     found = re.search(r"GLOBAL ([\w.]+)", str(error))
-    what = f"an object of class {found.group(1)}" if found else "a pickled object"
-    allow = (
-        f"torch.serialization.add_safe_globals([{found.group(1).rsplit('.', 1)[-1]}])"
-        if found
-        else "torch.serialization.add_safe_globals([...])"
-    )
+    if found:
+        return (
+            f"checkpoint {os.fspath(path)!r} holds an object of {found.group(1)}, which loading "
+            "with weights_only=True refuses (a checkpoint is data: nothing in it may run code); "
+            "save state_dict() values instead (stateful objects are saved that way), or, only "
+            "for a file you trust, load it with TorchCheckpointIO(weights_only=False)"
+        )
+    detail = " ".join(str(error).split())[:120] or "no more data"
     return (
-        f"checkpoint {os.fspath(path)!r} holds {what}, which loading with weights_only=True "
-        f"refuses; save its state_dict() instead (stateful objects are saved that way), allow "
-        f"the class with {allow}, or, for a file you trust, use "
-        f"TorchCheckpointIO(weights_only=False)"
+        f"checkpoint {os.fspath(path)!r} is corrupt or not a checkpoint "
+        f"({type(error).__name__}: {detail})"
     )
 
 

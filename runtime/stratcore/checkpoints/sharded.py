@@ -14,8 +14,12 @@ state is copied to host memory and the caller goes on; the writing, and the swap
 happen in the background (on a process group of their own, so that they never interleave
 with the training's collectives).
 
-``consolidate`` (also ``python -m <package>.core.consolidate SRC DST``) converts a sharded
+``consolidate`` (also ``python -m stratcore.checkpoints.consolidate SRC DST``) converts a sharded
 checkpoint into one file that ``torch.load`` and every strategy's ``load_checkpoint`` read.
+
+A folder is read as data: its metadata and bytes items through ``dcp_reader``, ``meta.pt``
+weights-only, and only by strategies that write sharded checkpoints
+(``CheckpointingBase.reads_sharded_checkpoints``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from .io import PathLike, TorchCheckpointIO, fsync_folder
+from .io import CheckpointLoadError, PathLike, TorchCheckpointIO, fsync_folder
 
 #: Name of the file holding the entries DCP does not store, and the format's marker in it.
 META_FILE = "meta.pt"
@@ -263,51 +267,95 @@ def resolve_checkpoint(path: PathLike) -> Path:
 
 
 def read_meta(path: PathLike) -> dict[str, Any]:
-    """The metadata record of the sharded checkpoint at ``path``."""
+    """The metadata record of the sharded checkpoint at ``path`` (read weights-only); a
+    ``CheckpointLoadError`` where it is not one this package wrote."""
     record = TorchCheckpointIO().load_checkpoint(Path(path) / META_FILE)
-    if record.get("format") != FORMAT:
-        raise ValueError(f"{os.fspath(path)} is not a sharded checkpoint of this package")
-    if record.get("version", 0) > VERSION:
-        raise ValueError(
-            f"the sharded checkpoint {os.fspath(path)} has format version {record['version']}; "
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise CheckpointLoadError(
+            f"{os.fspath(path)} is not a sharded checkpoint of this package: its {META_FILE} "
+            "is corrupt or not a checkpoint's"
+        )
+    version = record.get("version", VERSION)
+    numbered = isinstance(version, int) and not isinstance(version, bool)
+    if numbered and version > VERSION:
+        raise CheckpointLoadError(
+            f"the sharded checkpoint {os.fspath(path)} has format version {version!r}; "
             f"this package reads up to {VERSION}: update it"
+        )
+    if not numbered or version < 1:
+        raise CheckpointLoadError(
+            f"the sharded checkpoint {os.fspath(path)} has format version {version!r}, which "
+            f"no package wrote: its {META_FILE} is corrupt or not a checkpoint's"
+        )
+    sharded, entries = record.get("sharded"), record.get("entries")
+    if (
+        not isinstance(sharded, list)
+        or not all(isinstance(key, str) for key in sharded)
+        or not isinstance(entries, dict)
+    ):
+        raise CheckpointLoadError(
+            f"the sharded checkpoint {os.fspath(path)} has a {META_FILE} that is corrupt or not "
+            "a checkpoint's (no list of sharded entries and mapping of the others)"
         )
     return record
 
 
 def load_sharded(path: PathLike, tensors: dict[str, Any]) -> None:
     """Fill ``tensors`` (state dicts shaped like those saved, sharded as this process holds
-    them) in place from the checkpoint at ``path``. Every rank must call this."""
+    them) in place from the checkpoint at ``path``, read as data (``dcp_reader``). Every rank
+    must call this."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    dcp.load(
-        tensors,
-        storage_reader=dcp.FileSystemReader(Path(path)),
-        no_dist=not (dist.is_available() and dist.is_initialized()),
+    from .dcp_reader import (
+        WeightsOnlyLoadPlanner,
+        WeightsOnlyReader,
+        check_folder,
+        refusals_raised,
     )
+
+    check_folder(path)
+    with refusals_raised(path):
+        dcp.load(
+            tensors,
+            storage_reader=WeightsOnlyReader(Path(path)),
+            planner=WeightsOnlyLoadPlanner(path),
+            no_dist=not (dist.is_available() and dist.is_initialized()),
+        )
 
 
 def consolidated(source: PathLike) -> dict[str, Any]:
     """The sharded checkpoint ``source`` as a full checkpoint: full tensors, every entry at the
-    top level. Reads every shard into this process's memory."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    top level. Reads every shard into this process's memory, as data (``dcp_reader``)."""
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    from .dcp_reader import (
+        WeightsOnlyFullLoadPlanner,
+        WeightsOnlyReader,
+        check_folder,
+        refusals_raised,
+    )
 
     source = resolve_checkpoint(source)
     record = read_meta(source)
     if record.get("engine") is not None:
         return _engine_strategy(source, record["engine"]).consolidated_checkpoint(source, record)
     tensors: dict[str, Any] = {}
-    _load_state_dict(
-        tensors,
-        storage_reader=FileSystemReader(source),
-        planner=_EmptyStateDictLoadPlanner(),
-        no_dist=True,
-    )
+    check_folder(source)
+    with refusals_raised(source):
+        _load_state_dict(
+            tensors,
+            storage_reader=WeightsOnlyReader(source),
+            planner=WeightsOnlyFullLoadPlanner(source),
+            no_dist=True,
+        )
     checkpoint = dict(record["entries"])
     for key in record["sharded"]:
+        if key not in tensors:
+            raise CheckpointLoadError(
+                f"the sharded checkpoint {os.fspath(source)} names the entry {key!r}, which its "
+                "shards do not hold: it is corrupt"
+            )
         checkpoint[key] = tensors[key]
     return checkpoint
 
@@ -321,7 +369,7 @@ def _engine_strategy(source: Path, engine: Any) -> Any:
 
     entry = WRAPPERS.get(engine) if isinstance(engine, str) else None
     if entry is None or entry.base is None:
-        raise ValueError(
+        raise CheckpointLoadError(
             f"the sharded checkpoint {os.fspath(source)} was written by an engine this package "
             f"does not know ({engine!r})"
         )

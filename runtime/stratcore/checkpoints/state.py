@@ -6,7 +6,9 @@ part, see ``sharded_checkpoint``).
 of a strategy is its abstract members: the CheckpointIO, the model and optimizers ``setup``
 returned, the ranks and two collectives, and ``unwrap``. Wrappers override the state-dict
 methods (``get_module_state_dict``, ``load_optimizer_state_dict``, ...), ``saves_sharded``,
-and for their own sharded format ``save_sharded_checkpoint`` and ``load_sharded_checkpoint``.
+and for their own sharded format ``save_sharded_checkpoint`` and ``load_sharded_checkpoint``;
+those that write sharded checkpoints say so with ``reads_sharded_checkpoints``, and only they
+read a folder.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from ..exceptions import MisconfigurationError
-from .io import AsyncCheckpointIO, CheckpointIO, PathLike
+from .io import AsyncCheckpointIO, CheckpointIO, CheckpointLoadError, PathLike
 from .sharded import (
     ShardedSaver,
     consolidated,
@@ -182,6 +184,13 @@ class CheckpointingBase(ABC):
         return False
 
     @property
+    def reads_sharded_checkpoints(self) -> bool:
+        """Whether ``load_checkpoint`` reads a sharded checkpoint folder: only strategies that
+        can write one do (a folder is handed to ``torch.distributed.checkpoint``, or to an
+        engine, nowhere else); the others refuse it, naming ``consolidate``."""
+        return False
+
+    @property
     def sharded_saver(self) -> ShardedSaver:
         """What writes this process's sharded checkpoints, made on first use."""
         if self._saver is None:
@@ -255,6 +264,13 @@ class CheckpointingBase(ABC):
         self.barrier("load_checkpoint")
         filepath = resolve_checkpoint(filepath)
         if is_sharded_checkpoint(filepath):
+            if not self.reads_sharded_checkpoints:
+                raise CheckpointLoadError(
+                    f"{os.fspath(filepath)} is a sharded checkpoint folder, which only strategies "
+                    f"that write sharded checkpoints read ({type(self).__name__} does not); "
+                    "convert it into one file with python -m stratcore.checkpoints.consolidate "
+                    f"{os.fspath(filepath)} <file>"
+                )
             return self.load_sharded_checkpoint(filepath, state, strict)
         checkpoint = self.checkpoint_io.load_checkpoint(filepath, map_location="cpu")
         return self._restore(checkpoint, state, strict, filepath)

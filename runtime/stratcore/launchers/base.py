@@ -163,11 +163,11 @@ def rendezvous_environ(strategy: ParallelLaunchTarget) -> tuple[HostedStore | No
     environment = strategy.cluster_environment
     if environment.node_rank() != 0:
         return None, {
-            "MASTER_ADDR": environment.main_address,
+            "MASTER_ADDR": environment.resolved_main_address(),
             "MASTER_PORT": str(environment.main_port),
         }
     store = HostedStore(
-        environment.main_address,
+        environment.resolved_main_address(),
         environment.given_main_port(),
         strategy.num_nodes * strategy.num_processes,
         strategy.timeout,

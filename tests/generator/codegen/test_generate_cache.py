@@ -257,3 +257,57 @@ def test_a_tree_tells_whether_a_file_holds_exactly_some_bytes(tmp_path: Path) ->
         assert tree.holds("out/a.py", data) == (tree.read("out/a.py") == data), data
     assert not tree.holds("out/missing.py", b"") and not tree.holds("out", b"")
     assert not tree.holds("out/a.py/below", b"")
+
+
+# --- a cache someone else could have written -----------------------------------------------------
+
+#: A pickle that creates ``PWNED`` in the current folder when it is unpickled.
+PWNING_PICKLE = b"cposix\nsystem\n(S'touch PWNED'\ntR."
+
+
+def _poisoned_template_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A template cache whose one compiled template is replaced by a pickle that runs code (jinja2
+    unpickles a checksum after its magic header); returns the compiled file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STRATGEN_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "t.py.j2").write_text("x = {{ value }}\n", encoding="utf-8")
+    assert _render(tmp_path, value=1) == "x = 1\n"
+    (compiled,) = (tmp_path / "cache" / "templates").glob("*/*.cache")
+    magic = __import__("jinja2.bccache", fromlist=["bc_magic"]).bc_magic
+    compiled.write_bytes(magic + PWNING_PICKLE)
+    return compiled
+
+
+@pytest.mark.parametrize("writable", ["the cache folder", "the compiled template"])
+def test_a_cache_the_group_or_others_can_write_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writable: str
+) -> None:
+    compiled = _poisoned_template_cache(tmp_path, monkeypatch)
+    if writable == "the cache folder":
+        os.chmod(tmp_path / "cache", 0o777)
+    else:
+        os.chmod(compiled, 0o666)
+    assert _render(tmp_path, value=2) == "x = 2\n"
+    assert not (tmp_path / "PWNED").exists(), "a cache someone else could write ran code"
+
+
+def test_a_cache_file_of_another_user_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user takes root")
+    compiled = _poisoned_template_cache(tmp_path, monkeypatch)
+    os.chown(compiled, 65534, 65534)  # nobody
+    assert _render(tmp_path, value=2) == "x = 2\n"
+    assert not (tmp_path / "PWNED").exists(), "another user's cache file ran code"
+
+
+def test_layouts_someone_else_could_write_are_not_used(
+    filled: Path, tmp_path: Path, uncached: tuple[Path, dict[str, bytes]]
+) -> None:
+    """A remembered layout ends up in generated code: a writable file is not read."""
+    root, expected = uncached
+    cache, layouts = _copy(filled, tmp_path)
+    os.chmod(layouts, 0o666)
+    files, formatter = _plan(root, cache)
+    assert formatter.hits == 0 and files == expected

@@ -166,3 +166,55 @@ def test_a_hooks_file_named_like_another_import_does_not_shadow_it(
     )
     done = run_python_in(project / "out", probe)
     assert done.returncode == 0, done.stderr
+
+
+def _spec_with_hooks(outside: Path, text: str) -> Path:
+    (outside / "hooks").mkdir(exist_ok=True)
+    (outside / "hooks" / "mine.py").write_text(text)
+    source = outside / "mine.yaml"
+    source.write_text(
+        STRATEGY_SPEC.replace("    options:", "    hooks: hooks/mine.py\n    options:")
+    )
+    return source
+
+
+def test_an_existing_different_hooks_file_needs_force(project: Path, outside: Path) -> None:
+    (project / "specs" / "hooks").mkdir()
+    theirs = project / "specs" / "hooks" / "mine.py"
+    theirs.write_text("# the project's own hooks\n")
+    source = _spec_with_hooks(outside, "def after_setup(strategy):\n    return None\n")
+    before = snapshot(project)
+    result = run_cli("new", "--from", source, "--project", project)
+    assert result.code == 2 and result.out == ""
+    assert "specs/hooks/mine.py already exists and differs from" in result.err
+    assert snapshot(project) == before, "the spec or the hooks file was written"
+
+    forced = run_cli("new", "--from", source, "--project", project, "--force")
+    assert forced.code == 0, forced.err
+    assert theirs.read_text() == "def after_setup(strategy):\n    return None\n"
+
+
+def test_a_hooks_file_is_never_written_through_a_link(
+    project: Path, outside: Path, tmp_path: Path
+) -> None:
+    precious = tmp_path / "precious.py"
+    precious.write_text("KEEP = 1\n")
+    (project / "specs" / "hooks").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "mine.py").symlink_to(precious)
+    source = _spec_with_hooks(outside, "X = 2\n")
+    for force in ((), ("--force",)):
+        result = run_cli("new", "--from", source, "--project", project, *force)
+        assert result.code == 2, result.err
+        assert "Traceback" not in result.err
+    assert precious.read_text() == "KEEP = 1\n"
+    assert not (project / "specs" / "mine.yaml").exists()
+
+
+@pytest.mark.parametrize("name", ["mine.txt", "mine.json", "mine"])
+def test_a_file_generate_would_not_read_is_refused(project: Path, outside: Path, name: str) -> None:
+    (outside / name).write_text(STRATEGY_SPEC)
+    before = snapshot(project)
+    result = run_cli("new", "--from", outside / name, "--project", project)
+    assert result.code == 2 and result.out == ""
+    assert "a spec file is named *.yaml or *.yml" in result.err
+    assert snapshot(project) == before

@@ -213,6 +213,24 @@ def test_nothing_is_written_when_a_template_is_broken(project: Path) -> None:
     assert snapshot(project) == before
 
 
+def test_nothing_is_written_when_a_generated_module_does_not_compile(project: Path) -> None:
+    """Every module is compiled before the write: a duplicate argument parses (black lays it out)
+    but does not compile, as a spec's option named like the constructor's own would."""
+    templates = project / "templates" / "package"
+    templates.mkdir(parents=True)
+    (templates / "registry.py.j2").write_text(
+        '{{ header }}\n"""Registry."""\n\n\ndef f(a, a):\n    return a\n'
+    )
+    config = project / "pyproject.toml"
+    config.write_text(config.read_text() + 'templates = "templates"\n')
+    before = snapshot(project)
+    result = run_cli("generate", "--project", project)
+    assert result.code == 2 and result.err.count("\n") == 1, result.err
+    assert result.err.startswith("error: out/minilib/registry.py:6: the generated module is not")
+    assert "duplicate argument 'a'" in result.err
+    assert snapshot(project) == before
+
+
 def test_a_file_system_error_is_a_clean_error(project: Path) -> None:
     registry = project / "out" / "minilib" / "registry.py"
     registry.unlink()

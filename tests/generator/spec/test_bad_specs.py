@@ -51,6 +51,12 @@ REQUIRED = {
     "formats of the device keys": "63_device_key_formats",
     "precision probes on a strategy": "64_probes_on_a_strategy",
     "DeepSpeed accelerator DeepSpeed lacks, or refused where it lacks one": "65_deepspeed_accelerator",
+    ".nan as a default, a choice or a preset": "66_not_a_number_default",
+    "a condition of not_equal alone": "67_not_equal_alone",
+    "options named like the constructor's own names, a hooks file no module can be named after": (
+        "68_names_that_break_generated_code"
+    ),
+    "class names of the registry module and of builtins": "69_class_names_that_shadow",
 }
 
 

@@ -197,13 +197,16 @@ def test_an_object_weights_only_loading_refuses_gets_a_one_line_error(tmp_path: 
     assert "\n" not in message, f"not one line: {message!r}"
     assert f"{__name__}.Opaque" in message, "the refused class is not named"
     assert "state_dict()" in message and "weights_only=False" in message
-    assert "add_safe_globals([Opaque])" in message
+    # The name comes from the file: the message never offers to allow it (os.system is named
+    # the same way).
+    assert "add_safe_globals" not in message
 
     # What the message offers works.
     trusting = stratlib.get_strategy(
         "single_device", checkpoint_io=stratlib.TorchCheckpointIO(weights_only=False)
     )
     assert trusting.load_checkpoint(path)["thing"].value == 3
+    # A class the user allows (docs/guides/checkpoints.md) loads weights-only.
     with torch.serialization.safe_globals([Opaque]):
         assert _stratlib().load_checkpoint(path)["epoch"] == 1
 

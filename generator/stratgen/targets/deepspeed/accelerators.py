@@ -20,7 +20,14 @@ from collections.abc import Iterable
 
 from stratcore.contract import DEEPSPEED_ACCELERATOR_ROOT, deepspeed_accelerator_name
 
-from ...codegen.python_source import Imports, PyClass, PyModule, first_sentence, wrap_exactly
+from ...codegen.python_source import (
+    DocSource,
+    Imports,
+    PyClass,
+    PyModule,
+    docstring,
+    first_sentence,
+)
 from ...codegen.templating import RenderedFile, Renderer, describe_sources, header
 from ...resolve.catalog import Accelerator, Catalog
 from ...resolve.deepspeed_accelerators import deepspeed_generated
@@ -40,7 +47,7 @@ def class_name(accelerator: Accelerator) -> str:
     return deepspeed_accelerator_name(accelerator.class_name)
 
 
-def _doc(accelerator: Accelerator) -> str:
+def _doc(accelerator: Accelerator) -> DocSource:
     spec = accelerator.spec
     summary = first_sentence(spec.description) or f"The {spec.name!r} accelerator"
     if deepspeed_generated(spec):
@@ -58,7 +65,7 @@ def _doc(accelerator: Accelerator) -> str:
         f"``{class_name(accelerator)}.install()`` before ``import deepspeed`` makes DeepSpeed "
         f"use it. {use}",
     ]
-    return "\n\n    ".join("\n    ".join(wrap_exactly(p, 92, 92)) for p in paragraphs)
+    return docstring(paragraphs, "    ", 92, 92)
 
 
 def accelerator_module(accelerator: Accelerator) -> PyModule:
@@ -68,11 +75,10 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
     imports.add_local("", "accelerators")
     name = class_name(accelerator)
     source = accelerator.source.path
-    text = f"{name}: {source} for DeepSpeed."
     return PyModule(
         path=f"{SUBPACKAGE}/{accelerator.module}.py",
         source=f"{source} (deepspeed target)",
-        doc="\n".join(wrap_exactly(text, 93, 96)),
+        doc=docstring([f"{name}: {source} for DeepSpeed."]),
         imports=imports,
         classes=[
             PyClass(
@@ -99,7 +105,7 @@ def package_init(accelerators: list[Accelerator], sources: str) -> PyModule:
     return PyModule(
         path=f"{SUBPACKAGE}/__init__.py",
         source=f"{sources} (deepspeed target)",
-        doc="\n".join(wrap_exactly(doc, 93, 96)),
+        doc=docstring([doc]),
         imports=imports,
         classes=[],
         all_names=sorted(class_name(a) for a in accelerators),

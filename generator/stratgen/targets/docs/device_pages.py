@@ -130,7 +130,7 @@ def _option_rows(strategy: Strategy) -> list[tuple[str, str, str, str]]:
     for name, option in strategy.options.items():
         types = " or ".join(option.types) or "any"
         if option.choices:
-            types += ": " + ", ".join(literal(c) for c in option.choices)
+            types += ": " + ", ".join(code(literal(c)) for c in option.choices)
         rows.append((code(name), types, code(literal(option.default)), text(option.doc)))
     return rows
 

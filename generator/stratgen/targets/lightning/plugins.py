@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from stratcore.lightning.contract import (
@@ -36,18 +37,22 @@ from stratcore.lightning.contract import (
 )
 
 from ...codegen.python_source import (
+    DocSource,
     Imports,
     PyClass,
     PyModule,
+    docstring,
+    docstring_body,
     first_sentence,
     literal,
-    wrap_exactly,
 )
 from ...codegen.templating import RenderedFile, Renderer, describe_sources, header
-from ...resolve.catalog import Accelerator, Catalog, ClusterEnvironment, Strategy
+from ...resolve.catalog import Accelerator, Catalog, ClusterEnvironment, Source, Strategy
+from ...resolve.checks import field_loc, spec_path
+from ...resolve.reserved_names import module_name_problem
 from ...resolve.runtime_facts import processes_per_node
 from ...resolve.selection import Selection as PackageSelection
-from ...spec.errors import StratgenError
+from ...spec.errors import Location, SpecError, SpecProblem
 
 WHAT = {"pytorch": "Lightning's Trainer", "fabric": "Lightning Fabric"}
 
@@ -128,14 +133,14 @@ def select(catalog: Catalog, strategy_names: Iterable[str], framework: str) -> S
     return chosen
 
 
-def _doc(description: str, framework: str, base: str, source: str) -> str:
+def _doc(description: str, framework: str, base: str, source: str) -> DocSource:
     """A class docstring: the spec's first sentence, then where the behaviour comes from."""
     paragraphs = [
         f"{first_sentence(description)}, for {WHAT[framework]}.",
         f"Lightning's ``{base}``, configured with the facts of {source} (``spec``) through "
         f"``stratcore.lightning``.",
     ]
-    return "\n\n    ".join("\n    ".join(wrap_exactly(p, 92, 92)) for p in paragraphs)
+    return docstring(paragraphs, "    ", 92, 92)
 
 
 def spec_modules(
@@ -153,10 +158,13 @@ def spec_modules(
     lightning = FRAMEWORKS[framework]
     for stem, entries in sorted(by_stem.items()):
         module = stem.replace("-", "_")
+        first = entries[0]
+        _check_module_name(
+            module, first.source if isinstance(first, Accelerator) else first.strategy.source
+        )
         imports = Imports()
         imports.stdlib.add("from __future__ import annotations")
         classes: list[PyClass] = []
-        first = entries[0]
         source = (first.source if isinstance(first, Accelerator) else first.strategy.source).path
         for entry in entries:
             if isinstance(entry, Accelerator):
@@ -197,7 +205,8 @@ def spec_modules(
                 )
         names = [c.name for c in classes]
         aliased = {e.lightning_base for e in entries if isinstance(e, PluginStrategy)}
-        _check_no_shadowing(names, imported_names() - (aliased & set(names)), source)
+        items = [e if isinstance(e, Accelerator) else e.strategy for e in entries]
+        _check_no_shadowing(items, imported_names() - (aliased & set(names)))
         exported += [(module, name) for name in names]
         modules.append(
             PyModule(
@@ -212,6 +221,19 @@ def spec_modules(
     return modules, exported
 
 
+def _check_module_name(module: str, source: Source) -> None:
+    """A spec file's name becomes the name of its plugin module, which the framework's
+    ``__init__`` imports by name."""
+    problem = module_name_problem(module)
+    if problem is not None:
+        raise SpecError.single(
+            Location(source.path),
+            "",
+            f"spec file name {Path(source.path).name!r} becomes the Lightning plugin module "
+            f"lightning/<framework>/{module}.py: {problem}; rename the file",
+        )
+
+
 def _base_name(lightning_base: str, entries: list[Any]) -> str:
     """The name a module imports a Lightning strategy under: its own, or
     ``Lightning<Name>`` where a generated class of the module takes its name (the spec of
@@ -220,19 +242,26 @@ def _base_name(lightning_base: str, entries: list[Any]) -> str:
     return f"Lightning{lightning_base}" if lightning_base in taken else lightning_base
 
 
-def _check_no_shadowing(names: list[str], imported: frozenset[str], source: str) -> None:
-    """A generated class may not take the name of a Lightning class its module imports."""
-    for name in names:
-        if name in imported:
-            raise StratgenError(
-                f"{source}: class {name!r} would shadow Lightning's {name} in its Lightning "
-                "plugin module; give it another class_name"
-            )
+def _check_no_shadowing(items: list[Any], imported: frozenset[str]) -> None:
+    """A generated class may not take the name of a Lightning class its module imports: the
+    ``class_name`` of such an item (an accelerator, a strategy, a cluster environment) is
+    refused where its spec writes it."""
+    problems = [
+        SpecProblem(
+            field_loc(item.spec, "class_name"),
+            f"{spec_path(item)}.class_name",
+            f"class {item.class_name!r} would shadow Lightning's {item.class_name} in its "
+            "Lightning plugin module; give it another class_name",
+        )
+        for item in items
+        if item.class_name in imported
+    ]
+    if problems:
+        raise SpecError(problems)
 
 
-def _module_doc(names: list[str], framework: str, source: str) -> str:
-    text = f"{', '.join(names)}: {source} for {WHAT[framework]}."
-    return "\n".join(wrap_exactly(text, 93, 96))
+def _module_doc(names: list[str], framework: str, source: str) -> DocSource:
+    return docstring([f"{', '.join(names)}: {source} for {WHAT[framework]}."])
 
 
 def environments_constant(strategy: Strategy) -> str:
@@ -266,12 +295,15 @@ def environments_module(
             PyClass(
                 env.class_name,
                 [ADAPTERS["environment"][1], "ClusterEnvironment"],
-                first_sentence(env.description) + ", as a Lightning cluster environment.",
+                docstring_body(
+                    first_sentence(env.description) + ", as a Lightning cluster environment.",
+                    "    ",
+                ),
                 [("spec", "", f"environments.{env.class_name}")],
             )
             for env in own
         ]
-        _check_no_shadowing([c.name for c in classes], imported_names(), sources)
+        _check_no_shadowing(own, imported_names())
     tail = []
     # One constant per declared cluster list, shared by the strategies inheriting it.
     constants: list[str] = []
@@ -289,14 +321,12 @@ def environments_module(
     return PyModule(
         path="lightning/environments.py",
         source=f"{sources} (Lightning target)",
-        doc="\n".join(
-            wrap_exactly(
+        doc=docstring(
+            [
                 "What the plugins for the Trainer and for Fabric share: Lightning cluster "
                 "environments of the specs' own schedulers, and the environments each strategy "
-                "detects, in its order.",
-                93,
-                96,
-            )
+                "detects, in its order."
+            ]
         ),
         imports=imports,
         classes=classes,
@@ -340,7 +370,7 @@ def framework_init(
     return PyModule(
         path=f"lightning/{framework}/__init__.py",
         source=f"{sources} (Lightning target)",
-        doc="\n".join(wrap_exactly(doc, 93, 96)),
+        doc=docstring([doc]),
         imports=imports,
         classes=[],
         body=body,
@@ -359,7 +389,7 @@ def package_init(sources: str) -> PyModule:
     return PyModule(
         path="lightning/__init__.py",
         source=f"{sources} (Lightning target)",
-        doc="\n".join(wrap_exactly(doc, 93, 96)),
+        doc=docstring([doc]),
         imports=imports,
         classes=[],
     )

@@ -25,6 +25,7 @@ from ...codegen.python_source import (
     annotated,
     class_doc,
     comment_text,
+    docstring,
     literal,
     module_doc,
 )
@@ -305,7 +306,7 @@ def backends_module(catalog: Catalog, names: Iterable[str], source: str) -> PyMo
     return PyModule(
         path="backends.py",
         source=source,
-        doc="Collective backends and what each can reduce natively.",
+        doc=docstring(["Collective backends and what each can reduce natively."]),
         imports=imports,
         classes=[],
         body=body,

@@ -8,6 +8,7 @@ were generated for.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -124,10 +125,7 @@ def _emit_hooks(strategies: list[Strategy], package_dir: str, emit: Any) -> None
                     f"{package_dir}/hooks/{name}.py; rename one of them"
                 )
             origins[name] = path
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise StratgenError(f"{path}: cannot read the hooks file: {exc}") from None
+            text = _read_hooks(path)
             hooks_files[name] = (
                 header(f"{strategy.source.path} (hooks: {strategy.hooks})") + "\n" + text
             )
@@ -138,6 +136,25 @@ def _emit_hooks(strategies: list[Strategy], package_dir: str, emit: Any) -> None
         )
         for name, text in sorted(hooks_files.items()):
             emit(f"{package_dir}/hooks/{name}.py", text, python=False)
+
+
+#: The most of a hooks file that is read: a module of functions is kilobytes.
+MAX_HOOKS_BYTES = 1024 * 1024
+
+
+def _read_hooks(path: Path) -> str:
+    """A hooks file's text: a regular file of at most ``MAX_HOOKS_BYTES``, in UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO: no wait
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StratgenError(f"{path}: the hooks file is not a regular file")
+            data = handle.read(MAX_HOOKS_BYTES + 1)
+        if len(data) > MAX_HOOKS_BYTES:
+            raise StratgenError(f"{path}: the hooks file is larger than {MAX_HOOKS_BYTES} bytes")
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StratgenError(f"{path}: cannot read the hooks file: {exc}") from None
 
 
 def _registry(

@@ -27,6 +27,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from . import process_groups
+from .checkpoint_files import check_folder, weights_only_engine_loads
 from .config import (
     CONFIG_DEFAULTS,
     ZERO_STAGES,
@@ -369,6 +370,10 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
             )
         return self.state_dict_type == "sharded"
 
+    @property
+    def reads_sharded_checkpoints(self) -> bool:
+        return True
+
     def _engine_entries(self, state: Mapping[str, Any]) -> tuple[list[str], bool]:
         """The keys of ``state`` that the engine saves and loads itself (its module and
         optimizer), and whether the optimizer is among them."""
@@ -419,13 +424,14 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
         check_entries(filepath, record, state, strict)
         keys, with_optimizer = self._engine_entries(state)
         if keys:
-            load_path, _ = self._engine.load_checkpoint(
-                str(filepath),
-                tag=TAG,
-                load_module_strict=strict,
-                load_optimizer_states=with_optimizer,
-                load_lr_scheduler_states=False,
-            )
+            with weights_only_engine_loads(self._engine):
+                load_path, _ = self._engine.load_checkpoint(
+                    str(filepath),
+                    tag=TAG,
+                    load_module_strict=strict,
+                    load_optimizer_states=with_optimizer,
+                    load_lr_scheduler_states=False,
+                )
             if load_path is None:
                 raise FileNotFoundError(f"DeepSpeed found no checkpoint in {os.fspath(filepath)}")
         return restore_entries(record["entries"], state)
@@ -434,11 +440,13 @@ class DeepSpeedStrategyBase(ParallelStrategyBase):
     def consolidated_checkpoint(cls, source: Path, record: dict[str, Any]) -> dict[str, Any]:
         """A folder this strategy saved sharded, as one checkpoint: the module's full float32
         weights (DeepSpeed's ``zero_to_fp32``) and the other entries; DeepSpeed's optimizer
-        partitions are not converted (``stratcore.checkpoints.sharded.consolidated``)."""
+        partitions are not converted (``stratcore.checkpoints.sharded.consolidated``). Every
+        file of the folder is read weights-only first (``checkpoint_files.check_folder``)."""
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
         checkpoint = dict(record["entries"])
         if record.get("module") is not None:
+            check_folder(source)  # zero_to_fp32 reads the files as trusted
             weights = get_fp32_state_dict_from_zero_checkpoint(str(source), tag=TAG)
             checkpoint[record["module"]] = dict(weights)
         return checkpoint

@@ -106,6 +106,10 @@ class FSDPStrategyBase(ShardedStateDicts, ParallelStrategyBase):
     def saves_sharded(self) -> bool:
         return self.state_dict_type == "sharded"
 
+    @property
+    def reads_sharded_checkpoints(self) -> bool:
+        return True
+
     # -- wrapping --------------------------------------------------------------------------
 
     @property

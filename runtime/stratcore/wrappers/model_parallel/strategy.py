@@ -373,6 +373,10 @@ class ModelParallelStrategyBase(PipelineStateDicts, ParallelStrategyBase):
         ``save_distributed_checkpoint`` is off."""
         return bool(self.save_distributed_checkpoint)
 
+    @property
+    def reads_sharded_checkpoints(self) -> bool:
+        return True
+
     # -- teardown ----------------------------------------------------------------------------
 
     def teardown(self) -> None:

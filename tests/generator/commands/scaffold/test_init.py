@@ -11,7 +11,7 @@ import pytest
 import yaml
 from stratcore.testing import watch
 
-from tests.support.user_projects import PACKAGE, stratgen, stratgen_process
+from tests.support.user_projects import PACKAGE, init_project, stratgen, stratgen_process
 
 
 def test_init_lays_out_a_project(new_project: Path) -> None:
@@ -176,3 +176,17 @@ def test_init_reports_a_template_it_cannot_read(tmp_path: Path) -> None:
     assert result.code == 2
     assert result.err.startswith("error: stratgen init:")
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("folder", ['we"ird', "a b\\c", "née", "-dash-"])
+def test_a_folder_name_of_any_characters_makes_a_valid_pyproject(
+    tmp_path: Path, folder: str
+) -> None:
+    target = init_project(tmp_path / folder)
+    pyproject = tomllib.loads((target / "pyproject.toml").read_text())  # valid TOML
+    name = pyproject["project"]["name"]
+    # A distribution name: ASCII letters and digits, '.', '_' or '-' between them.
+    assert name[0].isalnum() and name[-1].isalnum(), name
+    assert all(c.isascii() and (c.isalnum() or c in "._-") for c in name), name
+    readme = (target / "README.md").read_text()
+    assert readme.startswith(f"# {name}\n")

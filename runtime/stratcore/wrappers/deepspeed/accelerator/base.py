@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
 from stratcore.accelerator import Accelerator
+from stratcore.environment import int_variable
 from stratcore.exceptions import MisconfigurationError
 
 from .install import GENERATED, deepspeed_class, install, unavailable_op_builder
@@ -177,7 +177,7 @@ class DeepSpeedAcceleratorBase(DeviceMemory):
             return current
         if self._index is not None:
             return self._index
-        return int(os.environ.get("LOCAL_RANK", "0"))
+        return int_variable("LOCAL_RANK", 0, 0)
 
     def current_device_name(self) -> str:
         """The name of this process's device."""
@@ -186,7 +186,7 @@ class DeepSpeedAcceleratorBase(DeviceMemory):
     def device_count(self) -> int:
         """The spec's count; for devices that are processes, the processes of this node."""
         count = self.spec.device_count()
-        return count if count is not None else int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        return count if count is not None else int_variable("LOCAL_WORLD_SIZE", 1, 1)
 
     def synchronize(self, device_index: int | None = None) -> None:
         """Wait for the device's queued work, where its module can."""
