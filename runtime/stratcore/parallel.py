@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -65,6 +65,23 @@ def share_cpu_threads(processes_per_node: int) -> None:
     threads = max(1, (os.cpu_count() or 1) // processes_per_node)
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+def choose_device(
+    devices: Sequence[torch.device], environment: ClusterEnvironmentBase, local_rank: int
+) -> torch.device:
+    """The device of ``devices`` a process trains on: the one its cluster environment gave it,
+    where the environment says and that device is among ``devices`` (Ray Train makes a GPU
+    worker's device visible beside those of the other workers on its node and names its own);
+    else the one at its local rank. Where a process sees only its own device (Ray's workers of
+    devices whose visible-devices variable it sets to one device), that is the only one."""
+    given = environment.device()
+    if given is not None:
+        with contextlib.suppress(RuntimeError):
+            device = torch.device(given)
+            if device.index is not None and device in devices:
+                return device
+    return devices[local_rank % len(devices)]
 
 
 class ParallelStrategyBase(StrategyBase):
@@ -152,8 +169,7 @@ class ParallelStrategyBase(StrategyBase):
 
     @property
     def root_device(self) -> torch.device:
-        devices = self.parallel_devices
-        return devices[self.local_rank % len(devices)]
+        return choose_device(self.parallel_devices, self.cluster_environment, self.local_rank)
 
     @property
     def global_rank(self) -> int:

@@ -49,6 +49,7 @@ class BaguaStrategy(BaguaStrategyBase, ParallelStrategy):
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     backend: ClassVar[CollectiveBackend | None] = NCCL
     cluster: ClassVar[tuple[str, ...]] = (
+        "ray",
         "bagua",
         "torchelastic",
         "slurm",

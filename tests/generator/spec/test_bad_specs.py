@@ -51,6 +51,8 @@ REQUIRED = {
     "formats of the device keys": "63_device_key_formats",
     "precision probes on a strategy": "64_probes_on_a_strategy",
     "DeepSpeed accelerator DeepSpeed lacks, or refused where it lacks one": "65_deepspeed_accelerator",
+    "environment running inside one that does not exist, or inside itself": "66_runs_inside_unknown",
+    "environment listed after one it runs inside": "67_runs_inside_order",
 }
 
 

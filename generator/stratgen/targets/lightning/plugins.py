@@ -39,6 +39,7 @@ from ...codegen.python_source import (
     Imports,
     PyClass,
     PyModule,
+    docstring_body,
     first_sentence,
     literal,
     wrap_exactly,
@@ -266,7 +267,17 @@ def environments_module(
             PyClass(
                 env.class_name,
                 [ADAPTERS["environment"][1], "ClusterEnvironment"],
-                first_sentence(env.description) + ", as a Lightning cluster environment.",
+                docstring_body(
+                    "\n".join(
+                        wrap_exactly(
+                            first_sentence(env.description)
+                            + ", as a Lightning cluster environment.",
+                            93,
+                            96,
+                        )
+                    ),
+                    "    ",
+                ),
                 [("spec", "", f"environments.{env.class_name}")],
             )
             for env in own
