@@ -68,14 +68,14 @@ def share_cpu_threads(processes_per_node: int) -> None:
 
 
 def choose_device(
-    devices: Sequence[torch.device], environment: ClusterEnvironmentBase, local_rank: int
+    devices: Sequence[torch.device], given: str | None, local_rank: int
 ) -> torch.device:
-    """The device of ``devices`` a process trains on: the one its cluster environment gave it,
-    where the environment says and that device is among ``devices`` (Ray Train makes a GPU
-    worker's device visible beside those of the other workers on its node and names its own);
-    else the one at its local rank. Where a process sees only its own device (Ray's workers of
-    devices whose visible-devices variable it sets to one device), that is the only one."""
-    given = environment.device()
+    """The device of ``devices`` a process trains on: ``given``, the one its cluster
+    environment gave it (``ClusterEnvironmentBase.device``), where that is among ``devices``
+    (Ray Train makes a GPU worker's device visible beside those of the other workers on its
+    node, and names its own); else the one at its local rank. Where a process sees only its own
+    device (Ray's workers of devices whose visible-devices variable it sets to one device),
+    that is the only one."""
     if given is not None:
         with contextlib.suppress(RuntimeError):
             device = torch.device(given)
@@ -169,7 +169,9 @@ class ParallelStrategyBase(StrategyBase):
 
     @property
     def root_device(self) -> torch.device:
-        return choose_device(self.parallel_devices, self.cluster_environment, self.local_rank)
+        return choose_device(
+            self.parallel_devices, self.cluster_environment.device(), self.local_rank
+        )
 
     @property
     def global_rank(self) -> int:
