@@ -54,17 +54,20 @@ INSTALL = 'pip install "stratcore[ray]" (Ray Train)'
 _INIT_HOOKS_RUN: set[str] = set()
 
 
-def prepare_worker(backend: CollectiveBackend, device_type: str) -> str:
+def prepare_worker(backend: CollectiveBackend, accelerator: type[Accelerator] | None) -> str:
     """In a Ray worker, before Ray creates the process group: make ``backend`` known to
     torch.distributed (import the module that registers it, run its init hook once a process)
-    and return the name ``init_process_group`` takes for it on devices of ``device_type``.
-    Missing packages are a one-line error naming what to install."""
+    and return the name ``init_process_group`` takes for it on ``accelerator``'s devices, as
+    this worker finds them (an accelerator for whichever device torch finds has its device
+    type here, not on the driver). Missing packages are a one-line error naming what to
+    install."""
     require(backend.requires, f"backend {backend.name!r}")
     backend.register()
     hook = backend.init_hook
     if hook is not None and hook not in _INIT_HOOKS_RUN:
         import_object(hook)()
         _INIT_HOOKS_RUN.add(hook)
+    device_type = accelerator.device_type if accelerator is not None else "cpu"
     return backend.for_device(device_type).process_group_name
 
 
@@ -86,7 +89,7 @@ def _config_class() -> type[Any]:
 
         def on_start(self, worker_group: Any, backend_config: Any) -> None:
             names = worker_group.execute(
-                prepare_worker, backend_config.spec_backend, backend_config.device_type
+                prepare_worker, backend_config.spec_backend, backend_config.accelerator
             )
             if len(set(names)) > 1:
                 raise MisconfigurationError(
@@ -101,12 +104,12 @@ def _config_class() -> type[Any]:
         """``TorchConfig`` whose backend is a spec's: ``backend`` holds the name
         torch.distributed knows it by (None until the workers say it, for backends taken from
         torch's device map); ``spec_backend`` is the backend with what it needs, and
-        ``device_type`` the devices it serves."""
+        ``accelerator`` the accelerator whose devices it serves."""
 
         spec_backend: CollectiveBackend = dataclasses.field(
             default_factory=lambda: CollectiveBackend("gloo")
         )
-        device_type: str = "cpu"
+        accelerator: type[Accelerator] | None = None
 
         @property
         def backend_cls(self) -> type[Any]:
@@ -225,7 +228,7 @@ class RayTrain:
             backend=None if backend.from_device_map else backend.process_group_name,
             timeout_s=timeout_s,
             spec_backend=backend,
-            device_type=accelerator_cls.device_type,
+            accelerator=accelerator_cls,
         )
 
     def resources_per_worker(

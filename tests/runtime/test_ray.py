@@ -36,10 +36,15 @@ from tests.support.generator import make_project, run_cli
 
 from .support import SCRIPTS, script_env
 
-pytestmark = pytest.mark.skipif(
-    not module_available("ray.train"),
-    reason='Ray Train is not installed (pip install "stratcore[ray]"; CI installs it)',
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not module_available("ray.train"),
+        reason='Ray Train is not installed (pip install "stratcore[ray]"; CI installs it)',
+    ),
+    # One Ray cluster for every test here: in one pytest worker.
+    pytest.mark.xdist_group("ray-train"),
+    pytest.mark.slow,
+]
 
 #: The test device as a generated package's spec sees it: an accelerator whose module
 #: (``testdev_runtime``) loads the device and registers its backend, and the strategies that
@@ -238,3 +243,62 @@ def test_a_lightning_trainer_with_the_generated_plugin_trains_on_rays_workers(
         assert run["runtime_owns_group"] is False, "Ray's group was counted as the runtime's"
         testing.assert_parameters_close(run["params"], testing.reference_parameters(STEPS))
     assert runs[0]["params"] == runs[1]["params"], "the workers' weights differ"
+
+
+# --- the helper, without a cluster --------------------------------------------------------------
+
+
+def helper() -> Any:
+    import stratlib.ray
+
+    return stratlib.ray
+
+
+@pytest.mark.parametrize(
+    ("strategy", "accelerator", "backend", "resources"),
+    [
+        ("ddp", "cpu", "gloo", {"CPU": 1}),
+        ("ddp", "cuda", "nccl", {"GPU": 1}),
+        ("npu_ddp", "auto", "hccl", {"NPU": 1}),  # the spec's ascend_hccl, under torch's name
+        ("hpu_parallel", "auto", "hccl", {"HPU": 1}),
+        ("xpu_fsdp", "auto", "xccl", {"GPU": 1}),
+    ],
+)
+def test_the_trainer_gets_the_specs_backend_and_resource(
+    strategy: str, accelerator: str, backend: str, resources: dict[str, int]
+) -> None:
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchConfig
+
+    from stratlib.registry import REGISTRY
+
+    kwargs = helper().trainer_kwargs(strategy, workers=8, accelerator=accelerator)
+    assert set(kwargs) == {"torch_config", "scaling_config"}
+    config, scaling = kwargs["torch_config"], kwargs["scaling_config"]
+    assert isinstance(config, TorchConfig) and isinstance(scaling, ScalingConfig)
+    assert config.backend == backend
+    spec_class = REGISTRY.strategy_entry(strategy).cls
+    declared = spec_class.backend or config.accelerator.backend
+    assert config.spec_backend == declared  # with its registering module and init hook
+    assert (scaling.num_workers, scaling.resources_per_worker) == (8, resources)
+    assert scaling.use_gpu is ("GPU" in resources)
+
+
+def test_a_backend_taken_from_torchs_device_map_is_named_by_the_workers() -> None:
+    """generic's backend is whatever torch maps the workers' device to: the driver cannot
+    know it (here, without that device, it would say gloo)."""
+    config = helper().torch_config("generic_ddp")
+    assert config.backend is None and config.spec_backend.from_device_map
+
+
+def test_a_device_whose_spec_names_no_ray_resource_is_a_clear_error() -> None:
+    from stratcore.exceptions import MisconfigurationError
+
+    with pytest.raises(MisconfigurationError, match=r"accelerator 'mlu' names no Ray resource"):
+        helper().scaling_config("mlu_ddp", workers=2)
+    given = helper().scaling_config("mlu_ddp", workers=2, resources_per_worker={"MLU": 1})
+    assert given.resources_per_worker == {"MLU": 1}
+    with pytest.raises(MisconfigurationError, match=r"workers=0 is not allowed"):
+        helper().scaling_config("ddp", workers=0, accelerator="cpu")
+    with pytest.raises(MisconfigurationError, match=r"accelerator='npu': DDPStrategy runs on"):
+        helper().torch_config("ddp", accelerator="npu")
