@@ -104,10 +104,20 @@ def created_by_runtime() -> bool:
 
 def adopt_existing_group() -> None:
     """Record that the existing default group is someone else's (Ray's, a script's own): it is
-    reused, and neither a failed launch nor the end of the process destroys it."""
+    reused, and neither a failed launch nor the end of the process destroys it.
+
+    A group created after the runtime arranged the release at exit, by code it was asked to
+    serve (DeepSpeed's ``initialize`` on an accelerator the runtime installed), stays the
+    runtime's to release at exit (``release_process_group``); one that existed before (Ray
+    Train creates its group before the train function runs) is adopted.
+    """
     global _adopted
-    if not created_by_runtime():
-        _adopted = _default_group_id()
+    if created_by_runtime():
+        return
+    current = _default_group_id()
+    if _release_registered and current != _group_when_release_arranged:
+        return
+    _adopted = current
 
 
 def _adopted_by_runtime() -> bool:
@@ -226,14 +236,17 @@ def release_process_group(*, at_exit: bool = False) -> None:
 
 
 _release_registered = False
+#: ``id`` of the default group that existed when the release at exit was arranged (None: none).
+_group_when_release_arranged: int | None = None
 
 
 def release_process_group_at_exit() -> None:
     """Release the default process group when the interpreter exits (once registered)."""
-    global _release_registered
+    global _release_registered, _group_when_release_arranged
     if not _release_registered:
         atexit.register(_release_at_exit)
         _release_registered = True
+        _group_when_release_arranged = _default_group_id()
 
 
 def _release_at_exit() -> None:
