@@ -49,8 +49,8 @@ class BaguaStrategy(BaguaStrategyBase, ParallelStrategy):
     launcher_class: ClassVar[type[Launcher]] = PopenLauncher
     backend: ClassVar[CollectiveBackend | None] = NCCL
     cluster: ClassVar[tuple[str, ...]] = (
-        "ray",
         "bagua",
+        "ray",
         "torchelastic",
         "slurm",
         "lsf",
