@@ -41,6 +41,7 @@ from .environments.kubeflow import KubeflowEnvironment
 from .environments.lightning import LightningEnvironment
 from .environments.lsf import LSFEnvironment
 from .environments.mpi import MPIEnvironment
+from .environments.ray import RayEnvironment
 from .environments.slurm import SLURMEnvironment
 from .environments.torchelastic import TorchElasticEnvironment
 from .environments.xla import XLAEnvironment
@@ -270,6 +271,7 @@ REGISTRY = register(
         cluster_environments={
             "bagua": BaguaEnvironment,
             "lightning": LightningEnvironment,
+            "ray": RayEnvironment,
             "torchelastic": TorchElasticEnvironment,
             "slurm": SLURMEnvironment,
             "lsf": LSFEnvironment,

@@ -4,7 +4,7 @@
 run by the cases of ``stratcore.testing.suite``."""
 
 from spec_facts import BAGUA_OPTIONS, ON_CUDA
-from stratcore.testing import EXAMPLE_JOB, EnvironmentRow, StrategyRow
+from stratcore.testing import EXAMPLE_JOB, UNEVEN_JOB, EnvironmentRow, JobVariables, StrategyRow
 from stratcore.testing.suite import EnvironmentTests, StrategyTests
 
 from stratlib import BaguaEnvironment, BaguaStrategy
@@ -48,5 +48,18 @@ class TestEnvironments(EnvironmentTests):
             expected=EXAMPLE_JOB,
             external=True,
             negatives=[("BAGUA_SERVICE_PORT", None), ("WORLD_SIZE", None), ("RANK", None)],
+            uneven=JobVariables(
+                environ={
+                    "WORLD_SIZE": "3",
+                    "RANK": "2",
+                    "LOCAL_RANK": "0",
+                    "NODE_RANK": "1",
+                    "MASTER_ADDR": "10.1.2.3",
+                    "MASTER_PORT": "29400",
+                    "BAGUA_SERVICE_PORT": "1",
+                },
+                files={},
+                expected={**UNEVEN_JOB, "local_world_size": None, "device": None},
+            ),
         ),
     ]

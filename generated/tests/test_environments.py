@@ -3,7 +3,7 @@
 """Tests of what specs/environments.yaml declares: tables of its facts, a row an entry,
 run by the cases of ``stratcore.testing.suite``."""
 
-from stratcore.testing import EXAMPLE_JOB, EnvironmentRow
+from stratcore.testing import EXAMPLE_JOB, EXAMPLE_LAYOUT, UNEVEN_JOB, EnvironmentRow, JobVariables
 from stratcore.testing.suite import AbstractBaseTests, EnvironmentTests
 
 from stratlib import (
@@ -12,6 +12,7 @@ from stratlib import (
     LSFEnvironment,
     LightningEnvironment,
     MPIEnvironment,
+    RayEnvironment,
     SLURMEnvironment,
     TorchElasticEnvironment,
 )
@@ -35,6 +36,89 @@ class TestEnvironments(EnvironmentTests):
             external=True,
         ),
         EnvironmentRow(
+            "ray",
+            RayEnvironment,
+            environ={
+                "WORLD_SIZE": "4",
+                "RANK": "3",
+                "LOCAL_RANK": "1",
+                "NODE_RANK": "1",
+                "MASTER_ADDR": "10.1.2.3",
+                "MASTER_PORT": "29400",
+                "LOCAL_WORLD_SIZE": "2",
+                "ACCELERATE_TORCH_DEVICE": "cuda:1",
+                "RAY_RAYLET_PID": "1",
+            },
+            files={},
+            expected={**EXAMPLE_JOB, **EXAMPLE_LAYOUT},
+            external=True,
+            negatives=[
+                ("RAY_RAYLET_PID", None),
+                ("ACCELERATE_TORCH_DEVICE", None),
+                ("RANK", None),
+                ("LOCAL_RANK", None),
+                ("LOCAL_WORLD_SIZE", None),
+                ("WORLD_SIZE", None),
+                ("NODE_RANK", None),
+                ("TORCHELASTIC_RUN_ID", "1"),
+            ],
+            uneven=JobVariables(
+                environ={
+                    "WORLD_SIZE": "3",
+                    "RANK": "2",
+                    "LOCAL_RANK": "0",
+                    "NODE_RANK": "1",
+                    "MASTER_ADDR": "10.1.2.3",
+                    "MASTER_PORT": "29400",
+                    "LOCAL_WORLD_SIZE": "1",
+                    "ACCELERATE_TORCH_DEVICE": "cuda:0",
+                    "RAY_RAYLET_PID": "1",
+                },
+                files={},
+                expected=UNEVEN_JOB,
+            ),
+            inside={
+                "slurm": JobVariables(
+                    environ={
+                        "SLURM_NTASKS": "1",
+                        "SLURM_PROCID": "0",
+                        "SLURM_LOCALID": "0",
+                        "SLURM_NODEID": "0",
+                        "SLURM_NODELIST": "node[07-09],gpu1",
+                        "SLURM_JOB_ID": "1234567",
+                        "SLURM_JOB_NAME": "training-job",
+                        "WORLD_SIZE": "4",
+                        "RANK": "3",
+                        "LOCAL_RANK": "1",
+                        "NODE_RANK": "1",
+                        "MASTER_ADDR": "10.1.2.3",
+                        "MASTER_PORT": "29400",
+                        "LOCAL_WORLD_SIZE": "2",
+                        "ACCELERATE_TORCH_DEVICE": "cuda:1",
+                        "RAY_RAYLET_PID": "1",
+                    },
+                    files={},
+                    expected={**EXAMPLE_JOB, **EXAMPLE_LAYOUT},
+                ),
+                "kubeflow": JobVariables(
+                    environ={
+                        "WORLD_SIZE": "4",
+                        "RANK": "3",
+                        "MASTER_ADDR": "10.1.2.3",
+                        "MASTER_PORT": "29400",
+                        "KUBERNETES_PORT": "1",
+                        "LOCAL_RANK": "1",
+                        "NODE_RANK": "1",
+                        "LOCAL_WORLD_SIZE": "2",
+                        "ACCELERATE_TORCH_DEVICE": "cuda:1",
+                        "RAY_RAYLET_PID": "1",
+                    },
+                    files={},
+                    expected={**EXAMPLE_JOB, **EXAMPLE_LAYOUT},
+                ),
+            },
+        ),
+        EnvironmentRow(
             "torchelastic",
             TorchElasticEnvironment,
             environ={
@@ -55,6 +139,19 @@ class TestEnvironments(EnvironmentTests):
                 ("LOCAL_RANK", None),
                 ("LOCAL_WORLD_SIZE", None),
             ],
+            uneven=JobVariables(
+                environ={
+                    "WORLD_SIZE": "3",
+                    "RANK": "2",
+                    "LOCAL_RANK": "0",
+                    "GROUP_RANK": "1",
+                    "MASTER_ADDR": "10.1.2.3",
+                    "MASTER_PORT": "29400",
+                    "LOCAL_WORLD_SIZE": "1",
+                },
+                files={},
+                expected={**UNEVEN_JOB, "local_world_size": None, "device": None},
+            ),
         ),
         EnvironmentRow(
             "slurm",
@@ -77,6 +174,25 @@ class TestEnvironments(EnvironmentTests):
                 ("SLURM_JOB_NAME", "bash"),
                 ("SLURM_JOB_NAME", "interactive"),
             ],
+            uneven=JobVariables(
+                environ={
+                    "SLURM_NTASKS": "3",
+                    "SLURM_PROCID": "2",
+                    "SLURM_LOCALID": "0",
+                    "SLURM_NODEID": "1",
+                    "SLURM_NODELIST": "node[07-09],gpu1",
+                    "SLURM_JOB_ID": "1234567",
+                    "SLURM_JOB_NAME": "training-job",
+                },
+                files={},
+                expected={
+                    **UNEVEN_JOB,
+                    "main_address": "node07",
+                    "main_port": 19567,
+                    "local_world_size": None,
+                    "device": None,
+                },
+            ),
         ),
         EnvironmentRow(
             "lsf",
@@ -103,6 +219,25 @@ class TestEnvironments(EnvironmentTests):
                 ("JSM_NAMESPACE_LOCAL_RANK", None),
                 ("JSM_NAMESPACE_SIZE", None),
             ],
+            uneven=JobVariables(
+                environ={
+                    "JSM_NAMESPACE_SIZE": "3",
+                    "JSM_NAMESPACE_RANK": "2",
+                    "JSM_NAMESPACE_LOCAL_RANK": "0",
+                    "LSB_JOBID": "98765",
+                },
+                files={
+                    "LSB_DJOB_RANKFILE": "launchhost\n<hostname>\n<hostname>\notherhost\notherhost\n"
+                },
+                expected={
+                    **UNEVEN_JOB,
+                    "node_rank": 0,
+                    "main_address": "<hostname>",
+                    "main_port": 23765,
+                    "local_world_size": None,
+                    "device": None,
+                },
+            ),
         ),
         EnvironmentRow(
             "kubeflow",
@@ -124,6 +259,17 @@ class TestEnvironments(EnvironmentTests):
                 ("WORLD_SIZE", None),
                 ("RANK", None),
             ],
+            uneven=JobVariables(
+                environ={
+                    "WORLD_SIZE": "3",
+                    "RANK": "2",
+                    "MASTER_ADDR": "10.1.2.3",
+                    "MASTER_PORT": "29400",
+                    "KUBERNETES_PORT": "1",
+                },
+                files={},
+                expected={**UNEVEN_JOB, "node_rank": 2, "local_world_size": None, "device": None},
+            ),
         ),
         EnvironmentRow(
             "mpi",
@@ -139,6 +285,18 @@ class TestEnvironments(EnvironmentTests):
             files={},
             expected=EXAMPLE_JOB,
             external=True,
+            uneven=JobVariables(
+                environ={
+                    "OMPI_COMM_WORLD_SIZE": "3",
+                    "OMPI_COMM_WORLD_RANK": "2",
+                    "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                    "NODE_RANK": "1",
+                    "MASTER_ADDR": "10.1.2.3",
+                    "MASTER_PORT": "29400",
+                },
+                files={},
+                expected={**UNEVEN_JOB, "local_world_size": None, "device": None},
+            ),
         ),
     ]
 

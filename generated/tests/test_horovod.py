@@ -4,7 +4,15 @@
 run by the cases of ``stratcore.testing.suite``."""
 
 from spec_facts import HOROVOD_OPTIONS
-from stratcore.testing import EXAMPLE_JOB, PRECISIONS, EnvironmentRow, Expectation, StrategyRow
+from stratcore.testing import (
+    EXAMPLE_JOB,
+    PRECISIONS,
+    UNEVEN_JOB,
+    EnvironmentRow,
+    Expectation,
+    JobVariables,
+    StrategyRow,
+)
 from stratcore.testing.suite import EnvironmentTests, StrategyTests
 
 from stratlib import HorovodEnvironment, HorovodStrategy
@@ -49,5 +57,17 @@ class TestEnvironments(EnvironmentTests):
             expected=EXAMPLE_JOB,
             external=True,
             negatives=[("HOROVOD_RANK", None), ("HOROVOD_SIZE", None)],
+            uneven=JobVariables(
+                environ={
+                    "HOROVOD_SIZE": "3",
+                    "HOROVOD_RANK": "2",
+                    "HOROVOD_LOCAL_RANK": "0",
+                    "HOROVOD_CROSS_RANK": "1",
+                    "MASTER_ADDR": "10.1.2.3",
+                    "MASTER_PORT": "29400",
+                },
+                files={},
+                expected={**UNEVEN_JOB, "local_world_size": None, "device": None},
+            ),
         ),
     ]

@@ -50,6 +50,9 @@ class Accelerator:
     #: Whether devices carry an index (cuda:0) or are addressed as a whole (cpu processes).
     indexed: ClassVar[bool] = True
     backend: ClassVar[CollectiveBackend] = GLOO
+    #: The Ray resource that stands for one device ('GPU', a custom resource), which
+    #: ``stratcore.ray`` asks one of per worker; None for devices that are processes.
+    ray_resource: ClassVar[str | None] = None
     default_precision: ClassVar[str] = DEFAULT_PRECISION
     supported_precisions: ClassVar[tuple[str, ...]] = PRECISIONS
     #: Supported precisions the device has only where a function says so (precision ->

@@ -185,6 +185,13 @@ class ClusterEnvironmentBase:
     node_rank_source: ClassVar[ValueSource] = ValueSource(default=0)
     main_address_source: ClassVar[ValueSource] = ValueSource(default="127.0.0.1")
     main_port_source: ClassVar[ValueSource] = ValueSource(fallback="free_port")
+    #: The layout an environment that places processes itself may say (``LAYOUT_VALUES``);
+    #: a source that names no variable says nothing.
+    local_world_size_source: ClassVar[ValueSource] = ValueSource()
+    device_source: ClassVar[ValueSource] = ValueSource()
+    #: Environments whose variables this one's processes may carry too (Ray started by srun):
+    #: a strategy that lists both lists this one first.
+    runs_inside: ClassVar[tuple[str, ...]] = ()
     requires: ClassVar[tuple[Requirement, ...]] = ()
 
     def __init__(self) -> None:
@@ -346,17 +353,56 @@ class ClusterEnvironmentBase:
         """Rank of this process's node among the job's nodes."""
         return int(self._read("node_rank", as_int=True))
 
+    # -- the layout, where the environment says it ---------------------------------------
+
+    def _said(self, key: str, as_int: bool) -> Any:
+        """A value of ``LAYOUT_VALUES``, or None where the environment says nothing of it (its
+        source names no variable that is set, and has no default)."""
+        source: ValueSource = getattr(self, f"{key}_source")
+        if source.default is None and not any(os.environ.get(name) for name in source.env):
+            return None
+        return self._read(key, as_int=as_int)
+
+    def local_world_size(self) -> int | None:
+        """Number of processes the environment started on this node, where it says (Ray, which
+        places processes on nodes of its choosing, not always as many on each); else None."""
+        value = self._said("local_world_size", as_int=True)
+        return None if value is None else int(value)
+
+    def device(self) -> str | None:
+        """The device the environment gave this process, as torch names it ('cuda:1'), where
+        it says (Ray Train's workers); else None. A strategy trains on it where it is one of
+        its devices (see ``choose_device``)."""
+        value = self._said("device", as_int=False)
+        return None if value is None else str(value)
+
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
-        """Fail if the devices and nodes asked for contradict what the scheduler started."""
+        """Fail if the devices and nodes asked for contradict what the scheduler started.
+
+        Where the environment says how many processes it started on this node
+        (``local_world_size``), it chose the nodes: one device per process, or as many devices
+        as processes on this node, with ``num_nodes`` left at 1, agree with any number of
+        nodes, equal or not.
+        """
         if self.settable:
             return
         expected = num_devices * num_nodes
         actual = self.world_size()
-        if actual != expected:
-            raise MisconfigurationError(
-                f"num_nodes={num_nodes} with {num_devices} device(s) per node means {expected} "
-                f"processes, but {type(self).__name__} started {actual}; make them agree"
-            )
+        if actual == expected:
+            return
+        local = self.local_world_size()
+        if local is not None and num_nodes == 1 and num_devices in (1, local):
+            return
+        here = f" ({local} on this node)" if local is not None else ""
+        hint = (
+            "; leave devices and num_nodes at their defaults to take its layout"
+            if local is not None
+            else "; make them agree"
+        )
+        raise MisconfigurationError(
+            f"num_nodes={num_nodes} with {num_devices} device(s) per node means {expected} "
+            f"processes, but {type(self).__name__} started {actual}{here}{hint}"
+        )
 
     def teardown(self) -> None:
         """Release what the environment holds. Ranks stay readable after training."""

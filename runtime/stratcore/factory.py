@@ -170,8 +170,9 @@ def _processes_started_per_node(
     environment: ClusterEnvironmentBase | None,
     num_nodes: int,
 ) -> int | None:
-    """Under a scheduler that started the processes (torchrun, srun, ...), how many it started
-    per node; devices that are processes (CPU) then default to that number."""
+    """Under a scheduler that started the processes (torchrun, srun, Ray, ...), how many it
+    started per node (on this node, where it says: Ray places them unevenly); devices that are
+    processes (CPU) then default to that number."""
     from .parallel import ParallelStrategyBase
 
     if not issubclass(cls, ParallelStrategyBase) or cls.one_process_per_node:
@@ -180,6 +181,9 @@ def _processes_started_per_node(
     if environment.settable or not environment.creates_processes_externally:
         return None
     try:
+        local = environment.local_world_size()
+        if local is not None:
+            return local
         world_size = environment.world_size()
     except MisconfigurationError:
         return None

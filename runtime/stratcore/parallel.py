@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -65,6 +65,23 @@ def share_cpu_threads(processes_per_node: int) -> None:
     threads = max(1, (os.cpu_count() or 1) // processes_per_node)
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+def choose_device(
+    devices: Sequence[torch.device], given: str | None, local_rank: int
+) -> torch.device:
+    """The device of ``devices`` a process trains on: ``given``, the one its cluster
+    environment gave it (``ClusterEnvironmentBase.device``), where that is among ``devices``
+    (Ray Train makes a GPU worker's device visible beside those of the other workers on its
+    node, and names its own); else the one at its local rank. Where a process sees only its own
+    device (Ray's workers of devices whose visible-devices variable it sets to one device),
+    that is the only one."""
+    if given is not None:
+        with contextlib.suppress(RuntimeError):
+            device = torch.device(given)
+            if device.index is not None and device in devices:
+                return device
+    return devices[local_rank % len(devices)]
 
 
 class ParallelStrategyBase(StrategyBase):
@@ -152,8 +169,9 @@ class ParallelStrategyBase(StrategyBase):
 
     @property
     def root_device(self) -> torch.device:
-        devices = self.parallel_devices
-        return devices[self.local_rank % len(devices)]
+        return choose_device(
+            self.parallel_devices, self.cluster_environment.device(), self.local_rank
+        )
 
     @property
     def global_rank(self) -> int:
@@ -215,9 +233,13 @@ class ParallelStrategyBase(StrategyBase):
         self.setup_distributed()
 
     def setup_distributed(self) -> None:
-        """Create the default process group, or reuse the one an earlier launch created."""
+        """Create the default process group, or reuse the one that exists: one an earlier launch
+        created, or one someone else did (Ray Train, the script's own ``init_process_group``)."""
         backend = self.collective_backend
         if dist.is_initialized() and not self._replace_process_group(backend.process_group_name):
+            # Someone else's group is theirs: neither a failed launch nor the end of the process
+            # destroys it.
+            process_group.adopt_existing_group()
             # This launch's modules, imported after the group exists, take it as a default:
             # the release lets go of them (process_group.release_process_group).
             process_group.GROUP_DEFAULT_MODULES.update(self.group_default_modules)
@@ -250,19 +272,27 @@ class ParallelStrategyBase(StrategyBase):
 
     def _replace_process_group(self, backend: str) -> bool:
         """Whether the existing group must be replaced (else it is reused); raise if it cannot
-        serve this launch."""
-        existing = (dist.get_backend(), dist.get_world_size(), dist.get_rank())
-        if existing == (backend, self.world_size, self.global_rank):
-            _set_group_timeout(self.timeout)  # this launch's timeout, where torch can change it
+        serve this launch. Only a group of one process that the runtime created is replaced; any
+        other that does not fit is refused and left as it is."""
+        existing = process_group.existing_group()
+        assert existing is not None
+        group_backend, size, rank = existing
+        if (size, rank) == (self.world_size, self.global_rank) and process_group.backend_serves(
+            group_backend, backend
+        ):
+            if process_group.created_by_runtime():
+                _set_group_timeout(self.timeout)  # this launch's timeout, where torch can
             return False
-        if existing[1] == 1 and process_group.created_by_runtime():  # nobody else uses it
+        if size == 1 and process_group.created_by_runtime():  # nobody else uses it
             process_group.release_process_group()
             return True
-        raise MisconfigurationError(
-            f"this process already belongs to a process group of {existing[1]} processes "
-            f"(backend {existing[0]!r}, rank {existing[2]}) from an earlier launch, and "
-            f"{type(self).__name__} asks for {self.world_size} (backend {backend!r}, rank "
-            f"{self.global_rank}); every launch of a script must use the same devices, nodes and backend"
+        environment = self.cluster_environment
+        process_group.refuse_existing_group(
+            type(self).__name__,
+            backend,
+            self.world_size,
+            self.global_rank,
+            environment=type(environment).__name__ if not environment.settable else None,
         )
 
     def run_worker(

@@ -12,7 +12,9 @@ Sections:
 - **creating**: ``creating_process_group``, the block around the code that creates the default
   group (torch.distributed's ``init_process_group``, Bagua's and torch_xla's own functions), and
   ``import_group_defaults``, which it runs first;
-- **who made it**: ``created_by_runtime`` and ``adopt_existing_group``;
+- **who made it**: ``created_by_runtime`` and ``adopt_existing_group``; ``existing_group``,
+  ``backend_serves`` and ``refuse_existing_group``, for a strategy that finds a group already
+  there;
 - **releasing**: ``release_process_group`` and ``release_process_group_at_exit``; engines that
   hold groups of their own register here what lets go of them (``on_release``) and, where they
   destroy groups their own way, how (``destroy_with``), so that this module names none of them.
@@ -27,9 +29,11 @@ import importlib
 import sys
 from collections.abc import Callable, Generator, Iterable
 from types import FunctionType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch.distributed as dist
+
+from .exceptions import MisconfigurationError
 
 # --- creating ------------------------------------------------------------------------------------
 
@@ -62,12 +66,20 @@ def import_group_defaults(modules: Iterable[str]) -> None:
 def creating_process_group(group_default_modules: Iterable[str]) -> Generator[None, None, None]:
     """Around the code that creates the default process group, whichever library runs it: the
     modules that take the group as a default argument are imported before it exists, the group
-    is recorded as the runtime's, and it is destroyed when the process ends."""
-    import_group_defaults(group_default_modules)
+    is recorded as the runtime's, and it is destroyed when the process ends. Where a group
+    existed before the block (Lightning reuses one that Ray Train or the script created), the
+    block created none: that group is recorded as someone else's (``adopt_existing_group``)."""
+    before = _default_group_id()
+    if before is None:
+        import_group_defaults(group_default_modules)
     yield
+    if before is not None:
+        adopt_existing_group()
+        return
     global _created
     _created = _default_group_id()
-    release_process_group_at_exit()
+    if _created is not None:
+        release_process_group_at_exit()
 
 
 # --- who made it ---------------------------------------------------------------------------------
@@ -92,15 +104,71 @@ def created_by_runtime() -> bool:
 
 def adopt_existing_group() -> None:
     """Record that the existing default group is someone else's (Ray's, a script's own): it is
-    reused, and neither a failed launch nor the end of the process destroys it."""
+    reused, and neither a failed launch nor the end of the process destroys it.
+
+    A group created after the runtime arranged the release at exit, by code it was asked to
+    serve (DeepSpeed's ``initialize`` on an accelerator the runtime installed), stays the
+    runtime's to release at exit (``release_process_group``); one that existed before (Ray
+    Train creates its group before the train function runs) is adopted.
+    """
     global _adopted
-    if not created_by_runtime():
-        _adopted = _default_group_id()
+    if created_by_runtime():
+        return
+    current = _default_group_id()
+    if _release_registered and current != _group_when_release_arranged:
+        return
+    _adopted = current
 
 
 def _adopted_by_runtime() -> bool:
     current = _default_group_id()
     return current is not None and current == _adopted
+
+
+def existing_group() -> tuple[str, int, int] | None:
+    """The default group's backend, world size and this process's rank in it (None: there
+    is none)."""
+    if _default_group_id() is None:
+        return None
+    return str(dist.get_backend()), dist.get_world_size(), dist.get_rank()
+
+
+def backend_serves(group_backend: str, backend: str) -> bool:
+    """Whether a group created with ``group_backend`` is one of ``backend``: the same name, or
+    a name per device type that includes it ('cpu:gloo,cuda:nccl' serves 'gloo' and 'nccl')."""
+    if group_backend == backend:
+        return True
+    if ":" not in group_backend:
+        return False
+    names = {part.split(":", 1)[-1].strip() for part in group_backend.split(",")}
+    return backend in names
+
+
+def refuse_existing_group(
+    asked_by: str, backend: str, world_size: int, rank: int, environment: str | None = None
+) -> NoReturn:
+    """Raise the one-line error for a default group that cannot serve ``asked_by``: both groups
+    (world size, rank, backend), where the existing one came from, as far as this process
+    knows, and that it is left as it is. ``environment``: the cluster environment the process
+    runs under, which names what may have created a group the runtime did not."""
+    found = existing_group()
+    assert found is not None, "refuse_existing_group() without a process group"
+    have_backend, have_size, have_rank = found
+    if created_by_runtime():
+        origin = "that an earlier launch in this process created"
+        advice = "every launch of a script must use the same devices, nodes and backend"
+    else:
+        under = f", under {environment}" if environment else ""
+        origin = f"that stratcore did not create (the script did, or what started it{under})"
+        advice = (
+            "give the strategy that group's devices, nodes and backend "
+            "(process_group_backend), or create the group with the strategy's"
+        )
+    raise MisconfigurationError(
+        f"this process already belongs to a process group of {have_size} processes (rank "
+        f"{have_rank}, backend {have_backend!r}) {origin}, and {asked_by} asks for {world_size} "
+        f"(rank {rank}, backend {backend!r}); the group is left as it is: {advice}"
+    )
 
 
 # --- releasing -----------------------------------------------------------------------------------
@@ -168,14 +236,17 @@ def release_process_group(*, at_exit: bool = False) -> None:
 
 
 _release_registered = False
+#: ``id`` of the default group that existed when the release at exit was arranged (None: none).
+_group_when_release_arranged: int | None = None
 
 
 def release_process_group_at_exit() -> None:
     """Release the default process group when the interpreter exits (once registered)."""
-    global _release_registered
+    global _release_registered, _group_when_release_arranged
     if not _release_registered:
         atexit.register(_release_at_exit)
         _release_registered = True
+        _group_when_release_arranged = _default_group_id()
 
 
 def _release_at_exit() -> None:

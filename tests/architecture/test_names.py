@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from stratcore.contract import ENVIRONMENT_VALUES
+from stratcore.contract import ENVIRONMENT_VALUES, LAYOUT_VALUES
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
@@ -61,7 +61,7 @@ FUNCTIONS = {
 }
 CONDITIONS = {"detect", "creates_processes_externally"}
 #: The values every cluster environment reads from a ValueSource (the runtime's vocabulary).
-VALUE_SOURCES = set(ENVIRONMENT_VALUES)
+VALUE_SOURCES = {*ENVIRONMENT_VALUES, *LAYOUT_VALUES}
 
 
 def attribute_for(key: str) -> str:
@@ -92,6 +92,7 @@ def _condition(attribute: Any) -> dict[str, Any]:
         "always": attribute.always,
         "all_set": attribute.all_set,
         "any_set": attribute.any_set,
+        "none_set": attribute.none_set,
         "not_equal": attribute.not_equal,
     }
 
@@ -101,6 +102,7 @@ def _condition_from_spec(value: dict[str, Any]) -> dict[str, Any]:
         "always": value.get("always", False),
         "all_set": _tuple(value.get("all_set", [])),
         "any_set": _tuple(value.get("any_set", [])),
+        "none_set": _tuple(value.get("none_set", [])),
         "not_equal": {k: _tuple(v) for k, v in value.get("not_equal", {}).items()},
     }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 import stratlib
 from stratlib.registry import REGISTRY
@@ -228,3 +229,117 @@ def test_lightning_environment_is_filled_in_by_the_strategy(
     strategy.configure_ranks()
     assert (strategy.global_rank, strategy.world_size, strategy.node_rank) == (3, 4, 1)
     assert strategy.cluster_environment.creates_processes_externally
+
+
+# --- Ray Train's workers ----------------------------------------------------------------------
+
+#: The second worker on the second node of a Ray Train job of 4 workers, 2 a node, as Ray Train
+#: sets its variables (RAY_RAYLET_PID: the raylet that started it).
+RAY = {
+    "RAY_RAYLET_PID": "4321",
+    "ACCELERATE_TORCH_DEVICE": "cpu",
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "WORLD_SIZE": "4",
+    "NODE_RANK": "1",
+    "MASTER_ADDR": "10.1.0.1",
+    "MASTER_PORT": "29400",
+}
+
+
+def test_devices_auto_under_ray_takes_the_workers_of_this_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The defaults need nothing from the script: the layout and the ranks are Ray's, and the
+    number of nodes is not asked for."""
+    set_variables(monkeypatch, RAY, SLURM, KUBEFLOW, RAY)
+    strategy = stratlib.get_strategy("ddp", accelerator="cpu")
+    assert type(strategy.cluster_environment) is stratlib.RayEnvironment
+    assert strategy.num_processes == 2
+    strategy.configure_ranks()
+    ranks = (strategy.global_rank, strategy.local_rank, strategy.node_rank, strategy.world_size)
+    assert ranks == (3, 1, 1, 4)
+    assert strategy.distributed_sampler_kwargs == {"num_replicas": 4, "rank": 3}
+
+
+@pytest.mark.parametrize(("devices", "num_nodes"), [(1, 1), (2, 1), (2, 2), (4, 1), (1, 4)])
+def test_devices_that_agree_with_rays_layout_are_accepted(
+    devices: int, num_nodes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One device per worker, the workers of this node, or devices x nodes = Ray's world."""
+    set_variables(monkeypatch, RAY)
+    strategy = stratlib.get_strategy("ddp", accelerator="cpu", devices=devices, num_nodes=num_nodes)
+    strategy.configure_ranks()
+    assert (strategy.global_rank, strategy.world_size) == (3, 4)
+
+
+@pytest.mark.parametrize(("devices", "num_nodes", "means"), [(3, 1, 3), (2, 3, 6), (1, 2, 2)])
+def test_devices_that_contradict_rays_layout_are_a_clear_error(
+    devices: int, num_nodes: int, means: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_variables(monkeypatch, RAY)
+    with pytest.raises(stratlib.MisconfigurationError) as error:
+        stratlib.get_strategy("ddp", accelerator="cpu", devices=devices, num_nodes=num_nodes)
+    assert str(error.value) == (
+        f"num_nodes={num_nodes} with {devices} device(s) per node means {means} processes, but "
+        "RayEnvironment started 4 (2 on this node); leave devices and num_nodes at their "
+        "defaults to take its layout"
+    )
+
+
+def test_ray_places_workers_unevenly_and_its_ranks_are_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """3 workers, 2 on the first node: the one alone on the second node is rank 2, not
+    node_rank x devices + local_rank = 1."""
+    uneven = {"RANK": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "3"}
+    set_variables(monkeypatch, RAY, uneven)
+    strategy = stratlib.get_strategy("ddp", accelerator="cpu")
+    strategy.configure_ranks()
+    assert (strategy.num_processes, strategy.global_rank, strategy.world_size) == (1, 2, 3)
+
+
+def test_plain_ray_tasks_and_torchrun_inside_ray_are_not_ray_train(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ray task without Train's variables, and torchrun started inside a Ray Train worker
+    (it inherits the raylet and the device, and sets its own run id), are not Ray's workers."""
+    set_variables(monkeypatch, {"RAY_RAYLET_PID": "4321", "RAY_JOB_ID": "01000000"})
+    assert not stratlib.RayEnvironment.detect()
+    set_variables(monkeypatch, RAY, TORCHRUN)
+    environment = REGISTRY.detect_environment(stratlib.DDPStrategy)
+    assert type(environment) is stratlib.TorchElasticEnvironment
+
+
+@pytest.mark.parametrize(
+    ("given", "devices", "local_rank", "chosen"),
+    [
+        # Ray shares a node's GPUs among its workers and names each one's own.
+        ("cuda:1", ["cuda:0", "cuda:1"], 0, "cuda:1"),
+        # A device of another type, or none with an index: the local rank's.
+        ("cpu", ["cuda:0", "cuda:1"], 1, "cuda:1"),
+        ("hpu", ["hpu", "hpu"], 1, "hpu"),
+        # Not among the devices the strategy was given: the local rank's.
+        ("cuda:3", ["cuda:0", "cuda:1"], 1, "cuda:1"),
+        # A worker that sees its own device alone trains on it, whatever its local rank.
+        ("cpu", ["cuda:0"], 5, "cuda:0"),
+        (None, ["cuda:0", "cuda:1"], 1, "cuda:1"),
+    ],
+)
+def test_a_process_trains_on_the_device_its_environment_gave_it(
+    given: str | None, devices: list[str], local_rank: int, chosen: str
+) -> None:
+    from stratcore.parallel import choose_device
+
+    found = choose_device([torch.device(d) for d in devices], given, local_rank)
+    assert found == torch.device(chosen)
+
+
+def test_a_ray_workers_root_device_is_the_one_ray_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_variables(monkeypatch, RAY, {"ACCELERATE_TORCH_DEVICE": "cpu"})
+    strategy = stratlib.get_strategy("ddp", accelerator="cpu")
+    assert strategy.root_device == torch.device("cpu")
+    assert strategy.cluster_environment.device() == "cpu"
+    assert strategy.cluster_environment.local_world_size() == 2
+    assert stratlib.TorchElasticEnvironment().device() is None

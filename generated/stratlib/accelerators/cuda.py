@@ -23,6 +23,7 @@ class CUDAAccelerator(Accelerator):
     name: ClassVar[str] = "cuda"
     device_type: ClassVar[str] = "cuda"
     backend: ClassVar[CollectiveBackend] = NCCL
+    ray_resource: ClassVar[str | None] = "GPU"
     grad_scaler: ClassVar[bool] = True
     is_available_hook: ClassVar[str | None] = "torch.cuda:is_available"
     device_count_hook: ClassVar[str | None] = "torch.cuda:device_count"

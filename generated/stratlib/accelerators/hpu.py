@@ -28,6 +28,7 @@ class HPUAccelerator(Accelerator):
     device_type: ClassVar[str] = "hpu"
     indexed: ClassVar[bool] = False
     backend: ClassVar[CollectiveBackend] = HCCL
+    ray_resource: ClassVar[str | None] = "HPU"
     default_precision: ClassVar[str] = "bf16-mixed"
     supported_precisions: ClassVar[tuple[str, ...]] = ("32-true", "bf16-mixed", "bf16-true")
     is_available_hook: ClassVar[str | None] = "habana_frameworks.torch.hpu:is_available"

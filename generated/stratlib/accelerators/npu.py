@@ -30,6 +30,7 @@ class NPUAccelerator(Accelerator):
     name: ClassVar[str] = "npu"
     device_type: ClassVar[str] = "npu"
     backend: ClassVar[CollectiveBackend] = ASCEND_HCCL
+    ray_resource: ClassVar[str | None] = "NPU"
     supported_precisions: ClassVar[tuple[str, ...]] = (
         "32-true",
         "16-mixed",

@@ -27,6 +27,7 @@ class ROCmAccelerator(Accelerator):
     name: ClassVar[str] = "rocm"
     device_type: ClassVar[str] = "cuda"
     backend: ClassVar[CollectiveBackend] = RCCL
+    ray_resource: ClassVar[str | None] = "GPU"
     supported_precisions: ClassVar[tuple[str, ...]] = (
         "64-true",
         "32-true",

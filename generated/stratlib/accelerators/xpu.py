@@ -27,6 +27,7 @@ class XPUAccelerator(Accelerator):
     name: ClassVar[str] = "xpu"
     device_type: ClassVar[str] = "xpu"
     backend: ClassVar[CollectiveBackend] = XCCL
+    ray_resource: ClassVar[str | None] = "GPU"
     supported_precisions: ClassVar[tuple[str, ...]] = (
         "32-true",
         "16-mixed",

@@ -9,6 +9,7 @@ from .kubeflow import KubeflowEnvironment
 from .lightning import LightningEnvironment
 from .lsf import LSFEnvironment
 from .mpi import MPIEnvironment
+from .ray import RayEnvironment
 from .slurm import SLURMEnvironment
 from .torchelastic import TorchElasticEnvironment
 from .xla import XLAEnvironment
@@ -21,6 +22,7 @@ __all__ = [
     "LSFEnvironment",
     "LightningEnvironment",
     "MPIEnvironment",
+    "RayEnvironment",
     "SLURMEnvironment",
     "TorchElasticEnvironment",
     "XLAEnvironment",

@@ -6,6 +6,7 @@ specs' own schedulers, and the environments each strategy detects, in its order.
 from __future__ import annotations
 
 from lightning.fabric.plugins.environments import (
+    ClusterEnvironment,
     KubeflowEnvironment,
     LSFEnvironment,
     LightningEnvironment,
@@ -14,10 +15,23 @@ from lightning.fabric.plugins.environments import (
     TorchElasticEnvironment,
     XLAEnvironment,
 )
+from stratcore.lightning.environments import EnvironmentAdapter
 
-__all__ = ["PARALLEL_ENVIRONMENTS", "TPU_SPAWN_ENVIRONMENTS"]
+from .. import environments
+
+__all__ = ["RayEnvironment", "PARALLEL_ENVIRONMENTS", "TPU_SPAWN_ENVIRONMENTS"]
+
+
+class RayEnvironment(EnvironmentAdapter, ClusterEnvironment):
+    """Ray Train's workers (TorchTrainer): Ray started the processes, placed them on nodes, chose
+    each one's device and created the process group, as a Lightning cluster environment.
+    """
+
+    spec = environments.RayEnvironment
+
 
 PARALLEL_ENVIRONMENTS = (
+    RayEnvironment,
     TorchElasticEnvironment,
     SLURMEnvironment,
     LSFEnvironment,

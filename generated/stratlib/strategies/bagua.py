@@ -50,6 +50,7 @@ class BaguaStrategy(BaguaStrategyBase, ParallelStrategy):
     backend: ClassVar[CollectiveBackend | None] = NCCL
     cluster: ClassVar[tuple[str, ...]] = (
         "bagua",
+        "ray",
         "torchelastic",
         "slurm",
         "lsf",

@@ -32,6 +32,7 @@ class ParallelStrategy(ParallelStrategyBase, Strategy):
 
     launcher_class: ClassVar[type[Launcher]] = ExternalLauncher
     cluster: ClassVar[tuple[str, ...]] = (
+        "ray",
         "torchelastic",
         "slurm",
         "lsf",

@@ -431,12 +431,47 @@ def check_cluster(
                 f"{path}.cluster[{index}]",
                 f"cluster environment {env!r} is abstract and can never be detected",
             )
+    if spec.cluster is not None:
+        _check_cluster_order(catalog, problems, spec, path, cluster)
     if base == "parallel" and not spec.abstract and not cluster:
         problems.add(
             spec.loc,
             f"{path}.cluster",
             "a parallel strategy needs at least one cluster environment",
         )
+
+
+def _check_cluster_order(
+    catalog: Catalog, problems: Problems, spec: StrategySpec, path: str, cluster: tuple[str, ...]
+) -> None:
+    """An environment whose processes carry another's variables too (its ``runs_inside``) must
+    come before that one, or the other would be detected in its place."""
+    for index, name in enumerate(cluster):
+        env = catalog.environments.get(name)
+        for outer in (env.values.get("runs_inside") or ()) if env is not None else ():
+            if outer in cluster[:index]:
+                problems.add(
+                    field_loc(spec, "cluster", f"cluster[{index}]"),
+                    f"{path}.cluster[{index}]",
+                    f"cluster environment {name!r} runs inside {outer!r}, whose variables its "
+                    f"processes carry too: list it before {outer!r}",
+                )
+
+
+def check_runs_inside(
+    catalog: Catalog, problems: Problems, env: ClusterEnvironment, path: str
+) -> None:
+    """Every environment a ``runs_inside`` list names exists and is not the environment
+    itself."""
+    for index, outer in enumerate(env.values.get("runs_inside") or ()):
+        if outer == env.name or outer not in catalog.environments:
+            known = [n for n, e in catalog.environments.items() if not e.abstract and n != env.name]
+            problems.add(
+                field_loc(env.spec, "runs_inside", f"runs_inside[{index}]"),
+                f"{path}.runs_inside[{index}]",
+                f"{outer!r} is not another cluster environment{did_you_mean(outer, known)}; "
+                f"cluster environments: {listing(known)}",
+            )
 
 
 def check_accelerators(

@@ -44,7 +44,11 @@ def _runtime_names() -> frozenset[str]:
         *contract.VALUE_TYPES.values(),
     ]
     names = {name for _, name in refs}
-    for _, exported in (*contract.PACKAGE_EXPORTS, *contract.REGISTRY_IMPORTS):
+    for _, exported in (
+        *contract.PACKAGE_EXPORTS,
+        *contract.REGISTRY_IMPORTS,
+        *contract.RAY_IMPORTS,
+    ):
         names |= set(exported)
     return frozenset(n for n in names if n[:1].isupper())
 

@@ -42,6 +42,7 @@ from .checks import (
     check_precision_ambiguity,
     check_precision_coverage,
     check_precision_defaults,
+    check_runs_inside,
     check_strategy_base,
     check_wrapper_launcher,
     field_loc,
@@ -258,6 +259,9 @@ def _resolve_environments(catalog: Catalog, problems: Problems) -> None:
             parent=parent,
             values=values,
         )
+    for name in order:
+        if name in catalog.environments and catalog.environments[name].spec.runs_inside:
+            check_runs_inside(catalog, problems, catalog.environments[name], entries[name].path)
 
 
 def _resolve_precision_plugins(catalog: Catalog, problems: Problems) -> None:

@@ -45,6 +45,12 @@ ImportPath = Annotated[
         "an import path 'package.module:attribute'",
     ),
 ]
+ResourceName = Annotated[
+    str,
+    Pattern(
+        r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$", "a Ray resource name such as 'GPU' or 'neuron_cores'"
+    ),
+]
 HooksRef = Annotated[
     str,
     Pattern(
@@ -222,6 +228,11 @@ class AcceleratorSpec:
     )
     backend: Name = required(
         "Collective backend used with this device when a strategy says 'auto'."
+    )
+    ray_resource: ResourceName | None = described(
+        "Ray resource that stands for one device ('GPU', 'NPU', 'HPU', 'neuron_cores', or a "
+        "custom resource the Ray cluster declares): stratlib.ray asks one per worker. Omit for "
+        "devices that are processes (CPU) or that Ray cannot schedule."
     )
     precision: PrecisionDefaults = described_factory(
         "Default and supported precisions on this device.", PrecisionDefaults
@@ -417,6 +428,19 @@ class ClusterEnvironmentSpec:
     node_rank: ValueSource | None = described("Rank of this node.")
     main_address: ValueSource | None = described("Address of the rank-0 node.")
     main_port: ValueSource | None = described("Port of the rendezvous on the rank-0 node.")
+    local_world_size: ValueSource | None = described(
+        "Number of processes on this node, where the environment places processes on nodes "
+        "itself (Ray): devices='auto' means that many, and devices and num_nodes are checked "
+        "against it. Omit where the nodes are given (torchrun, srun)."
+    )
+    device: ValueSource | None = described(
+        "The device the environment gave this process, as torch names it ('cuda:1'); a "
+        "strategy trains on it where it is one of its devices, else on its local rank's."
+    )
+    runs_inside: tuple[Name, ...] | None = described(
+        "Environments whose variables this one's processes may carry too (Ray started by "
+        "SLURM's srun, on Kubernetes): every strategy that lists both must list this one first."
+    )
     requires: tuple[Requirement, ...] | None = described("Modules that must be importable.")
     loc: Location = internal()
     locs: dict[str, Location] = internal_locs()

@@ -16,8 +16,9 @@ The modules, by kind:
 - ``package``: what a generated package is built on and imports from the runtime;
 - ``strategies``: strategy bases, wrappers and the options each reads, constructor arguments;
 - ``launchers``: launchers and the options each reads from its strategy;
-- ``environments``: the values every cluster environment provides;
-- ``example_job``: the job the generated environment tests describe.
+- ``environments``: the values every cluster environment provides, and those of the layout
+  some say besides;
+- ``example_job``: the jobs the generated environment tests describe.
 
 Every public name of these modules is importable from ``stratcore.contract`` itself. Importing
 the package must not import torch: the generator imports it.
@@ -26,8 +27,8 @@ the package must not import torch: the generator imports it.
 from __future__ import annotations
 
 from .collectives import DTYPES, REDUCE_OPS, DType, ReduceOp
-from .environments import ENVIRONMENT_VALUES
-from .example_job import EXAMPLE_JOB
+from .environments import ENVIRONMENT_VALUES, LAYOUT_VALUES
+from .example_job import EXAMPLE_JOB, EXAMPLE_LAYOUT, SINGLE_PROCESS_JOB, UNEVEN_JOB
 from .launchers import GENERAL_LAUNCHERS, LAUNCHERS, LAUNCHER_OPTIONS
 from .options import OPTION_PYTYPES, OPTION_TYPES, OptionType, value_fits
 from .package import (
@@ -36,6 +37,7 @@ from .package import (
     ENVIRONMENT_ROOT,
     LAUNCHER_ROOT,
     PACKAGE_EXPORTS,
+    RAY_IMPORTS,
     REGISTRY_IMPORTS,
     STRATEGY_ROOT,
     VALUE_TYPES,
@@ -118,6 +120,7 @@ __all__ = [
     "deepspeed_accelerator_name",
     "PACKAGE_EXPORTS",
     "REGISTRY_IMPORTS",
+    "RAY_IMPORTS",
     "VALUE_TYPES",
     "BASES",
     "ROOT_BASE",
@@ -132,5 +135,9 @@ __all__ = [
     "LAUNCHER_OPTIONS",
     "GENERAL_LAUNCHERS",
     "ENVIRONMENT_VALUES",
+    "LAYOUT_VALUES",
     "EXAMPLE_JOB",
+    "EXAMPLE_LAYOUT",
+    "UNEVEN_JOB",
+    "SINGLE_PROCESS_JOB",
 ]

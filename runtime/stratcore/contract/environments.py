@@ -14,3 +14,8 @@ ENVIRONMENT_VALUES = (
     "main_address",
     "main_port",
 )
+
+#: What an environment that places the processes itself (Ray) may say besides: how many
+#: processes it started on this node, and the device it gave this process (as torch names it,
+#: 'cuda:1'). Each is optional: an environment that names no variable for it says nothing.
+LAYOUT_VALUES = ("local_world_size", "device")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .environments import ENVIRONMENT_VALUES
+from .environments import ENVIRONMENT_VALUES, LAYOUT_VALUES
 
 #: The job every generated environment test describes: four processes on two nodes, seen from
 #: the second process of the second node, its rendezvous at 10.1.2.3:29400. A test sets a
@@ -19,4 +19,37 @@ from .environments import ENVIRONMENT_VALUES
 #: the job id), which the test then states.
 EXAMPLE_JOB: Mapping[str, Any] = MappingProxyType(
     dict(zip(ENVIRONMENT_VALUES, (4, 3, 1, 1, "10.1.2.3", 29400), strict=True))
+)
+
+#: The example job's layout, for environments that say it (``LAYOUT_VALUES``): two processes on
+#: each node, and the second device of its node given to this one.
+EXAMPLE_LAYOUT: Mapping[str, Any] = MappingProxyType(
+    dict(zip(LAYOUT_VALUES, (2, "cuda:1"), strict=True))
+)
+
+#: A job whose nodes hold unequal numbers of processes, as schedulers that place processes
+#: themselves (Ray) may start: three processes, two on the first node, seen from the third,
+#: alone on the second node. Its global rank (2) is not ``node_rank * processes per node +
+#: local_rank`` for either node's count; an environment that reads the rank must read it as it is.
+UNEVEN_JOB: Mapping[str, Any] = MappingProxyType(
+    dict(
+        zip(
+            (*ENVIRONMENT_VALUES, *LAYOUT_VALUES),
+            (3, 2, 0, 1, "10.1.2.3", 29400, 1, "cuda:0"),
+            strict=True,
+        )
+    )
+)
+
+#: A scheduler's job step of one process, which started another launcher (srun running
+#: ``ray start``): what the processes of that launcher inherit of it, besides their own
+#: variables.
+SINGLE_PROCESS_JOB: Mapping[str, Any] = MappingProxyType(
+    dict(
+        zip(
+            (*ENVIRONMENT_VALUES, *LAYOUT_VALUES),
+            (1, 0, 0, 0, "10.1.2.3", 29400, 1, "cuda:0"),
+            strict=True,
+        )
+    )
 )

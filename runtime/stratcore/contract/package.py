@@ -46,6 +46,9 @@ REGISTRY_IMPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stratcore.registry", ("Registry", "StrategyEntry", "register")),
 )
 
+#: Runtime names a generated package's ``ray`` module imports (Ray Train for its strategies).
+RAY_IMPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (("stratcore.ray", ("RayTrain",)),)
+
 #: The runtime's value types generated modules construct, by their module.
 VALUE_TYPES: dict[str, RuntimeClass] = {
     "Condition": ("stratcore.contract", "Condition"),

@@ -107,6 +107,9 @@ class Condition:
     always: bool = _doc("True regardless of the environment.", False)
     all_set: tuple[EnvVar, ...] = _doc("Every one of these variables is set.", ())
     any_set: tuple[EnvVar, ...] = _doc("At least one of these variables is set.", ())
+    none_set: tuple[EnvVar, ...] = _doc(
+        "None of these variables is set (they mark a launcher that sets the same others).", ()
+    )
     not_equal: dict[EnvVar, tuple[str, ...]] = field(
         default_factory=dict,
         metadata={"doc": "None of these variables has one of the listed values."},
@@ -123,6 +126,8 @@ class Condition:
         if not all(name in env for name in self.all_set):
             return False
         if self.any_set and not any(name in env for name in self.any_set):
+            return False
+        if any(name in env for name in self.none_set):
             return False
         return all(env.get(name) not in values for name, values in self.not_equal.items())
 

@@ -52,12 +52,12 @@ class DDPAdapter(StrategyAdapter):
         kwargs: dict[str, Any] = getattr(self, "_ddp_kwargs", {})
         if device_ids is None:
             return DistributedDataParallel(module=module, device_ids=None, **kwargs)
-        device = torch.device(self.root_device.type, device_ids[0])  # type: ignore[attr-defined]
+        device = torch.device(self.root_device.type, device_ids[0])
         with device_side_stream(device):
             return DistributedDataParallel(module=module, device_ids=device_ids, **kwargs)
 
     def _on_cuda(self) -> bool:
-        return bool(self.root_device.type == "cuda")  # type: ignore[attr-defined]
+        return bool(self.root_device.type == "cuda")
 
     def _setup_model(self, model: nn.Module) -> DistributedDataParallel:
         """The Trainer's DDPStrategy: the model in DistributedDataParallel."""

@@ -76,6 +76,10 @@ class EnvironmentAdapter:
         """Rank of this process's node."""
         return self.spec_environment.node_rank()
 
+    def device(self) -> str | None:
+        """The device the environment gave this process ('cuda:1'), where it says (Ray)."""
+        return self.spec_environment.device()
+
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Refuse devices and nodes that contradict what the scheduler started."""
         self.spec_environment.validate_settings(num_devices, num_nodes)

@@ -87,7 +87,7 @@ class ModelParallelAdapter(StrategyAdapter):
     def _setup_distributed(self) -> None:
         """Lightning's, with the process group created unbound first where the backend cannot
         split groups (see the module documentation)."""
-        device_type = self.root_device.type  # type: ignore[attr-defined]
+        device_type = self.root_device.type
         if device_type != "cpu" and not self.collective_backend.splits_groups:
             if isinstance(self, FabricModelParallelStrategy):
                 self._set_world_ranks()

@@ -20,9 +20,16 @@ or ``lightning.fabric``) does the training. The mixin adds what the spec knows:
   the Trainer or Fabric is built, and again in ``setup_environment``; mixed precision autocasts
   on the accelerator's device type (Lightning's connectors assume 'cuda' for accelerators they
   do not know);
-- when Lightning detects no cluster environment of its own (it falls back to
-  ``LightningEnvironment``), the first of ``environments`` that detects is used, by the strategy,
-  the connector and the launcher alike.
+- the cluster environment is the first of ``environments`` (the spec's detection order) that
+  detects, where Lightning found none of its own (it falls back to ``LightningEnvironment``) or
+  found one that comes later in that order (Lightning's SLURM environment inside a Ray worker
+  started under srun): the strategy, the connector and the launcher use it alike;
+- parallel strategies train on the device their environment gave them where it says (Ray's
+  workers), else on their local rank's (``stratcore.parallel.choose_device``), and their samplers
+  split the data over the environment's world size; DDP on a device other than CUDA is built
+  without device ids (Lightning would build it inside a CUDA stream);
+- a process group that exists already (Ray's, the script's own) is reused where its world
+  size, ranks and backend fit, and refused in one line where they do not, left as it is.
 
 The spec's ``default_precision`` cannot be applied: both connectors turn ``precision=None`` into
 '32-true' before any strategy exists and hand the strategy only the finished plugin, so a plugin
@@ -47,12 +54,12 @@ from lightning.pytorch.strategies import Strategy as TrainerStrategy  # noqa: E4
 from torch import nn  # noqa: E402
 from torch.optim import Optimizer  # noqa: E402
 
-from .. import collectives  # noqa: E402
+from .. import collectives, process_group  # noqa: E402
 from ..collectives import CollectiveBackend, normalize_reduce_op  # noqa: E402
 from ..contract import DEFAULT_PRECISION, PRECISIONS  # noqa: E402
 from ..exceptions import MisconfigurationError  # noqa: E402
 from ..imports import import_object  # noqa: E402
-from ..parallel import ParallelStrategyBase  # noqa: E402
+from ..parallel import ParallelStrategyBase, choose_device  # noqa: E402
 from ..parameter_moves import follow_move, parameters_by_name  # noqa: E402
 from ..process_group import creating_process_group  # noqa: E402
 from ..strategy import StrategyBase  # noqa: E402
@@ -187,6 +194,7 @@ class StrategyAdapter:
         if not self._is_parallel():
             super().setup_environment()  # type: ignore[misc]
             return
+        self._check_existing_group()
         self._run_init_hook()
         # Lightning creates the group here. As around stratcore's own strategies, modules that
         # keep the default group as an argument default (the spec's engine's among them) are
@@ -195,6 +203,27 @@ class StrategyAdapter:
         modules = getattr(self.spec, "group_default_modules", None)
         with creating_process_group(modules or ParallelStrategyBase.group_default_modules):
             self._setup_lightning_environment()
+
+    def _check_existing_group(self) -> None:
+        """A group that exists already (Ray Train's, the script's own, an earlier fit's) is
+        Lightning's to reuse only where it fits: else refused, and left as it is."""
+        existing = process_group.existing_group()
+        if existing is None:
+            return
+        backend = self._get_process_group_backend()
+        world_size, rank = self.world_size, self.global_rank  # type: ignore[attr-defined]
+        if (existing[1], existing[2]) == (world_size, rank) and process_group.backend_serves(
+            existing[0], backend
+        ):
+            return
+        environment = getattr(self, "cluster_environment", None)
+        process_group.refuse_existing_group(
+            type(self).__name__,
+            backend,
+            world_size,
+            rank,
+            environment=type(environment).__name__ if environment is not None else None,
+        )
 
     def _setup_lightning_environment(self) -> None:
         """Lightning's ``setup_environment`` (which creates the process group)."""
@@ -268,16 +297,55 @@ class StrategyAdapter:
         self.__dict__["_adapter_cluster_environment"] = self._choose_environment(environment)
 
     def _choose_environment(self, environment: Any) -> Any:
-        """Lightning's fallback (LightningEnvironment) gives way to the spec's environments."""
+        """Lightning's fallback (LightningEnvironment) gives way to the spec's environments, and
+        an environment Lightning detected itself to those that come before it in the spec's
+        order (by class name: the spec's SLURMEnvironment stands for Lightning's)."""
         if type(environment) is LightningEnvironment:
-            for candidate in self.environments:
-                try:
-                    detected = candidate.detect()
-                except NotImplementedError:  # Lightning's Kubeflow is never detected by itself
-                    continue
-                if detected:
-                    return candidate()
+            candidates = self.environments
+        elif type(environment).__module__.startswith("lightning."):
+            names = [candidate.__name__ for candidate in self.environments]
+            found = type(environment).__name__
+            candidates = self.environments[: names.index(found)] if found in names else ()
+        else:  # the user's
+            candidates = ()
+        for candidate in candidates:
+            try:
+                detected = candidate.detect()
+            except NotImplementedError:  # Lightning's Kubeflow is never detected by itself
+                continue
+            if detected:
+                return candidate()
         return environment
+
+    # -- layout ---------------------------------------------------------------------------------
+
+    @property
+    def root_device(self) -> torch.device:
+        """Parallel strategies whose cluster environment gave the process a device (Ray's
+        workers): that device where it is one of theirs, else the one at the local rank
+        (``stratcore.parallel.choose_device``; a worker that sees its own device alone has
+        one). Everywhere else, Lightning's."""
+        devices = getattr(self, "parallel_devices", None) if self._is_parallel() else None
+        says = getattr(getattr(self, "cluster_environment", None), "device", None)
+        given = says() if callable(says) else None
+        if not devices or given is None:
+            return super().root_device  # type: ignore[misc]
+        local_rank: int = self.local_rank  # type: ignore[attr-defined]
+        return choose_device(devices, given, local_rank)
+
+    @property
+    def distributed_sampler_kwargs(self) -> Any:
+        """Lightning's, split over the environment's world size where Lightning counts
+        ``num_nodes * num_processes`` and the environment started another number (Ray places
+        workers on nodes itself, each seeing its own device)."""
+        kwargs = super().distributed_sampler_kwargs  # type: ignore[misc]
+        if not (self._is_parallel() and isinstance(kwargs, dict)):
+            return kwargs
+        counted = self.num_nodes * self.num_processes  # type: ignore[attr-defined]
+        world_size: int = self.world_size  # type: ignore[attr-defined]
+        if kwargs.get("num_replicas") == counted != world_size:
+            return {**kwargs, "num_replicas": world_size}
+        return kwargs
 
     # -- precision --------------------------------------------------------------------------
 

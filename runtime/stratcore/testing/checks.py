@@ -8,6 +8,7 @@ names what was expected and what happened.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from . import devices
 from .assertions import assert_options, assert_precision_plugin_trains, assert_precisions
 from .expectations import available_or_skip, runnable_or_skip, unavailable_plugin_reason
 from .jobs import ScenarioJobs
-from .rows import AcceleratorRow, EnvironmentRow, PrecisionPluginRow, StrategyRow
+from .rows import AcceleratorRow, EnvironmentRow, JobVariables, PrecisionPluginRow, StrategyRow
 
 # --- strategies ----------------------------------------------------------------------------------
 
@@ -91,29 +92,54 @@ def check_accelerator(row: AcceleratorRow, case: str, monkeypatch: Any) -> None:
 
 
 def check_environment(
-    row: EnvironmentRow, variable: str | None, value: str | None, monkeypatch: Any, folder: Path
+    row: EnvironmentRow,
+    case: str,
+    variable: str | None,
+    value: str | None,
+    monkeypatch: Any,
+    folder: Path,
 ) -> None:
-    """With ``variable`` None: registered under its name, detected from its variables and
-    reading the values they hold. Else not detected without ``variable`` (``value`` None) or
-    with it set to a value the spec refuses."""
-    if variable is None:
+    """One case of ``rows.ENVIRONMENT_CASES``: registered under its name, detected from its
+    variables and reading the values they hold; not detected without ``variable`` (``value``
+    None) or with it set to ``value``; the ranks of ``UNEVEN_JOB`` read as the scheduler set
+    them, by the environment and by a strategy under it; detected inside the environment named
+    ``variable``, before it."""
+    if case == "detected_from_its_variables":
         _assert_environment_detected(row, monkeypatch, folder)
-    else:
+    elif case == "not_detected":
+        assert variable is not None
         _assert_environment_not_detected(row, variable, value, monkeypatch, folder)
+    elif case == "reads_the_ranks_of_an_uneven_job":
+        assert row.uneven is not None
+        _assert_uneven_ranks(row, row.uneven, monkeypatch, folder)
+    elif case == "detected_inside":
+        assert variable is not None
+        _assert_detected_inside(row, variable, monkeypatch, folder)
+    else:
+        raise ValueError(f"no environment case {case!r}")
 
 
 def _assert_environment_detected(row: EnvironmentRow, monkeypatch: Any, folder: Path) -> None:
     cls = row.cls
     found = registry_of(cls).cluster_environments.get(row.name)
     assert found is cls, f"{cls.__name__} is not registered as {row.name!r} ({found!r} is)"
-    devices.set_environment(monkeypatch, folder, dict(row.environ), files=dict(row.files))
-    assert cls.detect(), f"{cls.__name__} is not detected although its variables are set"
-    environment = cls()
-    values = devices.environment_values(environment)
-    assert values == devices.expected_values(dict(row.expected)), f"read {values}"
+    _assert_reads(row, JobVariables(row.environ, row.files, row.expected), monkeypatch, folder)
     assert (
-        environment.creates_processes_externally is row.external
+        cls().creates_processes_externally is row.external
     ), f"{cls.__name__} is wrong about who starts the processes"
+
+
+def _assert_reads(
+    row: EnvironmentRow, job: JobVariables, monkeypatch: Any, folder: Path
+) -> dict[str, Any]:
+    """Under ``job``'s variables the row's environment is detected and reads what ``job``
+    expects; returns what it read."""
+    cls = row.cls
+    devices.set_environment(monkeypatch, folder, dict(job.environ), files=dict(job.files))
+    assert cls.detect(), f"{cls.__name__} is not detected although its variables are set"
+    values = devices.environment_values(cls())
+    assert values == devices.expected_values(dict(job.expected)), f"read {values}"
+    return values
 
 
 def _assert_environment_not_detected(
@@ -127,6 +153,67 @@ def _assert_environment_not_detected(
         environ[variable] = value
     devices.set_environment(monkeypatch, folder, environ, files=files)
     assert not row.cls.detect(), f"{row.cls.__name__} detected with {variable}={value!r}"
+
+
+def _assert_uneven_ranks(
+    row: EnvironmentRow, job: JobVariables, monkeypatch: Any, folder: Path
+) -> None:
+    """The ranks of a job whose nodes hold unequal numbers of processes are the scheduler's:
+    read so by the environment, and kept so by a parallel strategy of the package that
+    detects it, once the strategy has configured its ranks (where the package has one that
+    runs here on the CPU)."""
+    from ..parallel import ParallelStrategyBase
+
+    read = _assert_reads(row, job, monkeypatch, folder)
+    registry = registry_of(row.cls)
+    for name, entry in registry.strategies.items():
+        cls = entry.cls
+        if (
+            entry.preset
+            or inspect.isabstract(cls)
+            or not issubclass(cls, ParallelStrategyBase)
+            or cls.one_process_per_node
+            or row.name not in cls.cluster
+            or (cls.accelerators and "cpu" not in cls.accelerators)
+            or not all(requirement.available for requirement in cls.requires)
+        ):
+            continue
+        package = importlib.import_module(registry.package)
+        strategy = package.get_strategy(name, accelerator="cpu", cluster_environment=row.cls())
+        strategy.configure_ranks()
+        ranks = {
+            "world_size": strategy.world_size,
+            "global_rank": strategy.global_rank,
+            "local_rank": strategy.local_rank,
+            "node_rank": strategy.node_rank,
+        }
+        expected = {key: read[key] for key in ranks}
+        assert ranks == expected, f"{name!r} under {row.cls.__name__}: {ranks}, expected {expected}"
+        return
+
+
+def _assert_detected_inside(
+    row: EnvironmentRow, outer: str, monkeypatch: Any, folder: Path
+) -> None:
+    """With the variables another environment leaves to the processes it runs (``outer``,
+    which would be detected by them alone), the row's environment is detected, reads its own
+    values, and every strategy of the package that may detect both detects it."""
+    registry = registry_of(row.cls)
+    outer_cls = registry.cluster_environments[outer]
+    _assert_reads(row, row.inside[outer], monkeypatch, folder)
+    assert outer_cls.detect(), (
+        f"{outer_cls.__name__} is not detected by the variables it leaves: the case shows "
+        "nothing"
+    )
+    for name, entry in registry.strategies.items():
+        cluster = entry.cls.cluster
+        if entry.preset or row.name not in cluster or outer not in cluster:
+            continue
+        detected = registry.detect_environment(entry.cls)
+        assert type(detected) is row.cls, (
+            f"{name!r} detected {type(detected).__name__} inside {outer_cls.__name__}, "
+            f"expected {row.cls.__name__} (order: {', '.join(cluster)})"
+        )
 
 
 # --- precision plugins ---------------------------------------------------------------------------

@@ -164,7 +164,8 @@ def assert_detection_priority(cls: type[StrategyBase], monkeypatch: Any) -> None
 
 
 def environment_values(environment: Any) -> dict[str, Any]:
-    """Every value a cluster environment reads (world size, ranks, address, port), by name."""
+    """Every value a cluster environment reads (world size, ranks, address, port, and the
+    layout where it says it: None where it does not), by name."""
     return {
         "world_size": environment.world_size(),
         "global_rank": environment.global_rank(),
@@ -172,6 +173,8 @@ def environment_values(environment: Any) -> dict[str, Any]:
         "node_rank": environment.node_rank(),
         "main_address": environment.main_address,
         "main_port": environment.main_port,
+        "local_world_size": environment.local_world_size(),
+        "device": environment.device(),
     }
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..contract import ENVIRONMENT_VALUES
+from ..contract import ENVIRONMENT_VALUES, LAYOUT_VALUES
 from ..launchers.base import ERROR_FILE_ENV, LAUNCH_FILE_ENV, PARENT_PID_ENV
 from ..registry import Registry, loaded_packages, package_registry
 
@@ -104,8 +104,10 @@ def cluster_variables() -> frozenset[str]:
             environment.detect_condition,
             environment.creates_processes_externally_condition,
         ):
-            names.update(condition.all_set, condition.any_set, condition.not_equal)
-        for key in ENVIRONMENT_VALUES:
+            names.update(
+                condition.all_set, condition.any_set, condition.none_set, condition.not_equal
+            )
+        for key in (*ENVIRONMENT_VALUES, *LAYOUT_VALUES):
             names.update(getattr(environment, f"{key}_source").env)
     return frozenset(names)
 

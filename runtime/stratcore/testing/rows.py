@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..contract import EXAMPLE_JOB as EXAMPLE_JOB
+from ..contract import EXAMPLE_LAYOUT as EXAMPLE_LAYOUT
+from ..contract import UNEVEN_JOB as UNEVEN_JOB
 from .expectations import Expectation, expectation_for
 
 if TYPE_CHECKING:
@@ -77,6 +79,23 @@ class AcceleratorRow:
 
 
 @dataclass(frozen=True)
+class JobVariables:
+    """The variables (and files) that describe a job to a cluster environment, and the values
+    it must then read.
+
+    Attributes:
+        environ: The variables to set.
+        files: Variables that hold the path of a file, and the file's content.
+        expected: The values it reads ('<hostname>' stands for this machine's name); a layout
+            value (``LAYOUT_VALUES``) of None: the environment says nothing of it.
+    """
+
+    environ: Mapping[str, str]
+    files: Mapping[str, str]
+    expected: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class EnvironmentRow:
     """A consistent set of variables (and files) under which a cluster environment must be
     detected, and the values it must then read.
@@ -90,7 +109,13 @@ class EnvironmentRow:
             are those of ``EXAMPLE_JOB``.
         external: Whether it says that something else started the processes.
         negatives: (variable, value) under which it must not be detected: the variable
-            removed (None) or set to a value the spec refuses.
+            removed (None) or set to a value the spec refuses or to any value (a variable
+            that must not be set).
+        uneven: ``UNEVEN_JOB`` described to it, for environments that number the processes
+            themselves: the ranks it reads are the scheduler's, also through a strategy.
+        inside: For each environment it runs inside (its ``runs_inside``), its variables
+            together with the ones that environment leaves to its processes: it is still
+            detected, before the other, and reads its own values.
     """
 
     name: str
@@ -100,6 +125,8 @@ class EnvironmentRow:
     expected: Mapping[str, Any]
     external: bool
     negatives: Sequence[tuple[str, str | None]] = ()
+    uneven: JobVariables | None = None
+    inside: Mapping[str, JobVariables] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -187,15 +214,31 @@ def accelerator_params(rows: Iterable[AcceleratorRow]) -> list[Any]:
     ]
 
 
+#: The cases of an environment row (``checks.check_environment``).
+ENVIRONMENT_CASES = (
+    "detected_from_its_variables",
+    "not_detected",
+    "reads_the_ranks_of_an_uneven_job",
+    "detected_inside",
+)
+
+
 def environment_params(rows: Iterable[EnvironmentRow]) -> list[Any]:
-    """(row, None, None): detected from its variables; (row, variable, value): not detected
-    without ``variable`` (value None) or with it set to a refused value."""
+    """(row, case, variable, value), the cases of ``ENVIRONMENT_CASES``: detected from its
+    variables; not detected without ``variable`` (value None) or with it set to ``value``;
+    the ranks of ``UNEVEN_JOB``, where the row has it; detected inside the environment named
+    ``variable``, for each of the row's ``inside``."""
     params = []
     for row in rows:
-        params.append(_param((row, None, None), f"{row.name}-detected_from_its_variables"))
+        detected, refused, uneven, inside = ENVIRONMENT_CASES
+        params.append(_param((row, detected, None, None), f"{row.name}-{detected}"))
         for variable, value in row.negatives:
             how = f"without_{variable}" if value is None else f"with_{variable}={value}"
-            params.append(_param((row, variable, value), f"{row.name}-not_detected_{how}"))
+            params.append(_param((row, refused, variable, value), f"{row.name}-{refused}_{how}"))
+        if row.uneven is not None:
+            params.append(_param((row, uneven, None, None), f"{row.name}-{uneven}"))
+        for outer in row.inside:
+            params.append(_param((row, inside, outer, None), f"{row.name}-{inside}_{outer}"))
     return params
 
 

@@ -100,23 +100,26 @@ class AcceleratorTests(TableTests):
 
 
 class EnvironmentTests(TableTests):
-    """Each cluster environment: detected from its variables and reading their values, and
-    not detected when one of them is missing or refused."""
+    """Each cluster environment: detected from its variables and reading their values, not
+    detected when one of them is missing or refused, reading the scheduler's ranks however it
+    placed the processes, and detected before the environments it runs inside."""
 
     rows: ClassVar[Sequence[EnvironmentRow]] = ()
 
-    @over(("row", "variable", "value"), tables.environment_params)
+    @over(("row", "case", "variable", "value"), tables.environment_params)
     def test_environment(
         self,
         row: EnvironmentRow,
+        case: str,
         variable: str | None,
         value: str | None,
         monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path,
     ) -> None:
-        """One check of a cluster environment row: detected from its variables, reading their
-        values."""
-        checks.check_environment(row, variable, value, monkeypatch, tmp_path)
+        """One case of a cluster environment row (``rows.ENVIRONMENT_CASES``): detected from
+        its variables and reading their values, or not detected, or the ranks of an uneven
+        job, or detected inside another environment."""
+        checks.check_environment(row, case, variable, value, monkeypatch, tmp_path)
 
 
 class PrecisionPluginTests(TableTests):

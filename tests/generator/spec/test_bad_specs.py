@@ -57,6 +57,8 @@ REQUIRED = {
         "68_names_that_break_generated_code"
     ),
     "class names of the registry module and of builtins": "69_class_names_that_shadow",
+    "environment running inside one that does not exist, or inside itself": "70_runs_inside_unknown",
+    "environment listed after one it runs inside": "71_runs_inside_order",
 }
 
 

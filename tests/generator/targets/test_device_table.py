@@ -6,7 +6,8 @@ builds the table: a device's stratlib cell names every strategy whose spec (or t
 extends) lists the device, its precisions cell every precision its spec supports, each probed
 one after the probe that decides it, its DeepSpeed cell the class DeepSpeed itself has for the
 device (by the names in the installed DeepSpeed's source) unless the spec asks for the generated
-one, and its install cell the spec's install hints.
+one, its Ray Train cell the spec's Ray resource and backend, and its install cell the spec's
+install hints.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from tests.support.generator import REPO, run_cli
 SPECS = REPO / "specs"
 #: The devices page's two tables: the devices (with what to install), then what runs on each.
 DEVICE_COLUMNS = ["hardware", "install", "verified on"]
-FRAMEWORK_COLUMNS = ["stratlib", "Lightning", "DeepSpeed", "precisions"]
+FRAMEWORK_COLUMNS = ["stratlib", "Lightning", "DeepSpeed", "Ray Train", "precisions"]
 #: The cells `stratgen list` and the page show alike.
-SHARED = ["stratlib", "DeepSpeed", "precisions", "install"]
+SHARED = ["stratlib", "DeepSpeed", "Ray Train", "precisions", "install"]
 
 
 def deepspeeds_own_accelerators() -> list[str]:
@@ -62,6 +63,15 @@ def _runs_on(name: str, strategies: dict[str, dict[str, Any]]) -> list[str]:
         return list(entry["accelerators"])
     parent = entry.get("extends") or (entry.get("base") if entry.get("base") != name else None)
     return _runs_on(parent, strategies) if parent else []
+
+
+def _cluster(name: str, strategies: dict[str, dict[str, Any]]) -> list[str]:
+    """The strategy's cluster environments, its own or inherited."""
+    entry = strategies[name]
+    if "cluster" in entry:
+        return list(entry["cluster"])
+    parent = entry.get("extends") or (entry.get("base") if entry.get("base") != name else None)
+    return _cluster(parent, strategies) if parent else []
 
 
 def _unescaped(cell: str) -> str:
@@ -153,6 +163,15 @@ def test_each_row_follows_from_the_specs(device: str) -> None:
         assert row["DeepSpeed"] == f"generated ({name}DeepSpeedAccelerator)", row
     else:
         assert row["DeepSpeed"] == f"DeepSpeed's own ({own})", row
+    ray = row["Ray Train"]
+    if not any("ray" in _cluster(name, strategies) for name in expected):
+        assert ray == "no", row
+    elif "ray_resource" in accelerator:
+        assert ray.startswith(f"{accelerator['ray_resource']} per worker; backend "), row
+    elif accelerator.get("device_type") == "cpu":
+        assert ray == "CPU per worker; backend gloo", row
+    else:
+        assert ray.startswith("no Ray resource in its spec (ray_resource)"), row
 
 
 def test_the_new_devices_have_lightning_plugins_and_lightnings_own_keep_theirs() -> None:
@@ -168,6 +187,14 @@ def test_the_new_devices_have_lightning_plugins_and_lightnings_own_keep_theirs()
     assert rows["ipu"]["Lightning Trainer"] == "no"  # Lightning 2 has no IPU strategy
     assert page_rows()["ipu"]["Lightning"] == "no"
     assert "xpu_ddp" in rows["xpu"]["Lightning Trainer"]
+
+
+def test_ray_trains_the_devices_ray_schedules_with_their_own_backends() -> None:
+    rows = page_rows()
+    assert rows["npu"]["Ray Train"] == "NPU per worker; backend hccl"
+    assert rows["cuda"]["Ray Train"] == "GPU per worker; backend nccl"
+    assert rows["cpu"]["Ray Train"] == "CPU per worker; backend gloo"
+    assert rows["mps"]["Ray Train"] == "no"  # one device, no parallel strategy
 
 
 def test_a_project_without_the_lightning_target_says_so(tmp_path: Path) -> None:

@@ -553,6 +553,7 @@ def render_pages(
                     text(row.stratlib),
                     text(_lightning_summary(catalog, selection, device, plugins)),
                     text(row.deepspeed),
+                    text(row.ray),
                     text(row.precisions),
                 )
                 for device, row in zip(devices, rows, strict=True)

@@ -1,6 +1,7 @@
 """The devices x frameworks table: for each accelerator of the specs, which strategies run on it
 with the generated package, with Lightning's Trainer and with Lightning Fabric, which DeepSpeed
-accelerator DeepSpeed strategies train on, in which precisions, and what to install.
+accelerator DeepSpeed strategies train on, what Ray Train's workers ask for it and with which
+backend, in which precisions, and what to install.
 ``stratgen list`` prints it, and the docs target's index page
 shows its cells, from the same function (its Lightning columns summed up in one)."""
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from stratcore.contract import PRECISIONS
 from stratcore.lightning.contract import ACCELERATOR_NAMES, FRAMEWORKS
 
-from ...resolve.catalog import Accelerator, Catalog
+from ...resolve.catalog import Accelerator, Catalog, Strategy
 from ...resolve.deepspeed_accelerators import deepspeed_generated
 from ..deepspeed.accelerators import class_name, rendered
 from ..lightning import plugins as lightning_plugins
@@ -23,6 +24,7 @@ HEADER = [
     "Lightning Trainer",
     "Lightning Fabric",
     "DeepSpeed",
+    "Ray Train",
     "precisions",
     "install",
 ]
@@ -37,6 +39,7 @@ class DeviceRow:
     trainer: str
     fabric: str
     deepspeed: str
+    ray: str
     precisions: str
     install: str
 
@@ -47,6 +50,7 @@ class DeviceRow:
             self.trainer,
             self.fabric,
             self.deepspeed,
+            self.ray,
             self.precisions,
             self.install,
         ]
@@ -84,6 +88,26 @@ def deepspeed_text(accelerator: Accelerator, deepspeed_target: bool = True) -> s
     if not deepspeed_target:
         return "generated (made at run time: not a target of this project)"
     return f"generated ({class_name(accelerator)})"
+
+
+def ray_text(accelerator: Accelerator, strategies: Iterable[Strategy]) -> str:
+    """What a Ray Train worker of the device asks for (the spec's Ray resource, a CPU for
+    devices that are processes) and the backend of the group Ray creates for it
+    (``stratcore.ray``), where a strategy that runs on it detects the ``ray`` environment."""
+    if not any("ray" in strategy.cluster for strategy in strategies):
+        return "no"
+    spec = accelerator.spec
+    backend = accelerator.backend
+    name = (
+        "the one torch maps the device to"
+        if backend.from_device_map
+        else (backend.torch_name or backend.name)
+    )
+    if spec.ray_resource:
+        return f"{spec.ray_resource} per worker; backend {name}"
+    if not spec.indexed or spec.device_count is None:
+        return f"CPU per worker; backend {name}"
+    return f"no Ray resource in its spec (ray_resource); backend {name}"
 
 
 def _lightning_text(name: str, selection: lightning_plugins.Selection) -> str:
@@ -135,6 +159,7 @@ def device_rows(
                 trainer=trainer,
                 fabric=fabric,
                 deepspeed=deepspeed_text(accelerator, deepspeed_target),
+                ray=ray_text(accelerator, [catalog.strategies[n] for n in runs]),
                 precisions=precisions_text(accelerator),
                 install=install_text(accelerator),
             )

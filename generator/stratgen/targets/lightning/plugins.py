@@ -42,7 +42,6 @@ from ...codegen.python_source import (
     PyClass,
     PyModule,
     docstring,
-    docstring_body,
     first_sentence,
     literal,
 )
@@ -295,9 +294,11 @@ def environments_module(
             PyClass(
                 env.class_name,
                 [ADAPTERS["environment"][1], "ClusterEnvironment"],
-                docstring_body(
-                    first_sentence(env.description) + ", as a Lightning cluster environment.",
+                docstring(
+                    [first_sentence(env.description) + ", as a Lightning cluster environment."],
                     "    ",
+                    first_width=93,
+                    width=96,
                 ),
                 [("spec", "", f"environments.{env.class_name}")],
             )

@@ -12,6 +12,7 @@ from stratcore.contract import (
     DEFAULT_PRECISION,
     ENVIRONMENT_ROOT,
     ENVIRONMENT_VALUES,
+    LAYOUT_VALUES,
     PRECISIONS,
     PRECISION_KINDS,
     PRECISION_ROOT,
@@ -47,6 +48,7 @@ def accelerator_module(accelerator: Accelerator) -> PyModule:
         ("current_device_hook", spec.current_device),
         ("indexed", spec.indexed),
         ("backend", accelerator.backend),
+        ("ray_resource", spec.ray_resource),
         ("default_precision", spec.precision.default or DEFAULT_PRECISION),
         ("supported_precisions", tuple(spec.precision.supported or PRECISIONS)),
         ("precision_probes", dict(spec.precision.probes or {})),
@@ -188,6 +190,8 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
         "creates_processes_externally",
         "settable",
         *ENVIRONMENT_VALUES,
+        *LAYOUT_VALUES,
+        "runs_inside",
         "requires",
     ):
         value = env.values.get(key)
@@ -197,8 +201,8 @@ def environment_module(env: ClusterEnvironment) -> PyModule:
             imports.add_local(*VALUE_TYPES["Condition"])
             attr = f"{key}_condition"
             attributes.append((attr, _condition(value)))
-        elif key == "settable":
-            attributes.append(("settable", literal(value)))
+        elif key in ("settable", "runs_inside"):
+            attributes.append((key, literal(value)))
         elif key == "requires":
             attributes.append(("requires", requirements_source(value, imports)))
         else:
@@ -255,6 +259,8 @@ def _condition(condition: contract.Condition) -> str:
         args.append(f"all_set={literal(condition.all_set)}")
     if condition.any_set:
         args.append(f"any_set={literal(condition.any_set)}")
+    if condition.none_set:
+        args.append(f"none_set={literal(condition.none_set)}")
     if condition.not_equal:
         args.append(f"not_equal={literal(condition.not_equal)}")
     return f"Condition({', '.join(args)})"

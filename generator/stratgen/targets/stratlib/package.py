@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from stratcore.contract import PACKAGE_EXPORTS, REGISTRY_IMPORTS
+from stratcore.contract import PACKAGE_EXPORTS, RAY_IMPORTS, REGISTRY_IMPORTS
 from stratcore.version import RUNTIME_SERIES
 
 from ...codegen import python_source
@@ -106,6 +106,7 @@ def render_package(
             all_sources,
         ),
     )
+    emit(f"{package_dir}/ray.py", _ray_module(renderer, package, all_sources))
     emit(f"{package_dir}/__init__.py", _package_init(renderer, package, families, all_sources))
     emit(f"{package_dir}/py.typed", "", python=False)
     files.extend(_tests(renderer, catalog, selection, package, package_dir, tests_dir))
@@ -208,6 +209,20 @@ def _registry(
             {"name": n, "constant": strategy_modules.backend_constant(n)}
             for n in selection.backends
         ],
+    )
+
+
+def _ray_module(renderer: Renderer, package: str, source: str) -> str:
+    """``<package>/ray.py``: Ray Train's configurations for the package's strategies
+    (``stratcore.ray.RayTrain`` on its registry)."""
+    imports = python_source.Imports()
+    imports.stdlib.add("from __future__ import annotations")
+    for module, names in RAY_IMPORTS:
+        for name in names:
+            imports.add_local(module, name)
+    imports.add_local("registry", "REGISTRY")
+    return renderer.template("package/ray.py.j2").render(
+        header=header(source), package=package, import_blocks=imports.lines("ray.py")
     )
 
 

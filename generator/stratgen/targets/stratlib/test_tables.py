@@ -5,15 +5,20 @@ under which each cluster environment must be detected."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from stratcore.contract import (
     DEFAULT_PRECISION,
+    ENVIRONMENT_VALUES,
     EXAMPLE_JOB,
+    EXAMPLE_LAYOUT,
+    LAYOUT_VALUES,
     PRECISIONS,
     REDUCE_OPS,
+    SINGLE_PROCESS_JOB,
+    UNEVEN_JOB,
     best_plugin,
 )
 
@@ -258,7 +263,7 @@ def test_tables(
         if env.abstract:
             tables.abstract.append(env.class_name)
         else:
-            tables.environments.append(environment_row(env, tables.uses))
+            tables.environments.append(environment_row(catalog, env, tables.uses))
     for plugin in plugins:
         if plugin.abstract:
             tables.abstract.append(plugin.class_name)
@@ -268,8 +273,12 @@ def test_tables(
     return tables
 
 
-# Each reading of the example job, and the variable's value that says it.
-_EXAMPLES: dict[str, tuple[str, Any]] = {key: (str(v), v) for key, v in EXAMPLE_JOB.items()}
+# The jobs a row describes, by the name ``stratcore.testing`` exports them under.
+_JOBS: dict[str, Mapping[str, Any]] = {
+    "EXAMPLE_JOB": {**EXAMPLE_JOB, **EXAMPLE_LAYOUT},
+    "UNEVEN_JOB": UNEVEN_JOB,
+    "SINGLE_PROCESS_JOB": SINGLE_PROCESS_JOB,
+}
 # The inputs special parsers turn into a reading.
 _PARSER_EXAMPLES: dict[str, tuple[str, str, Any]] = {
     # parser: (variable it is meant for, input, expected reading)
@@ -285,28 +294,30 @@ _JOB_PORT_PARSERS = ("slurm_job_port", "lsf_job_port")
 RANKFILE = "launchhost\n<hostname>\n<hostname>\notherhost\notherhost\n"
 
 
-def _readings(expected: dict[str, Any], uses: set[str]) -> str:
-    """``expected`` as source: ``EXAMPLE_JOB``, with what the environment reads otherwise."""
-    if set(expected) != set(EXAMPLE_JOB):
-        return literal(expected)
-    uses.add("EXAMPLE_JOB")
-    differs = [f"{literal(k)}: {literal(v)}" for k, v in expected.items() if EXAMPLE_JOB[k] != v]
-    return "{" + ", ".join(["**EXAMPLE_JOB", *differs]) + "}" if differs else "EXAMPLE_JOB"
+@dataclass
+class _Job:
+    """The variables (and files) under which an environment describes one of ``_JOBS``, and
+    what it then reads."""
+
+    environ: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    expected: dict[str, Any] = field(default_factory=dict)
 
 
-def environment_row(env: ClusterEnvironment, uses: set[str]) -> str:
-    """A consistent set of variables under which ``env`` must be detected, the values it must
-    then read, and the variables whose absence (or refused value) must not detect it, as a
-    ``testing.EnvironmentRow(...)`` call; the names of ``stratcore.testing`` it is written with
-    go into ``uses``."""
+def _job(env: ClusterEnvironment, job: Mapping[str, Any]) -> _Job:
+    """``env``'s variables for ``job`` (each value where the environment reads it, the special
+    parsers' inputs where it parses them, and every variable its detection needs), and the
+    values it reads then. A layout value the environment does not say is expected as None."""
     values = env.values
-    environ: dict[str, str] = {}
-    files: dict[str, str] = {}
-    expected: dict[str, Any] = {}
-    for key, (raw, reading) in _EXAMPLES.items():
+    found = _Job()
+    environ, files, expected = found.environ, found.files, found.expected
+    for key in (*ENVIRONMENT_VALUES, *LAYOUT_VALUES):
         source: ValueSource | None = values.get(key)
         if source is None:
+            if key in LAYOUT_VALUES:
+                expected[key] = None
             continue
+        raw, reading = str(job[key]), job[key]
         parser_example = _PARSER_EXAMPLES.get(source.parse) if source.parse else None
         if parser_example is not None and (
             parser_example[0] in source.env or source.parse not in _JOB_PORT_PARSERS
@@ -330,15 +341,65 @@ def environment_row(env: ClusterEnvironment, uses: set[str]) -> str:
             environ[variable] = raw
         expected[key] = reading
     detect: Condition = values["detect"] or Condition()
-    negatives: list[tuple[str, str | None]] = []
     for variable in detect.all_set:
         if variable not in environ and variable not in files:
             environ[variable] = "1"
-        negatives.append((variable, None))
     if detect.any_set and not any(v in environ or v in files for v in detect.any_set):
         environ[detect.any_set[0]] = "4"
-    for variable, refused in detect.not_equal.items():
+    for variable in detect.not_equal:
         environ.setdefault(variable, "training-job")
+    return found
+
+
+def _readings(expected: dict[str, Any], job: str, uses: set[str]) -> str:
+    """``expected`` as source: the job's constant (``EXAMPLE_JOB``, with ``EXAMPLE_LAYOUT``
+    where the environment says the layout), with what the environment reads otherwise."""
+    layout = [key for key in LAYOUT_VALUES if expected.get(key) is not None]
+    said = {k: v for k, v in expected.items() if v is not None or k not in LAYOUT_VALUES}
+    if job == "EXAMPLE_JOB":
+        constants = ["EXAMPLE_JOB", *(["EXAMPLE_LAYOUT"] if layout else [])]
+        reference = {**EXAMPLE_JOB, **(EXAMPLE_LAYOUT if layout else {})}
+        expected = said
+    else:
+        constants, reference = [job], dict(_JOBS[job])
+    if set(expected) != set(reference):
+        return literal(expected)
+    uses.update(constants)
+    differs = [f"{literal(k)}: {literal(v)}" for k, v in expected.items() if reference[k] != v]
+    if len(constants) == 1 and not differs:
+        return constants[0]
+    return "{" + ", ".join([*(f"**{c}" for c in constants), *differs]) + "}"
+
+
+def _job_variables(found: _Job, job: str, uses: set[str]) -> str:
+    """A ``JobVariables(...)`` call for ``found``, a description of ``job``."""
+    uses.add("JobVariables")
+    keywords = [
+        ("environ", literal(found.environ)),
+        ("files", literal(found.files)),
+        ("expected", _readings(found.expected, job, uses)),
+    ]
+    return _call("JobVariables", [], keywords)
+
+
+def environment_row(catalog: Catalog, env: ClusterEnvironment, uses: set[str]) -> str:
+    """A consistent set of variables under which ``env`` must be detected, the values it must
+    then read, and the variables whose absence (or refused value) must not detect it, as a
+    ``testing.EnvironmentRow(...)`` call; the names of ``stratcore.testing`` it is written with
+    go into ``uses``.
+
+    Environments that number the processes themselves (not ``settable``, the global rank read
+    from a variable) describe ``UNEVEN_JOB`` too; those that run inside others (``runs_inside``)
+    describe the example job again under each outer one's variables for a step of one process
+    (``SINGLE_PROCESS_JOB``: srun running ``ray start``), which they must win over.
+    """
+    values = env.values
+    found = _job(env, _JOBS["EXAMPLE_JOB"])
+    environ, files = found.environ, found.files
+    detect: Condition = values["detect"] or Condition()
+    negatives: list[tuple[str, str | None]] = [(variable, None) for variable in detect.all_set]
+    negatives.extend((variable, "1") for variable in detect.none_set)
+    for variable, refused in detect.not_equal.items():
         negatives.extend((variable, value) for value in refused)
     external = values["creates_processes_externally"] or Condition(always=True)
     if detect.always:
@@ -346,10 +407,25 @@ def environment_row(env: ClusterEnvironment, uses: set[str]) -> str:
     keywords = [
         ("environ", literal(environ)),
         ("files", literal(files)),
-        ("expected", _readings(expected, uses)),
+        ("expected", _readings(found.expected, "EXAMPLE_JOB", uses)),
         ("external", literal(external.holds(environ))),
     ]
     if negatives:
         keywords.append(("negatives", literal(negatives)))
+    rank_source: ValueSource | None = values.get("global_rank")
+    if not values.get("settable") and rank_source is not None and rank_source.env:
+        uneven = _job(env, _JOBS["UNEVEN_JOB"])
+        keywords.append(("uneven", _job_variables(uneven, "UNEVEN_JOB", uses)))
+    inside = []
+    for outer_name in values.get("runs_inside") or ():
+        outer = _job(catalog.environments[outer_name], _JOBS["SINGLE_PROCESS_JOB"])
+        both = _Job(
+            environ={**outer.environ, **environ},
+            files={**outer.files, **files},
+            expected=found.expected,
+        )
+        inside.append(f"{literal(outer_name)}: {_job_variables(both, 'EXAMPLE_JOB', uses)}")
+    if inside:
+        keywords.append(("inside", "{" + ", ".join(inside) + "}"))
     uses.add("EnvironmentRow")
     return _call("EnvironmentRow", [literal(env.name), env.class_name], keywords)

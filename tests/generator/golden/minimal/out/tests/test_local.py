@@ -6,9 +6,11 @@ run by the cases of ``stratcore.testing.suite``."""
 from spec_facts import NPU_PARALLEL_OPTIONS, ON_NPU
 from stratcore.testing import (
     EXAMPLE_JOB,
+    UNEVEN_JOB,
     AcceleratorRow,
     EnvironmentRow,
     Expectation,
+    JobVariables,
     PrecisionPluginRow,
     StrategyRow,
 )
@@ -90,6 +92,20 @@ class TestEnvironments(EnvironmentTests):
             expected=EXAMPLE_JOB,
             external=True,
             negatives=[("NPU_JOB_ID", None), ("NPU_JOB_NAME", "interactive")],
+            uneven=JobVariables(
+                environ={
+                    "NPU_WORLD_SIZE": "3",
+                    "NPU_RANK": "2",
+                    "NPU_LOCAL_RANK": "0",
+                    "NODE_RANK": "1",
+                    "MASTER_ADDR": "10.1.2.3",
+                    "MASTER_PORT": "29400",
+                    "NPU_JOB_ID": "1",
+                    "NPU_JOB_NAME": "training-job",
+                },
+                files={},
+                expected={**UNEVEN_JOB, "local_world_size": None, "device": None},
+            ),
         ),
     ]
 
