@@ -127,4 +127,3 @@ def test_every_runtime_module_serves_generated_packages_or_their_commands() -> N
         todo += [*graph[module], *([parent] if parent else [])]
     unreached = sorted(set(graph) - reached)
     assert not unreached, f"runtime modules no generated package or command uses: {unreached}"
-
