@@ -1,7 +1,7 @@
 """The whole suite's settings.
 
 The ranks that PopenLauncher starts in the tests' jobs are forks of a process that has already
-imported torch (tests/rankfork.py), reached through the launcher's documented prefix,
+imported torch (tests/support/rankfork.py), reached through the launcher's documented prefix,
 STRATLIB_RANK_PREFIX. The tests of the launchers themselves (tests/runtime,
 tests/runtime/checkpoints/test_launch_fixes.py) remove it: there, ranks start as users' ranks do.
 
@@ -27,7 +27,7 @@ import pytest
 from stratcore.launchers.base import RANK_PREFIX_ENV
 
 _spec = importlib.util.spec_from_file_location(
-    "rankfork", Path(__file__).parent / "tests" / "rankfork.py"
+    "rankfork", Path(__file__).parent / "tests" / "support" / "rankfork.py"
 )
 assert _spec is not None and _spec.loader is not None
 rankfork = importlib.util.module_from_spec(_spec)

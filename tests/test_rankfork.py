@@ -1,7 +1,7 @@
-"""tests/rankfork.py, which starts the suite's ranks as forks, against the oracle it stands in
-for: the same command line run by a fresh interpreter. A probe script reports what a script can
-see of how it was started; both ways must report the same, end with the same status and write
-the same error."""
+"""tests/support/rankfork.py, which starts the suite's ranks as forks, against the oracle it
+stands in for: the same command line run by a fresh interpreter. A probe script reports what a
+script can see of how it was started; both ways must report the same, end with the same status
+and write the same error."""
 
 from __future__ import annotations
 
@@ -113,3 +113,14 @@ def test_commands_it_cannot_fork_run_as_they_are(folder: str) -> None:
     client = watch.Job([sys.executable, rankfork.__file__, *command], env=env)
     done = client.finish()
     assert (done.returncode, done.stdout) == (0, f"{client.process.pid}\n"), done.stderr
+
+
+def test_the_first_process_of_a_lightning_job_forks_from_a_server_that_holds_lightning() -> None:
+    """The Lightning runner's program is the command whose server imports Lightning first (a
+    module that moved would quietly fork from torch's server and pay Lightning's import)."""
+    from stratcore.testing.lightning.runner import PROGRAM
+
+    assert rankfork.LIGHTNING_PROGRAM == PROGRAM
+    assert rankfork._preload("module", PROGRAM) == "lightning"
+    assert rankfork._preload("module", "stratcore.testing") == "torch"
+    assert rankfork._preload("path", "train.py") == "torch"

@@ -2,16 +2,18 @@
 
 Every rank PopenLauncher starts is a fresh interpreter that imports torch and torch._dynamo
 (which torch's optimizers import): about four CPU-seconds, and the suite starts a couple of
-hundred such ranks on a two-core machine. The suite's conftest sets the launcher's documented
-prefix (``STRATLIB_RANK_PREFIX``) to ``python tests/rankfork.py``, so that a rank's command line
-``python script.py args`` becomes ``python tests/rankfork.py python script.py args``:
+hundred such ranks on a two-core machine (forking them takes about a tenth off the whole
+suite's time there). The suite's conftest sets the launcher's documented prefix
+(``STRATLIB_RANK_PREFIX``) to ``python tests/support/rankfork.py``, so that a rank's command
+line ``python script.py args`` becomes ``python tests/support/rankfork.py python script.py
+args``:
 
 - this program, the *client*, runs in the rank's place (it is what the launcher waits for and
   signals) and imports nothing but the standard library;
-- it asks a *server* for its environment and the modules it imports first (``PRELOADS``; one
-  per set of the variables that shape an import of torch, started on the first client's request
-  by the *host*, the pytest process that ran the conftest) to fork a child that runs the
-  command as a fresh interpreter would (``__main__``, ``sys.argv``, ``sys.path``, the
+- it asks a *server* for its environment (one per set of the variables that shape an import of
+  torch and per set of modules it imports first, ``PRELOADS``; started on the first client's
+  request by the *host*, the pytest process that ran the conftest) to fork a child that runs
+  the command as a fresh interpreter would (``__main__``, ``sys.argv``, ``sys.path``, the
   environment, the working directory, the client's standard streams, an uncaught error through
   ``sys.excepthook``, non-daemon threads and ``atexit`` handlers at the end), and ends with the
   child's exit status. A client killed takes its child with it.
@@ -65,8 +67,10 @@ SHAPING_PREFIXES = (
 SHAPING_NAMES = ("CUDA_VISIBLE_DEVICES", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE")
 #: What a server imports once, for every child: torch, or for the first process of a Lightning
 #: job (``stratcore.testing.lightning.program``) Lightning too, which takes longer than torch.
-TORCH = ("torch", "torch._dynamo", "torch.distributed")
-PRELOADS = {"torch": TORCH, "lightning": (*TORCH, "lightning")}
+PRELOADS = {
+    "torch": ("torch", "torch._dynamo", "torch.distributed"),
+    "lightning": ("torch", "torch._dynamo", "torch.distributed", "lightning"),
+}
 #: A variable that only holds room: a server starts with it, so that the place where /proc shows
 #: a process's initial environment is large enough for a child's (``_show_environment``).
 ROOM_ENV = "RANKFORK_ROOM"
@@ -91,6 +95,15 @@ def _shaping(env: dict[str, str]) -> dict[str, str]:
         )
     )
     return shaping
+
+
+#: The module the first process of a Lightning job runs (``stratcore.testing.lightning.runner``).
+LIGHTNING_PROGRAM = "stratcore.testing.lightning.program"
+
+
+def _preload(kind: str, target: str) -> str:
+    """Which of ``PRELOADS`` a server for this command holds."""
+    return "lightning" if kind == "module" and target == LIGHTNING_PROGRAM else "torch"
 
 
 def _parse(command: list[str]) -> tuple[str, str, list[str]] | None:
@@ -139,7 +152,8 @@ def _receive(connection: socket.socket, with_fds: bool = False) -> tuple[dict[st
 
 
 def _connect(folder: str, env: dict[str, str], preload: str) -> socket.socket:
-    """A connection to the server for ``env`` and ``preload`` (the host starts it if need be)."""
+    """A connection to the server for ``env`` that holds ``preload``, which the host starts if
+    it is not running."""
     shaping = _shaping(env)
     key = hashlib.sha256(json.dumps([shaping, preload], sort_keys=True).encode()).hexdigest()[:20]
     path = os.path.join(folder, f"{key}.sock")
@@ -170,9 +184,8 @@ def client(command: list[str]) -> None:
         os.execv(command[0], command)
     kind, target, argv = parsed
     env = dict(os.environ)
-    lightning = kind == "module" and target.startswith("stratcore.lightning.")
     try:
-        connection = _connect(folder, env, "lightning" if lightning else "torch")
+        connection = _connect(folder, env, _preload(kind, target))
     except OSError:
         os.execv(command[0], command)
     request = {"kind": kind, "target": target, "argv": argv, "env": env, "cwd": os.getcwd()}
@@ -214,10 +227,14 @@ def host(folder: str) -> None:
                 request = _receive(connection)[0]
                 path = request["path"]
                 if path not in servers or servers[path].poll() is not None:
-                    here = os.path.abspath(__file__)
-                    command = [sys.executable, here, "--serve", path, request["preload"]]
                     servers[path] = subprocess.Popen(
-                        command,
+                        [
+                            sys.executable,
+                            os.path.abspath(__file__),
+                            "--serve",
+                            path,
+                            request["preload"],
+                        ],
                         env={**request["env"], ROOM_ENV: "." * ROOM},
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.DEVNULL,
