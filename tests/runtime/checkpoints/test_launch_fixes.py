@@ -94,8 +94,12 @@ def test_a_sharded_save_killed_midway_leaves_the_previous_checkpoint(
         f"the second save was never seen under way; the job ended (exit {ended.returncode}) "
         f"with {remaining_output!r} and:\n{ended.stderr[-3000:]}"
     )
-    assert "saved 2" not in remaining_output
+    assert "saved 4" not in remaining_output
 
+    # The last save that completed before the kill, whole: every parameter from that one step
+    # (step 1 where the kill came during the first large save, as it does on an idle machine).
     checkpoint = consolidated(tmp_path / "last.ckpt")
-    assert checkpoint["step"] == 1, "the previous checkpoint was replaced or damaged"
-    assert all(torch.all(value == 1.0) for value in checkpoint["model"].values())
+    step = checkpoint["step"]
+    assert step in (1, 2, 3), f"step {step}: the save under way was taken for a complete one"
+    damaged = [k for k, v in checkpoint["model"].items() if not torch.all(v == float(step))]
+    assert not damaged, f"the checkpoint of step {step} was damaged: {damaged}"

@@ -1,8 +1,10 @@
-"""Save a sharded checkpoint, then start a large one that the test kills midway.
+"""Save a sharded checkpoint, then start large ones that the test kills midway.
 
 Run as ``python killed_save.py FOLDER [--async-io]``: 2 fsdp ranks save ``FOLDER/last.ckpt``
-with ``step`` 1 (a small model), print ``saved 1``, then save a ~400 MB state with ``step`` 2
-into the same place, and print ``saved 2`` (which the test must never see).
+with ``step`` 1, print ``saved 1``, then save a ~400 MB state into the same place three times,
+with ``step`` 2, 3 and 4 (every parameter equal to the step), and print ``saved 4`` (which the
+test must never see). On a busy machine the test may see the first of them under way only
+after it completed: the checkpoint it finds must then be that one, whole.
 """
 
 from __future__ import annotations
@@ -28,14 +30,14 @@ def job(strategy: Any, folder: str) -> None:
     strategy.barrier("first save complete")
     if strategy.is_global_zero:
         print("saved 1", flush=True)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.fill_(2.0)
-    for _ in range(3):  # long enough to be killed during one of them
-        strategy.save_checkpoint({"model": model, "step": 2}, target)
+    for step in (2, 3, 4):  # long enough to be killed during one of them
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.fill_(float(step))
+        strategy.save_checkpoint({"model": model, "step": step}, target)
     strategy.finish_saves()
     if strategy.is_global_zero:
-        print("saved 2", flush=True)
+        print("saved 4", flush=True)
 
 
 def main() -> None:
