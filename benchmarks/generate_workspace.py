@@ -94,9 +94,14 @@ class Workspace:
             path.write_text(device_spec(index), encoding="utf-8")
         self.edits = 0
         listed = ", ".join(f'"{name}"' for name in targets)
-        (self.project / "pyproject.toml").write_text(
-            f"[tool.stratgen]\nbuiltin-specs = false\ntargets = [{listed}]\n", encoding="utf-8"
-        )
+        config = f"[tool.stratgen]\nbuiltin-specs = false\ntargets = [{listed}]\n"
+        if "docs" in targets:
+            # The device pages show this checkout's verification record.
+            record = checkout_verification()
+            if record is not None:
+                shutil.copy(ROOT / record, self.project / record)
+                config += f'verification = "{record}"\n'
+        (self.project / "pyproject.toml").write_text(config, encoding="utf-8")
         self.warm_cache = folder / "stratgen-cache"
         self.warm_black = folder / "black-cache"
         self.baseline_tree = folder / "baseline" / "generated"
@@ -205,6 +210,13 @@ def checkout_targets() -> tuple[str, ...]:
     from stratgen.project import load_config
 
     return load_config(ROOT).targets
+
+
+def checkout_verification() -> str | None:
+    """The verification record of this checkout's configuration, if it names one."""
+    from stratgen.project import load_config
+
+    return load_config(ROOT).verification
 
 
 def same_tree(ours: Path, reference: Path) -> tuple[bool, str]:

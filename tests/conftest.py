@@ -1,4 +1,5 @@
-"""Settings shared by the generator's tests (tests/runtime and tests/hardware have their own)."""
+"""Settings of every test under tests/: one OpenMP thread a process, the package the runtime's
+test support names, and the hypothesis profiles (the folders below add their own)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,6 @@ from stratcore import testing  # noqa: E402
 
 # Scenarios and assertions of the runtime's test support name strategies of stratlib.
 testing.use_package("stratlib")
-
-# Fixture projects and golden trees contain generated test modules: they are data here.
-collect_ignore_glob = ["fixtures/*", "golden/*"]
 
 # The default profile is seeded (the same examples every run, a failure reproduces) and
 # bounded by each test's max_examples; the long one explores with fresh examples.

@@ -12,7 +12,7 @@ configures it.
 # ruff: noqa: E402
 from stratcore.version import check_runtime_version
 
-check_runtime_version("0.2", "stratlib")
+check_runtime_version("0.3", "stratlib")
 
 from stratcore.accelerator import Accelerator
 from stratcore.checkpoints.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO

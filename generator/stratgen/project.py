@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from stratcore.wording import did_you_mean
+
 from .codegen.formatting import Formatter
 from .output.file_tree import (
     MANIFEST_NAME,
@@ -27,7 +29,7 @@ from .output.file_tree import (
     read_regular,
 )
 from .resolve.reserved_names import RESERVED_PACKAGE_NAMES
-from .spec.errors import Location, SpecError, StratgenError, did_you_mean
+from .spec.errors import Location, SpecError, StratgenError
 from .spec.yaml_loader import read_spec_bytes
 
 if TYPE_CHECKING:

@@ -20,8 +20,9 @@ from .exceptions import MisconfigurationError
 from .imports import require
 from .layer_sync import TorchSyncBatchNorm
 from .precision.base import canonical_precision
-from .registry import Registry, close_matches
+from .registry import Registry
 from .strategy import StrategyBase
+from .wording import did_you_mean
 
 # --- options -------------------------------------------------------------------------------------
 
@@ -101,8 +102,8 @@ def check_options(cls: type[StrategyBase], options: dict[str, Any]) -> None:
         if name not in allowed:
             listed = ", ".join(allowed) or "none"
             raise MisconfigurationError(
-                f"{name}={value!r}: {cls.__name__} takes no option {name!r}{close_matches(name, list(allowed))} "
-                f"(its options: {listed})"
+                f"{name}={value!r}: {cls.__name__} takes no option {name!r}"
+                f"{did_you_mean(name, allowed)}; its options: {listed}"
             )
         ok, expected = _fits(value, _annotation(cls, name))
         if not ok:
@@ -141,8 +142,8 @@ def _cluster_environment(
             return registry.cluster_environments[name]()
         raise MisconfigurationError(
             f"cluster_environment={cluster_environment!r}: this package has no cluster "
-            f"environment {name!r}{close_matches(name, known)} (its environments: "
-            f"{', '.join(known)}; or give an instance)"
+            f"environment {name!r}{did_you_mean(name, known)}; its environments: "
+            f"{', '.join(known)}, or give an instance"
         )
     raise MisconfigurationError(
         f"cluster_environment={cluster_environment!r} is not allowed; give the name of a cluster "

@@ -124,7 +124,7 @@ def _config_class() -> type[Any]:
 
 class RayTrain:
     """``torch_config``, ``scaling_config`` and ``trainer_kwargs`` for the strategies of one
-    generated package (its :class:`Registry`); see the module documentation.
+    generated package (its ``Registry``); see the module documentation.
 
     ``strategy`` is a registry name, a strategy class or a strategy; ``accelerator`` is
     ``"auto"`` (the strategy's one accelerator, or the first of its accelerators available on

@@ -10,8 +10,7 @@ generated packages can share one runtime.
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ from .collectives import CollectiveBackend
 from .contract import best_plugin
 from .exceptions import MisconfigurationError
 from .precision.base import canonical_precision
+from .wording import did_you_mean
 
 if TYPE_CHECKING:
     from .accelerator import Accelerator
@@ -33,12 +33,6 @@ class StrategyEntry:
 
     cls: type[StrategyBase]
     preset: dict[str, Any] = field(default_factory=dict)
-
-
-def close_matches(word: str, choices: Sequence[str]) -> str:
-    """'; did you mean ...?' for names close to ``word``, or nothing."""
-    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
-    return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
 @dataclass(frozen=True)
@@ -67,8 +61,8 @@ class Registry:
         if name not in self.strategies:
             raise MisconfigurationError(
                 f"strategy={name!r} is not a registered strategy"
-                f"{close_matches(name, list(self.strategies))} "
-                f"(registered: {', '.join(sorted(self.strategies))})"
+                f"{did_you_mean(name, self.strategies)}; "
+                f"registered: {', '.join(sorted(self.strategies))}"
             )
         return self.strategies[name]
 
@@ -76,8 +70,8 @@ class Registry:
         """The accelerator class registered under ``name``; an unknown name is a one-line error."""
         if name not in self.accelerators:
             raise MisconfigurationError(
-                f"accelerator={name!r} is not known{close_matches(name, list(self.accelerators))} "
-                f"(known: {', '.join(self.accelerators)}, or 'auto')"
+                f"accelerator={name!r} is not known{did_you_mean(name, self.accelerators)}; "
+                f"known: {', '.join(self.accelerators)}, or 'auto'"
             )
         return self.accelerators[name]
 

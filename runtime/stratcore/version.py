@@ -8,9 +8,15 @@ inside a training run.
 
 from __future__ import annotations
 
-__all__ = ["RUNTIME_SERIES", "RuntimeVersionError", "__version__", "check_runtime_version"]
+__all__ = [
+    "RUNTIME_SERIES",
+    "RuntimeVersionError",
+    "__version__",
+    "check_runtime_version",
+    "runtime_requirement",
+]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 #: The ``major.minor`` series of this runtime: what the generator stamps into new packages.
 RUNTIME_SERIES = ".".join(__version__.split(".")[:2])
@@ -24,15 +30,22 @@ def _numbers(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split(".")[:2])
 
 
+def runtime_requirement(series: str = RUNTIME_SERIES) -> str:
+    """The pip requirement of the runtime releases that serve code generated for ``series``
+    (``major.minor``): ``"stratcore>=0.3,<0.4"``; before 1.0 each minor release is a series of
+    its own."""
+    major, minor = _numbers(series)
+    upper = f"{major}.{minor + 1}" if major == 0 else f"{major + 1}"
+    return f"stratcore>={series},<{upper}"
+
+
 def check_runtime_version(generated_for: str, package: str) -> None:
     """Raise [`RuntimeVersionError`][stratcore.version.RuntimeVersionError] unless this runtime serves code generated for
     ``generated_for`` (``major.minor``): the same series, at least as new."""
     if generated_for == RUNTIME_SERIES:
         return
-    wanted = _numbers(generated_for)
-    upper = f"{wanted[0]}.{wanted[1] + 1}" if wanted[0] == 0 else f"{wanted[0] + 1}"
     raise RuntimeVersionError(
         f"{package} was generated for stratcore {generated_for}, but stratcore {__version__} is "
-        f"installed: run `pip install 'stratcore>={generated_for},<{upper}'`, or regenerate "
+        f"installed: run `pip install '{runtime_requirement(generated_for)}'`, or regenerate "
         f"{package} with a stratgen made for stratcore {RUNTIME_SERIES}"
     )

@@ -96,12 +96,13 @@ def test_an_implementation_without_name_is_reported() -> None:
 # --- the contract is torch-free ------------------------------------------------------------------
 
 
-def test_importing_the_contract_does_not_import_torch() -> None:
+@pytest.mark.parametrize("module", ["stratcore.contract", "stratcore.wording", "stratcore.version"])
+def test_what_the_generator_imports_of_the_runtime_does_not_import_torch(module: str) -> None:
     runtime = str(Path(stratcore.__file__).parent.parent)
-    code = "import sys, stratcore.contract; sys.exit('torch' in sys.modules)"
+    code = f"import sys, {module}; sys.exit('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": runtime}
     result = subprocess.run([sys.executable, "-c", code], env=env, check=False)
-    assert result.returncode == 0, "importing stratcore.contract imported torch"
+    assert result.returncode == 0, f"importing {module} imported torch"
 
 
 # --- names -> implementations --------------------------------------------------------------------

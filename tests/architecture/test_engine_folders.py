@@ -1,5 +1,7 @@
 """Each engine's knowledge stays in its own folder: no other module of the runtime imports
-DeepSpeed, fairscale, Horovod, torch_xla or Lightning, or names one of their modules.
+DeepSpeed, fairscale, Horovod, torch_xla or Lightning, or names one of their modules; in the
+generator, only the Lightning and DeepSpeed targets (and the resolve stage's choice of a
+device's DeepSpeed accelerator, which several targets read) name Lightning's or DeepSpeed's.
 
 What counts as naming an engine: an import of its package, a call that imports or looks up a
 module of it by name (``import_module``, ``import_object``, ``import_optional``,
@@ -18,18 +20,28 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "runtime" / "stratcore"
+GENERATOR = REPO / "generator" / "stratgen"
 
-#: Engine -> its top-level packages, and the runtime paths (folders or modules) that may name
-#: them.
-ENGINES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "DeepSpeed": (("deepspeed",), ("wrappers/deepspeed/",)),
-    "fairscale": (("fairscale",), ("wrappers/fairscale/",)),
-    "Horovod": (("horovod",), ("wrappers/horovod.py", "launchers/horovodrun.py")),
-    "XLA": (("torch_xla",), ("wrappers/xla.py", "launchers/xla.py")),
-    "Lightning": (
-        ("lightning", "lightning_fabric", "pytorch_lightning"),
-        ("lightning/", "testing/lightning/"),
-    ),
+#: Engine -> its top-level packages.
+ENGINES: dict[str, tuple[str, ...]] = {
+    "DeepSpeed": ("deepspeed",),
+    "fairscale": ("fairscale",),
+    "Horovod": ("horovod",),
+    "XLA": ("torch_xla",),
+    "Lightning": ("lightning", "lightning_fabric", "pytorch_lightning"),
+}
+#: Engine -> the paths of the runtime (folders or modules) that may name it.
+RUNTIME_FOLDERS: dict[str, tuple[str, ...]] = {
+    "DeepSpeed": ("wrappers/deepspeed/",),
+    "fairscale": ("wrappers/fairscale/",),
+    "Horovod": ("wrappers/horovod.py", "launchers/horovodrun.py"),
+    "XLA": ("wrappers/xla.py", "launchers/xla.py"),
+    "Lightning": ("lightning/", "testing/lightning/"),
+}
+#: Engine -> the paths of the generator that may name it: the targets that render code for it.
+GENERATOR_FOLDERS: dict[str, tuple[str, ...]] = {
+    "DeepSpeed": ("targets/deepspeed/", "resolve/deepspeed_accelerators.py"),
+    "Lightning": ("targets/lightning/",),
 }
 #: Calls whose first argument names a module to import or look up.
 IMPORTING_CALLS = {"import_module", "import_object", "import_optional", "get", "Requirement"}
@@ -64,10 +76,11 @@ def _named_modules(tree: ast.AST) -> list[tuple[int, str]]:
 
 def _engine_of(module: str) -> str | None:
     top = module.split(".")[0]
-    return next((engine for engine, (tops, _) in ENGINES.items() if top in tops), None)
+    return next((engine for engine, tops in ENGINES.items() if top in tops), None)
 
 
-def violations(root: Path) -> list[str]:
+def violations(root: Path, folders: dict[str, tuple[str, ...]]) -> list[str]:
+    """Where a module under ``root`` names an engine outside the ``folders`` of that engine."""
     problems = []
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root).as_posix()
@@ -75,7 +88,7 @@ def violations(root: Path) -> list[str]:
             engine = _engine_of(module)
             if engine is None:
                 continue
-            allowed = ENGINES[engine][1]
+            allowed = folders.get(engine, ())
             if not any(
                 relative == a or (a.endswith("/") and relative.startswith(a)) for a in allowed
             ):
@@ -84,7 +97,11 @@ def violations(root: Path) -> list[str]:
 
 
 def test_no_runtime_module_names_an_engine_outside_its_folder() -> None:
-    assert violations(RUNTIME) == []
+    assert violations(RUNTIME, RUNTIME_FOLDERS) == []
+
+
+def test_no_generator_module_names_an_engine_outside_its_target() -> None:
+    assert violations(GENERATOR, GENERATOR_FOLDERS) == []
 
 
 @pytest.mark.parametrize(
@@ -103,7 +120,19 @@ def test_the_check_sees_what_names_an_engine(
     tmp_path: Path, source: str, expected: list[str]
 ) -> None:
     (tmp_path / "parts.py").write_text(source, encoding="utf-8")
-    found = violations(tmp_path)
+    found = violations(tmp_path, RUNTIME_FOLDERS)
     assert len(found) == len(expected)
     for problem, text in zip(found, expected, strict=True):
         assert text in problem
+
+
+def test_a_target_may_name_its_engine_and_nothing_else_may(tmp_path: Path) -> None:
+    source = "BASE = 'lightning.pytorch.strategies.DDPStrategy'\n"
+    for folder in ("targets/lightning", "targets/docs", "resolve"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "names.py").write_text(source, encoding="utf-8")
+    found = violations(tmp_path, GENERATOR_FOLDERS)
+    assert [problem.split(":")[0] for problem in found] == [
+        "resolve/names.py",
+        "targets/docs/names.py",
+    ]

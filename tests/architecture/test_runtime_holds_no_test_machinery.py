@@ -7,8 +7,6 @@ repository's test suite.
   that generated code and generated tests import, the runtime classes the contract names by
   import path, and the runtime's own commands (``python -m stratcore....``), following the
   runtime's imports. A module only this repository's tests use is not reached.
-- The runtime names none of the machinery that only ever served the suite's speed (preloaded
-  fork servers and rank servers): ranks start as users' jobs start them.
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ TESTS = REPO / "tests"
 GENERATED = REPO / "generated"
 #: Where the suite keeps files that are data, not modules on any path.
 DATA = (("generator", "fixtures"), ("generator", "golden"))
-#: Words of test-speed machinery that has no place in the product.
-MACHINERY = re.compile(r"preload|rank[ _]server|RankServer|fork[ _]server", re.IGNORECASE)
 
 
 def _test_only_names() -> set[str]:
@@ -131,12 +127,3 @@ def test_every_runtime_module_serves_generated_packages_or_their_commands() -> N
         todo += [*graph[module], *([parent] if parent else [])]
     unreached = sorted(set(graph) - reached)
     assert not unreached, f"runtime modules no generated package or command uses: {unreached}"
-
-
-def test_the_runtime_names_no_test_speed_machinery() -> None:
-    found = []
-    for path in sorted(RUNTIME.rglob("*.py")):
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if MACHINERY.search(line):
-                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
-    assert not found, "\n".join(found)

@@ -64,7 +64,7 @@ def where_live(obj: Any) -> Where:
 
 
 @dataclass(frozen=True, eq=False)
-class Ref:
+class Reference:
     """What a name stands for: a module, class, function, property or other value."""
 
     kind: str  # 'module', 'class', 'function', 'property' or 'value'
@@ -73,7 +73,7 @@ class Ref:
     scope: Module | None = None  # the module whose source holds it (a module: itself)
     live: Any = UNKNOWN  # the object itself, for what comes from outside the tree
     bound: bool = False  # a method as its instances see it: without its first parameter
-    instance_of: Ref | None = None  # a value made by calling this class
+    instance_of: Reference | None = None  # a value made by calling this class
 
     @property
     def value(self) -> Any:
@@ -85,7 +85,7 @@ class Ref:
         except ValueError:
             return UNKNOWN
 
-    def member(self, name: str) -> Ref | None:
+    def member(self, name: str) -> Reference | None:
         """The attribute ``name`` of this module, class, instance or live object."""
         if self.kind == "module" and self.scope is not None:
             return self.scope.get(name)
@@ -94,7 +94,7 @@ class Ref:
         if self.instance_of is not None:
             found = self.instance_of.find(name)
             if found is None and name in self.instance_of.instance_attributes():
-                found = Ref("value", self.where)
+                found = Reference("value", self.where)
             return found
         if self.live is not UNKNOWN and hasattr(self.live, name):
             return live_ref(getattr(self.live, name))
@@ -102,7 +102,7 @@ class Ref:
 
     # -- classes ---------------------------------------------------------------------------
 
-    def bases(self) -> list[Ref]:
+    def bases(self) -> list[Reference]:
         if self.live is not UNKNOWN:
             return [live_ref(base) for base in self.live.__bases__]
         assert isinstance(self.node, ast.ClassDef) and self.scope is not None
@@ -110,14 +110,14 @@ class Ref:
         resolved = [self.scope.resolve(base) for base in written]  # dict[str, int]: dict
         return [base for base in resolved if base is not None and base.kind == "class"]
 
-    def mro(self) -> list[Ref]:
+    def mro(self) -> list[Reference]:
         """This class and its bases, depth first (enough for the single inheritance here)."""
         order = [self]
         for base in self.bases():
             order += [cls for cls in base.mro() if all(cls.where != o.where for o in order)]
         return order
 
-    def find(self, name: str, bind: bool = True) -> Ref | None:
+    def find(self, name: str, bind: bool = True) -> Reference | None:
         """The class attribute ``name`` along the MRO; with ``bind``, methods as an instance
         sees them (without self)."""
         for cls in self.mro():
@@ -153,7 +153,7 @@ class Ref:
         """The classes from outside the tree this class derives from (object aside)."""
         return [c.live for c in self.mro() if c.live is not UNKNOWN and c.live is not object]
 
-    def _own(self, name: str, bind: bool) -> Ref | None:
+    def _own(self, name: str, bind: bool) -> Reference | None:
         if self.live is not UNKNOWN:
             if name not in vars(self.live):
                 return None
@@ -164,15 +164,15 @@ class Ref:
         assert self.scope is not None
         where = self.scope.where(node)
         if isinstance(node, ast.ClassDef):
-            return Ref("class", where, node, self.scope)
+            return Reference("class", where, node, self.scope)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             decorators = {ast.unparse(d).rpartition(".")[2] for d in node.decorator_list}
             if decorators & {"property", "cached_property", "setter", "getter"}:
-                return Ref("property", where, node, self.scope)
+                return Reference("property", where, node, self.scope)
             bound = (bind and "staticmethod" not in decorators) or "classmethod" in decorators
-            return Ref("function", where, node, self.scope, bound=bound)
+            return Reference("function", where, node, self.scope, bound=bound)
         resolved = self.scope.resolve(node)
-        return resolved if resolved is not None else Ref("value", where, node, self.scope)
+        return resolved if resolved is not None else Reference("value", where, node, self.scope)
 
 
 def _class_body(node: ast.AST | None) -> dict[str, ast.AST]:
@@ -186,31 +186,31 @@ def _class_body(node: ast.AST | None) -> dict[str, ast.AST]:
     return body
 
 
-def live_ref(obj: Any) -> Ref:
+def live_ref(obj: Any) -> Reference:
     if inspect.ismodule(obj):
-        return Ref("module", where_live(obj), live=obj)
+        return Reference("module", where_live(obj), live=obj)
     if inspect.isclass(obj):
-        return Ref("class", where_live(obj), live=obj)
+        return Reference("class", where_live(obj), live=obj)
     if callable(obj):
-        return Ref("function", where_live(obj), live=obj)
-    return Ref("value", Where(repr(obj), 0), live=obj)
+        return Reference("function", where_live(obj), live=obj)
+    return Reference("value", Where(repr(obj), 0), live=obj)
 
 
-def live_member(cls: type, name: str, bind: bool) -> Ref:
+def live_member(cls: type, name: str, bind: bool) -> Reference:
     raw = inspect.getattr_static(cls, name)
     where = where_live(getattr(cls, name))
     if isinstance(raw, property | staticmethod | classmethod):
         kind = "property" if isinstance(raw, property) else "function"
         function = raw.fget if isinstance(raw, property) else raw.__func__
-        return Ref(kind, where, live=function, bound=isinstance(raw, classmethod))
+        return Reference(kind, where, live=function, bound=isinstance(raw, classmethod))
     if inspect.isclass(raw):
         return live_ref(raw)
     if callable(raw):
-        return Ref("function", where, live=raw, bound=bind)
-    return Ref("value", where, live=raw)
+        return Reference("function", where, live=raw, bound=bind)
+    return Reference("value", where, live=raw)
 
 
-def import_live(dotted: str) -> Ref | None:
+def import_live(dotted: str) -> Reference | None:
     """``package.module.attribute`` from outside the tree, imported."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
@@ -326,7 +326,7 @@ class SourceTree:
 class Module:
     def __init__(self, tree: SourceTree, name: str, path: Path, is_package: bool) -> None:
         self.tree, self.name, self.path, self.is_package = tree, name, path, is_package
-        self.ref = Ref("module", Where(str(path), 1), scope=self)
+        self.ref = Reference("module", Where(str(path), 1), scope=self)
         self._looking: set[str] = set()
 
     @property
@@ -355,7 +355,7 @@ class Module:
         """What this module itself binds at its top level, imports left out."""
         return {n: b for n, b in self._bindings[0].items() if not isinstance(b, _Imported)}
 
-    def get_nearby(self, name: str) -> Ref | None:
+    def get_nearby(self, name: str) -> Reference | None:
         """``name`` in this module, or else in a module of the tree this one imports from
         (where a package keeps what its public names are made of: Horovod's
         ``_DistributedOptimizer`` beside the ``DistributedOptimizer`` horovod.torch imports)."""
@@ -387,7 +387,7 @@ class Module:
     def where(self, node: Any) -> Where:
         return Where(str(self.path), getattr(node, "lineno", 1))
 
-    def get(self, name: str) -> Ref | None:
+    def get(self, name: str) -> Reference | None:
         """What ``name`` stands for in this module (None: nothing of that name)."""
         if name in self._looking:  # a cycle of imports between modules of the tree
             return None
@@ -397,7 +397,7 @@ class Module:
         finally:
             self._looking.discard(name)
 
-    def _get(self, name: str) -> Ref | None:
+    def _get(self, name: str) -> Reference | None:
         bindings, stars = self._bindings
         if name in bindings:
             return self._follow(bindings[name])
@@ -410,11 +410,11 @@ class Module:
         submodule = self.tree.module(f"{self.name}.{name}") if self.is_package else None
         return submodule.ref if submodule is not None else None
 
-    def _follow(self, bound: Any) -> Ref | None:
+    def _follow(self, bound: Any) -> Reference | None:
         if isinstance(bound, ast.FunctionDef | ast.AsyncFunctionDef):
-            return Ref("function", self.where(bound), bound, self)
+            return Reference("function", self.where(bound), bound, self)
         if isinstance(bound, ast.ClassDef):
-            return Ref("class", self.where(bound), bound, self)
+            return Reference("class", self.where(bound), bound, self)
         if isinstance(bound, _Imported):
             dotted = bound.module + (f".{bound.name}" if bound.name else "")
             if not self.tree.holds(bound.module):
@@ -425,7 +425,7 @@ class Module:
             return source.get(bound.name) if bound.name else source.ref
         return self.resolve(bound)
 
-    def resolve(self, expr: Any) -> Ref | None:
+    def resolve(self, expr: Any) -> Reference | None:
         """What an expression of this module's top level stands for."""
         if isinstance(expr, ast.Name):
             found = self.get(expr.id)
@@ -436,9 +436,9 @@ class Module:
             base = self.resolve(expr.value)
             return base.member(expr.attr) if base is not None else None
         if isinstance(expr, ast.Lambda):
-            return Ref("function", self.where(expr), expr, self)
+            return Reference("function", self.where(expr), expr, self)
         if isinstance(expr, ast.Call):
             callee = self.resolve(expr.func)
             made_by = callee if callee is not None and callee.kind == "class" else None
-            return Ref("value", self.where(expr), expr, self, instance_of=made_by)
-        return Ref("value", self.where(expr), expr, self)
+            return Reference("value", self.where(expr), expr, self, instance_of=made_by)
+        return Reference("value", self.where(expr), expr, self)

@@ -9,7 +9,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from .apisource import UNKNOWN, Module, Ref
+from .apisource import UNKNOWN, Module, Reference
 
 P = inspect.Parameter
 POSITIONAL = (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
@@ -65,7 +65,7 @@ class Signature:
         return next((p for p in self.params if p.name == name and p.kind not in VARIADIC), None)
 
 
-def signature(ref: Ref) -> Signature | None:
+def signature(ref: Reference) -> Signature | None:
     """How a function, method or class (its ``__init__``) is called; None where it cannot be
     read (a callable made at run time, a builtin without a signature)."""
     if ref.kind == "class":

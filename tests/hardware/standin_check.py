@@ -47,7 +47,7 @@ from stratgen.project import Project, load_config
 from stratgen.resolve.resolver import resolve
 from stratgen.spec.model import ImportPath
 
-from .apisource import UNKNOWN, Module, Ref, SourceTree, import_live, live_member
+from .apisource import UNKNOWN, Module, Reference, SourceTree, import_live, live_member
 from .signatures import differences, signature
 from .support import REPO, STANDINS
 
@@ -136,7 +136,7 @@ class Check:
 
     def __init__(
         self,
-        real_module: Callable[[str], Ref | None],
+        real_module: Callable[[str], Reference | None],
         used: Callable[[str, str], bool] = used,
         values: bool = True,
     ) -> None:
@@ -163,7 +163,12 @@ class Check:
                 self.compare(f"{module.name}.{name}", mine, theirs, real.where)
 
     def compare(
-        self, name: str, mine: Ref, real: Ref | None, context: object, where: object = None
+        self,
+        name: str,
+        mine: Reference,
+        real: Reference | None,
+        context: object,
+        where: object = None,
     ) -> None:
         """``where``: the stand-in's place to name, if not ``mine``'s own (an inherited method)."""
         where = where or mine.where
@@ -191,7 +196,7 @@ class Check:
                     name, f"{ours!r} here, {theirs!r} in the real package", where, real.where
                 )
 
-    def class_members(self, name: str, mine: Ref, real: Ref) -> None:
+    def class_members(self, name: str, mine: Reference, real: Reference) -> None:
         """The class's bases from outside the package, its methods and attributes that the
         runtime uses, and its __init__."""
         ours_outside = mine.live_bases()
@@ -235,7 +240,7 @@ class Check:
             )
 
 
-def _find_live(classes: list[type], name: str) -> Ref | None:
+def _find_live(classes: list[type], name: str) -> Reference | None:
     for cls in classes:
         owner = next((c for c in cls.__mro__ if name in vars(c) and c is not object), None)
         if owner is not None:
@@ -248,7 +253,7 @@ def _find_live(classes: list[type], name: str) -> Ref | None:
 STANDIN_TREE = SourceTree(STANDINS)
 
 
-def real_ref(path: str, tree: SourceTree | None) -> Ref | None:
+def real_ref(path: str, tree: SourceTree | None) -> Reference | None:
     """What 'module:attribute' names in ``tree``, or in what is installed here (None)."""
     module, _, attribute = path.partition(":")
     found = tree.module(module) if tree is not None else None
@@ -256,7 +261,7 @@ def real_ref(path: str, tree: SourceTree | None) -> Ref | None:
     return base.member(attribute) if base is not None else None
 
 
-def hook_standins() -> list[tuple[str, str, Ref]]:
+def hook_standins() -> list[tuple[str, str, Reference]]:
     """(spec field, name, function) for each probe ``sitecustomize`` answers in place of the
     accelerator's own (``cls.is_available_hook = "sitecustomize:standin_present"``)."""
     module = STANDIN_TREE.module("sitecustomize")
@@ -273,7 +278,7 @@ def hook_standins() -> list[tuple[str, str, Ref]]:
     return found
 
 
-def torch_parts() -> list[tuple[str, str, Ref]]:
+def torch_parts() -> list[tuple[str, str, Reference]]:
     """(torch module, attribute, the stand-in's) for what each part of ``standin_torch.PARTS``
     sets on torch's module (``module.device_count = device_count``). Parts made by a call
     (``_backend("xccl")``) set names made at run time and are not read."""
@@ -295,7 +300,7 @@ def torch_parts() -> list[tuple[str, str, Ref]]:
                     else node.value
                 )
                 kind = "function" if isinstance(value, ast.FunctionDef | ast.Lambda) else "value"
-                ref = Ref(kind, module.where(node), value, module)
+                ref = Reference(kind, module.where(node), value, module)
                 found.append((torch_module.value, node.targets[0].attr, ref))
     return found
 
@@ -307,7 +312,7 @@ def check_package(
     torch's device builds (``package`` None: against the torch installed here)."""
     top = package or "torch"
 
-    def real_module(name: str) -> Ref | None:
+    def real_module(name: str) -> Reference | None:
         found = tree.module(name) if tree is not None else None
         return found.ref if found is not None else (import_live(name) if tree is None else None)
 

@@ -147,7 +147,13 @@ STANDINS = {
         # DeepSpeed's NPU accelerator reads the CANN toolkit's folder when it hands out an op
         # builder (deepspeed/ops/op_builder/npu/builder.py: installed_cann_path raises KeyError
         # where ASCEND_HOME_PATH is unset); CANN's default folder, which this machine lacks.
-        environ={"ASCEND_HOME_PATH": "/usr/local/Ascend/ascend-toolkit/latest"},
+        # torch_npu declares the entry point `torch.backends: torch_npu = torch_npu:_autoload`
+        # (its setup.py), so `import torch` loads it in every process, spawned ranks included,
+        # before they unpickle an 'npu' device: the test device's own entry point does that here.
+        environ={
+            "ASCEND_HOME_PATH": "/usr/local/Ascend/ascend-toolkit/latest",
+            "STRATGEN_TESTDEVICE": "npu:hccl",
+        },
         expected_skips=("test_accelerator[npu-absent_is_a_clear_error]",),
     ),
     # MLU370 devices have no bfloat16: the stand-in's probe says so, and bfloat16 is refused.

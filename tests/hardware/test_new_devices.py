@@ -207,7 +207,9 @@ def test_rocm_is_present_only_on_a_rocm_build(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert torch.version.hip is None
     assert not ROCmAccelerator.is_available()
-    with pytest.raises(MisconfigurationError, match=r"torch\.version\.hip is not set.*rocm"):
+    with pytest.raises(
+        MisconfigurationError, match=r"accelerator='rocm'.*torch\.version\.hip is not set"
+    ):
         ROCmAccelerator.check_available()
     monkeypatch.setattr(torch.version, "hip", "6.4.0")
     assert ROCmAccelerator.is_available() and ROCmAccelerator.device_count() == 2

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .apisource import Ref, SourceTree
+from .apisource import Reference, SourceTree
 from .standin_check import STANDINS, Check, check_package, failure_report, torch_parts
 from .vendor_sources import PACKAGES, VendorSourceError, fetch
 
@@ -153,7 +153,7 @@ def test_the_check_finds_calls_the_real_function_would_refuse(rule: str, tmp_pat
     )
     real_tree = SourceTree(tmp_path / "real")
 
-    def real_module(name: str) -> Ref | None:
+    def real_module(name: str) -> Reference | None:
         found = real_tree.module(name)
         return found.ref if found is not None else None
 

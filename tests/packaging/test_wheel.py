@@ -61,6 +61,11 @@ def _venv(folder: Path, wheels: list[Path]) -> Path:
         text=True,
     ).stdout.strip()
     outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    # The test device is installed editable there, and torch imports its entry point at
+    # `import torch` (backend autoload): its source folder goes along, or every process fails.
+    device = importlib.util.find_spec("stratgen_testdevice")
+    if device is not None and device.origin is not None:
+        outer.add(str(Path(device.origin).parents[1]))
     Path(purelib, "outer_dependencies.pth").write_text("\n".join(sorted(outer)) + "\n")
     installed = watch.run(
         [

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stratcore.version import runtime_requirement
+
 from ..spec.errors import StratgenError
 from .exit_codes import EXIT_OK
 
@@ -78,7 +80,10 @@ def init_project(
             template,
             target,
             data=data,
-            user_defaults={"project_name": project_name},
+            user_defaults={
+                "project_name": project_name,
+                "runtime_requirement": runtime_requirement(),
+            },
             defaults=args.defaults,
             vcs_ref=vcs_ref,
             unsafe=False,

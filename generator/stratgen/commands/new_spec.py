@@ -19,11 +19,12 @@ from stratcore.contract import (
     PRECISION_ALIASES,
     STRATEGY_KINDS,
 )
+from stratcore.wording import did_you_mean
 
 from ..output.file_tree import MAX_FILE_BYTES, atomic_write, inside, read_regular
 from ..project import Project
 from ..resolve.resolver import resolve
-from ..spec.errors import StratgenError, did_you_mean
+from ..spec.errors import StratgenError
 from .exit_codes import EXIT_OK
 
 if TYPE_CHECKING:

@@ -3,7 +3,9 @@ rest)."""
 
 from __future__ import annotations
 
-from ..spec.errors import Location, did_you_mean
+from stratcore.wording import did_you_mean
+
+from ..spec.errors import Location
 from ..spec.model import Backend, StrategySpec
 from . import device_checks
 from .catalog import Catalog, Source, Strategy

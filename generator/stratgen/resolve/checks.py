@@ -21,8 +21,9 @@ from stratcore.contract import (
     core_read_options,
     value_fits,
 )
+from stratcore.wording import did_you_mean
 
-from ..spec.errors import Location, SpecError, SpecProblem, did_you_mean, one_of
+from ..spec.errors import Location, SpecError, SpecProblem, one_of
 from ..spec.model import Option, StrategySpec
 from .catalog import (
     BASE_SPECS,

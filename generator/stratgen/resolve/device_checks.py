@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..spec.errors import did_you_mean, one_of
+from stratcore.wording import did_you_mean
+
+from ..spec.errors import one_of
 from ..spec.model import AcceleratorSpec, Backend, PrecisionDefaults
 from .checks import Problems, field_loc
 from .deepspeed_accelerators import DEEPSPEED_ACCELERATORS, deepspeed_generated

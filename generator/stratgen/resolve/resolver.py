@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from stratcore.contract import ENVIRONMENT_VALUES, PRECISIONS
+from stratcore.wording import did_you_mean
 
-from ..spec.errors import Location, did_you_mean
+from ..spec.errors import Location
 from ..spec.model import (
     AcceleratorSpec,
     ClusterEnvironmentSpec,

@@ -6,7 +6,6 @@ collected per run so that a user sees all of them at once, sorted by position.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -62,12 +61,6 @@ class SpecError(StratgenError):
 
     def __reduce__(self) -> tuple[type[SpecError], tuple[list[SpecProblem]]]:
         return (type(self), (list(self.problems),))
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """Return `` (did you mean 'x'?)`` for a near miss, else an empty string."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def one_of(choices: Iterable[object]) -> str:

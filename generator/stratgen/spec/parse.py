@@ -9,7 +9,6 @@ are collected, each with its location and field path.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import keyword
 import re
 import types
@@ -18,8 +17,9 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 from stratcore.contract import Pattern
+from stratcore.wording import close_names, did_you_mean
 
-from .errors import Location, SpecError, SpecProblem, did_you_mean, one_of
+from .errors import Location, SpecError, SpecProblem, one_of
 from .model import SpecFile
 
 if TYPE_CHECKING:  # nodes are made by yaml_loader: a run whose specs all come from the cache
@@ -240,8 +240,7 @@ class Converter:
         for key, value in node.value.items():
             sub = f"{path}.{key}" if path else key
             if key not in fields:
-                close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
-                misspelt.update(close)
+                misspelt.update(close_names(key, fields)[:1])
                 self.fail(
                     node.key_locs[key],
                     sub,

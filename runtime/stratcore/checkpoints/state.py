@@ -1,6 +1,6 @@
 """How a strategy saves and loads checkpoints: the objects of a checkpoint turned into state
 dicts and back, whole (saved by rank 0) or sharded (every process saves and loads its own
-part, see ``sharded_checkpoint``).
+part, see ``stratcore.checkpoints.sharded``).
 
 ``CheckpointingBase`` holds the behaviour, and ``StrategyBase`` derives from it. What it needs
 of a strategy is its abstract members: the CheckpointIO, the model and optimizers ``setup``

@@ -32,7 +32,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...spec.errors import Location, SpecError, SpecProblem, did_you_mean, one_of
+from stratcore.wording import did_you_mean
+
+from ...spec.errors import Location, SpecError, SpecProblem, one_of
 from ...spec.yaml_loader import Node, load_yaml_file
 
 VERSION = 1

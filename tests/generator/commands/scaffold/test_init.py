@@ -8,10 +8,16 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import stratcore
 import yaml
 from stratcore.testing import watch
 
 from tests.support.user_projects import PACKAGE, init_project, stratgen, stratgen_process
+
+# Before 1.0 each minor release of the runtime is a series of its own: a package generated now
+# needs this minor release of stratcore, from its first patch release on.
+_MAJOR, _MINOR = (int(n) for n in stratcore.__version__.split(".")[:2])
+RUNTIME_REQUIREMENT = f"stratcore>={_MAJOR}.{_MINOR},<{_MAJOR}.{_MINOR + 1}"
 
 
 def test_init_lays_out_a_project(new_project: Path) -> None:
@@ -36,7 +42,7 @@ def test_init_lays_out_a_project(new_project: Path) -> None:
     }
     assert pyproject["project"]["name"] == "acme"
     # The package needs its runtime and torch, never the generator.
-    assert pyproject["project"]["dependencies"] == ["stratcore>=0.2,<0.3", "torch>=2.4"]
+    assert pyproject["project"]["dependencies"] == [RUNTIME_REQUIREMENT, "torch>=2.4"]
     assert pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == [f"src/{PACKAGE}"]
 
     answers = yaml.safe_load((new_project / ".copier-answers.yml").read_text())
@@ -89,7 +95,7 @@ def test_init_with_lightning_renders_plugins_that_lightning_finds_by_name(tmp_pa
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
     assert pyproject["tool"]["stratgen"]["targets"] == ["stratlib", "lightning"]
     assert pyproject["project"]["optional-dependencies"]["lightning"] == ["lightning>=2.6,<2.7"]
-    assert pyproject["project"]["dependencies"] == ["stratcore>=0.2,<0.3", "torch>=2.4"]
+    assert pyproject["project"]["dependencies"] == [RUNTIME_REQUIREMENT, "torch>=2.4"]
     assert yaml.safe_load((project / ".copier-answers.yml").read_text())["lightning"] is True
 
     generated = stratgen("generate", "--project", project)
@@ -190,3 +196,17 @@ def test_a_folder_name_of_any_characters_makes_a_valid_pyproject(
     assert all(c.isascii() and (c.isalnum() or c in "._-") for c in name), name
     readme = (target / "README.md").read_text()
     assert readme.startswith(f"# {name}\n")
+
+
+def test_every_place_that_installs_the_runtime_asks_for_this_series() -> None:
+    """The runtime requirement is written in three files that are not Python: this checkout's
+    generated package, the project's own dependencies, and the copier template's default."""
+    root = Path(__file__).resolve().parents[4]
+    generated = tomllib.loads((root / "generated" / "pyproject.toml").read_text())
+    assert RUNTIME_REQUIREMENT in generated["project"]["dependencies"]
+    own = tomllib.loads((root / "pyproject.toml").read_text())
+    assert RUNTIME_REQUIREMENT in own["project"]["dependencies"]
+    copier = yaml.safe_load(
+        (root / "generator/stratgen/commands/project_template/copier.yml").read_text()
+    )
+    assert copier["runtime_requirement"]["default"] == RUNTIME_REQUIREMENT

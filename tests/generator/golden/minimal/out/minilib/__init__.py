@@ -12,7 +12,7 @@ configures it.
 # ruff: noqa: E402
 from stratcore.version import check_runtime_version
 
-check_runtime_version("0.2", "minilib")
+check_runtime_version("0.3", "minilib")
 
 from stratcore.accelerator import Accelerator
 from stratcore.checkpoints.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO

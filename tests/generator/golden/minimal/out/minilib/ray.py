@@ -3,8 +3,8 @@
 """Ray Train for minilib's strategies: a train function that builds a strategy runs
 unchanged in the workers of ``TorchTrainer(train, **trainer_kwargs("ddp", workers=2))``.
 
-:func:`trainer_kwargs` gives the trainer the process-group backend and the resources of a
-strategy on its accelerator, :func:`torch_config` and :func:`scaling_config` each of them
+``trainer_kwargs`` gives the trainer the process-group backend and the resources of a
+strategy on its accelerator, ``torch_config`` and ``scaling_config`` each of them
 (``stratcore.ray`` says how). Ray is an optional dependency: ``pip install "stratcore[ray]"``;
 importing this module does not import it.
 """
