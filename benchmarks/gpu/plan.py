@@ -75,8 +75,8 @@ def _lightning(framework: str, plugin: str, what: str) -> Check:
 
 
 PARALLEL = (
-    "world of one over NCCL (gloo on the CPU), collectives on device tensors, checkpoint saved "
-    "halfway and resumed in a second launch"
+    "world of one over NCCL (elsewhere the backend torch maps the device to), collectives on "
+    "device tensors, checkpoint saved halfway and resumed in a second launch"
 )
 CHECKS: tuple[Check, ...] = (
     _single("32-true", "float32"),

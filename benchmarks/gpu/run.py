@@ -1,14 +1,17 @@
 """Run the checks of ``benchmarks.gpu.plan`` and write the report.
 
-    python -m benchmarks.gpu [--device auto|cuda|cpu] [--out DIR] [--commit SHA]
-                             [--budget SECONDS] [--only TEXT ...] [--wheels DIR] [--list]
+    python -m benchmarks.gpu [--device auto|cuda|accelerator|cpu] [--size full|small]
+                             [--out DIR] [--commit SHA] [--budget SECONDS] [--only TEXT ...]
+                             [--wheels DIR] [--list]
 
 Each check runs in a fresh process (``benchmarks/gpu/workers``), watched for progress
 (``stratcore.testing.watch``): one that fails, hangs or crashes fails its own row and the next check
 runs. On a GPU the checks share a time budget (``plan.GPU_BUDGET``): a check starts only while
-the budget has its expected seconds left, and is stopped at three times them. Without a GPU
-the same checks run on the CPU, small, with no budget unless one is given. The exit code is 1
-if a check failed, 2 for a mistake on the command line, else 0.
+the budget has its expected seconds left, and is stopped at three times them. On another
+device that ``torch.accelerator`` reports (``--device accelerator``) the same checks run through
+the generic spec's strategies and plugins; without either, on the CPU, small. Off CUDA there
+is no budget unless one is given. The exit code is 1 if a check failed, 2 for a mistake on the
+command line, else 0.
 
 The harness imports no torch: it runs with the checkout's folders on ``PYTHONPATH`` and
 whatever Python and torch the machine has.
@@ -44,6 +47,8 @@ from benchmarks.gpu.report import Outcome  # noqa: E402
 #: Wheels carried to a machine that lacks a package (``benchmarks/gpu_wheels.sh`` builds them).
 WHEELS = ROOT / ".whl"
 WHEEL_TARGET = Path(tempfile.gettempdir()) / "stratgen-gpu-site"
+#: The kinds of device, as ``--device`` names them (``workers.support.DEVICES``).
+DEVICES = ("cuda", "accelerator", "cpu")
 #: A check's outcomes, as the verdict counts them.
 STATUSES = {"pass": "passed", "fail": "failed", "skip": "skipped", "left out": "left out"}
 
@@ -52,9 +57,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.gpu",
         description="Train with stratlib's strategies and plugins on a GPU (or, without one, "
-        "the CPU), compare each with a hand-written loop, and write a report.",
+        "the device torch.accelerator reports, else the CPU), compare each with a hand-written "
+        "loop, and write a report.",
     )
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument(
+        "--device",
+        choices=("auto", *DEVICES),
+        default="auto",
+        help="cuda: torch.cuda's GPU; accelerator: the device torch.accelerator reports, "
+        "through the generic spec; auto (the default): cuda, else accelerator, else cpu",
+    )
+    parser.add_argument(
+        "--size",
+        choices=("full", "small"),
+        help="the model and the runs: full (sized for an H100; the default on a device) or "
+        "small (the default on the CPU)",
+    )
     parser.add_argument(
         "--out", type=Path, default=Path("gpu-check"), help="report folder (default: gpu-check)"
     )
@@ -135,6 +153,23 @@ def probe(env: dict[str, str]) -> dict[str, Any]:
         return facts
 
 
+def choose_device(wanted: str, facts: dict[str, Any]) -> str:
+    """The kind of device ``--device wanted`` means here (``facts``: the probe's): ``auto`` is
+    CUDA where torch sees a GPU, else the device ``torch.accelerator`` reports, else the CPU.
+    ValueError where the device asked for is not here."""
+    found = facts["devices"]
+    if wanted == "auto":
+        return "cuda" if "cuda" in found else "accelerator" if "accelerator" in found else "cpu"
+    if wanted not in found:
+        what = {"cuda": "no CUDA device", "accelerator": "no device in torch.accelerator"}
+        raise ValueError(f"--device {wanted}, but torch sees {what[wanted]} here")
+    return wanted
+
+
+def default_size(device: str) -> str:
+    return "small" if device == "cpu" else "full"
+
+
 def skip_reason(check: plan.Check, device: str, facts: dict[str, Any]) -> str | None:
     for need in check.needs:
         if need == "accelerator" and device == "cpu":
@@ -144,12 +179,19 @@ def skip_reason(check: plan.Check, device: str, facts: dict[str, Any]) -> str | 
     return None
 
 
-def run_check(check: plan.Check, device: str, env: dict[str, str], limit: float | None) -> Outcome:
+def run_check(
+    check: plan.Check,
+    device: str,
+    env: dict[str, str],
+    limit: float | None,
+    size: str | None = None,
+) -> Outcome:
     outcome = Outcome(check.name, "fail", "", check.covers, expected_seconds=check.gpu_seconds)
     with tempfile.TemporaryDirectory(prefix="stratgen-gpu-") as folder:
         out = Path(folder) / "result.json"
         module = f"benchmarks.gpu.workers.{check.worker}"
-        command = [sys.executable, "-m", module, "--device", device, "--out", str(out), *check.args]
+        command = [sys.executable, "-m", module, "--device", device]
+        command += ["--size", size or default_size(device), "--out", str(out), *check.args]
         started = time.monotonic()
         job = watch.Job(
             command,
@@ -189,9 +231,11 @@ def run_checks(
     envs: tuple[dict[str, str], dict[str, str]],
     budget: float | None,
     done: Callable[[list[Outcome]], object] = lambda outcomes: None,
+    size: str | None = None,
 ) -> list[Outcome]:
     """Run ``checks`` in turn; ``envs``: the environment of a check, and of a check that
-    needs carried packages. ``done`` is called with the outcomes so far after each check."""
+    needs carried packages. ``done`` is called with the outcomes so far after each check;
+    ``size``: the model's (by default the device's, ``default_size``)."""
     outcomes: list[Outcome] = []
     started = time.monotonic()
     for check in checks:
@@ -217,7 +261,7 @@ def run_checks(
             outcome = Outcome(check.name, "skip", reason, check.covers)
         else:
             env = envs[1] if "deepspeed" in check.needs else envs[0]
-            outcome = run_check(check, device, env, limit)
+            outcome = run_check(check, device, env, limit, size)
         outcomes.append(outcome)
         _print(outcome)
         done(outcomes)
@@ -260,25 +304,28 @@ def _check(args: argparse.Namespace, checks: Sequence[plan.Check]) -> int:
     # that need them only: the others run on the machine's packages as they are.
     carried_env = worker_env(site)
     facts = probe(carried_env)
-    device = args.device
-    if device == "auto":
-        device = "cuda" if facts["cuda_available"] else "cpu"
-    if device == "cuda" and not facts["cuda_available"]:
-        print("error: --device cuda, but torch sees no CUDA device here", file=sys.stderr)
+    try:
+        device = choose_device(args.device, facts)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
+    size = args.size or default_size(device)
     budget = args.budget
     if device == "cuda" and budget is None:
         budget = plan.GPU_BUDGET
-    if device == "cpu":
+    if size == "small":
         # One thread a process, as the test suite runs them: small steps on a busy machine
         # are many times slower with threads spinning against other processes.
         for environ in (env, carried_env):
             environ.setdefault("OMP_NUM_THREADS", "1")
-    print(f"checking on {facts['device']} with torch {facts['torch']}", flush=True)
+    checked = facts["devices"][device]
+    print(f"checking on {checked['description']} with torch {facts['torch']}", flush=True)
     machine = {
-        "device": facts["device"],
-        "device name": facts["device name"],
+        "device": checked["description"],
+        "device name": checked["name"],
         "checked on": device,
+        **({"size": size} if size != default_size(device) else {}),
+        **({"collective backend": checked["backend"]} if device == "accelerator" else {}),
         "torch": facts["torch"],
         "CUDA": facts["cuda"],
         "cuDNN": facts["cudnn"],
@@ -303,7 +350,7 @@ def _check(args: argparse.Namespace, checks: Sequence[plan.Check]) -> int:
         report.write(args.out, outcomes, machine, summary)
         return summary
 
-    outcomes = run_checks(checks, device, facts, (env, carried_env), budget, write)
+    outcomes = run_checks(checks, device, facts, (env, carried_env), budget, write, size)
     summary = write(outcomes, final=True)
     print(f"{summary['verdict']}\nreport: {args.out / report.MARKDOWN}, {report.JSON}", flush=True)
     return 1 if summary["counts"]["fail"] else 0

@@ -1,9 +1,14 @@
-"""The GPU check (``python -m benchmarks.gpu``) on the CPU, so that it cannot rot between runs
+"""The GPU check (``python -m benchmarks.gpu``) without a GPU, so that it cannot rot between runs
 on GPU machines; and the parts of its harness that decide what runs and what the report says.
 
-The CPU run trains every check that needs no accelerator, small, and each must pass: the
+The dry run on the project's test device (``--device accelerator``: the generic spec's
+strategies and plugins, the device's own backend, GradScaler and autocast on the device, its
+memory counted by its device module) runs every check, small, and each must pass: the
 strategies' and plugins' results equal the hand-written loops' within the precisions'
-tolerances, the process groups run over gloo, the checkpoints resume.
+tolerances, the process groups run over the device's backend, the checkpoints resume. On the
+CPU run only the checks whose path there is not the test device's: '16-mixed' without a
+GradScaler, the model_parallel strategy and Lightning plugins with the built-in and Lightning's
+own accelerators (the classes a GPU run uses), and the generic plugins' skipping.
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
-from stratcore.testing import watch
+from stratcore.testing import clean_environ, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 # The checkout's `benchmarks` package, not fairscale's of the same name.
@@ -25,50 +32,120 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.gpu import plan, report, run, wheels  # noqa: E402
 from benchmarks.gpu.report import Outcome  # noqa: E402
 
+#: The test device, as torch finds it at start (backend autoload): one is all a check uses.
+TEST_DEVICE = {"STRATGEN_TESTDEVICE": "testdev", "STRATGEN_TESTDEVICE_COUNT": "1"}
+#: The checks the CPU run keeps (``--only``): see the module's notes.
+ON_THE_CPU = ("single_device 16", "model_parallel", "generic")
+
 
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-@pytest.mark.slow
-def test_every_check_runs_on_the_cpu(tmp_path: Path) -> None:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "benchmarks.gpu", "--device", "cpu", "--out", str(tmp_path)]
+def _dry_run(
+    folder: Path, environ: dict[str, str], *options: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], dict[str, dict[str, Any]]]:
+    """``python -m benchmarks.gpu OPTIONS``: the finished process, the JSON report and its
+    checks by name."""
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "benchmarks.gpu", *options, "--out", str(folder)]
     done = watch.run(
-        [*command, "--commit", "0123abc", "--wheels", str(tmp_path / "no-wheels")],
-        what="python -m benchmarks.gpu --device cpu",
+        [*command, "--commit", "0123abc", "--wheels", str(folder / "no-wheels")],
+        what=f"python -m benchmarks.gpu {' '.join(options)}",
         cwd=ROOT,
-        env=env,
+        env=environ,
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    document = json.loads((tmp_path / report.JSON).read_text(encoding="utf-8"))
-    checks = {c["name"]: c for c in document["checks"]}
+    document = json.loads((folder / report.JSON).read_text(encoding="utf-8"))
+    assert document["summary"]["counts"]["fail"] == 0
+    assert document["machine"]["commit"] == "0123abc"
+    assert document["machine"]["torch"].split("+")[0] in done.stdout
+    return done, document, {c["name"]: c for c in document["checks"]}
+
+
+def _expect_passed(found: dict[str, Any], check: plan.Check, device: str) -> bool:
+    """Whether ``found`` passed, as it must unless the check is skipped here (which it must be
+    for the reason the plan gives, a missing package's, or on the CPU the accelerator's)."""
+    reasons = [plan.NEEDS[n] for n in check.needs if n == "accelerator" and device == "cpu"]
+    reasons += [plan.NEEDS[n] for n in check.needs if n != "accelerator" and not _installed(n)]
+    if reasons:
+        assert (found["status"], found["figure"]) == ("skip", reasons[0]), found
+        return False
+    assert found["status"] == "pass", json.dumps(found, indent=1)[-4000:]
+    assert found["conditions"] and all(c["ok"] for c in found["conditions"])
+    assert found["seconds"] > 0
+    return True
+
+
+def _met(found: dict[str, Any]) -> set[str]:
+    return {c["what"] for c in found["conditions"] if c["ok"]}
+
+
+@pytest.mark.slow
+def test_every_check_passes_on_the_test_device(tmp_path: Path) -> None:
+    """Every check, through the generic spec, on the test device: its backend, its memory,
+    GradScaler and autocast on it; no check skipped for want of an accelerator."""
+    options = ("--device", "accelerator", "--size", "small")
+    _, document, checks = _dry_run(tmp_path, clean_environ(TEST_DEVICE), *options)
     assert list(checks) == [c.name for c in plan.CHECKS]
+    memory = "setup put the parameters in the device's memory"
     for check in plan.CHECKS:
         found = checks[check.name]
-        reasons = [plan.NEEDS[n] for n in check.needs if n == "accelerator"]
-        reasons += [plan.NEEDS[n] for n in check.needs if n != "accelerator" and not _installed(n)]
-        if reasons:
-            assert (found["status"], found["figure"]) == ("skip", reasons[0]), found
+        if not _expect_passed(found, check, "accelerator"):
             continue
-        assert found["status"] == "pass", json.dumps(found, indent=1)[-4000:]
-        assert found["conditions"] and all(c["ok"] for c in found["conditions"])
-        assert found["seconds"] > 0
-    # The figures: how far from the hand-written loop, and the step time as a ratio to it.
-    for precision in ("32-true", "16-mixed", "bf16-mixed", "bf16-true"):
-        assert " step time x" in checks[f"single_device {precision}"]["figure"]
+        details, met = found["details"], _met(found)
+        if check.worker == "single":
+            assert details["strategy"] == "generic_single"
+            assert details["root_device"] == "testdev:0"
+            assert {"trains on testdev", memory} <= met, met
+            assert 0 < details["memory"]["parameter_bytes"] <= details["memory"]["peak_bytes"]
+        elif check.worker == "parallel":
+            assert details["strategy"] == "generic_" + check.args[1]
+            assert details["backend"] == "testccl"
+            assert {"a process group over testccl", "parameters on testdev", memory} <= met, met
+            assert details["collectives"]["all_reduce"][1] == "testdev"
+        else:
+            assert details["strategy"].rsplit(".", 1)[-1].startswith("Generic")
+            assert details["backend"] == "testccl"
+            assert details["param_devices"] == ["testdev"]
+    if checks["single_device 16-mixed"]["status"] == "pass":
+        assert "a GradScaler on testdev" in _met(checks["single_device 16-mixed"])
+    if checks["deepspeed_stage_2"]["status"] == "pass":
+        assert checks["deepspeed_stage_2"]["details"]["zero"]["accelerator"] == "testdev"
     assert "compiled with aot_eager" in checks["ddp + torch.compile"]["figure"]
     machine = document["machine"]
-    assert machine["checked on"] == "cpu"
-    assert machine["commit"] == "0123abc"
-    assert machine["torch"].split("+")[0] in done.stdout
-    assert document["summary"]["counts"]["fail"] == 0
+    assert machine["checked on"] == "accelerator"
+    assert machine["device name"] == "stratgen test device 0"
+    assert (machine["size"], machine["collective backend"]) == ("small", "testccl")
     text = (tmp_path / report.MARKDOWN).read_text(encoding="utf-8")
-    assert text.startswith("# GPU check on the CPU\n")
+    assert text.startswith("# GPU check on stratgen test device 0\n")
     for check in plan.CHECKS:
         assert f"| {check.name} | " in text
     assert "- commit: 0123abc" in text and "- date: " in text
+
+
+@pytest.mark.slow
+def test_the_checks_whose_path_differs_on_the_cpu_pass_there(tmp_path: Path) -> None:
+    environ = clean_environ()
+    environ.pop("STRATGEN_TESTDEVICE", None)
+    only = [arg for text in ON_THE_CPU for arg in ("--only", text)]
+    _, document, checks = _dry_run(tmp_path, environ, "--device", "cpu", *only)
+    expected = [c for c in plan.CHECKS if any(text in c.name for text in ON_THE_CPU)]
+    assert list(checks) == [c.name for c in expected]
+    assert {c.name for c in expected} >= {"single_device 16-mixed", "Trainer model_parallel"}
+    for check in expected:
+        found = checks[check.name]
+        if not _expect_passed(found, check, "cpu"):
+            continue
+        if check.worker != "single":
+            assert "a process group over gloo" in _met(found)
+        if check.worker == "lightning":  # the classes a GPU run uses, on Lightning's accelerator
+            assert found["details"]["strategy"].endswith(".ModelParallelStrategy")
+    single = checks["single_device 16-mixed"]
+    assert "no GradScaler" in _met(single) and " step time x" in single["figure"]
+    assert document["machine"]["checked on"] == "cpu"
+    text = (tmp_path / report.MARKDOWN).read_text(encoding="utf-8")
+    assert text.startswith("# GPU check on the CPU\n")
 
 
 def _broken(name: str) -> plan.Check:
@@ -118,6 +195,38 @@ def test_what_is_skipped_and_why() -> None:
     assert (
         run.skip_reason(zero, "cuda", {"packages": {"deepspeed": None}}) == plan.NEEDS["deepspeed"]
     )
+
+
+def _devices(*kinds: str) -> dict[str, Any]:
+    return {"devices": {kind: {"name": kind, "description": kind} for kind in kinds}}
+
+
+def test_which_device_auto_chooses() -> None:
+    """CUDA where torch sees a GPU (what a GPU report records), else the device
+    torch.accelerator reports, else the CPU; and the size of the model for each."""
+    assert run.choose_device("auto", _devices("cuda", "accelerator", "cpu")) == "cuda"
+    assert run.choose_device("auto", _devices("accelerator", "cpu")) == "accelerator"
+    assert run.choose_device("auto", _devices("cpu")) == "cpu"
+    assert run.choose_device("accelerator", _devices("cuda", "accelerator", "cpu")) == "accelerator"
+    assert run.choose_device("cpu", _devices("cuda", "cpu")) == "cpu"
+    with pytest.raises(ValueError, match="--device cuda, but torch sees no CUDA device here"):
+        run.choose_device("cuda", _devices("accelerator", "cpu"))
+    with pytest.raises(ValueError, match=r"torch sees no device in torch\.accelerator here"):
+        run.choose_device("accelerator", _devices("cpu"))
+    assert [run.default_size(d) for d in run.DEVICES] == ["full", "full", "small"]
+
+
+def test_a_device_that_is_not_here_is_a_mistake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe, in a process of its own, finds no accelerator without the test device (and
+    with no GPU visible)."""
+    monkeypatch.delenv("STRATGEN_TESTDEVICE", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    argv = ["--device", "accelerator", "--out", str(tmp_path / "out"), "--wheels", str(tmp_path)]
+    assert run.main(argv) == 2
+    assert "--device accelerator, but torch sees no device" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_checks_fit_the_budget() -> None:

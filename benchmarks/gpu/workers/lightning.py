@@ -1,6 +1,6 @@
 """Lightning's Trainer or Fabric with one of stratlib's plugins (``stratlib.lightning``).
 
-``python -m benchmarks.gpu.workers.lightning --device cuda --framework trainer
+``python -m benchmarks.gpu.workers.lightning --device cuda --size full --framework trainer
 --plugin generic_ddp --out r.json``
 
 Plugins:
@@ -9,7 +9,9 @@ Plugins:
   ``torch.accelerator`` finds (CUDA on an NVIDIA machine), on Lightning's DDPStrategy and
   FSDPStrategy (FSDP1), with stratlib's accelerator;
 - ``model_parallel``: stratlib's ModelParallelStrategy on Lightning's own (FSDP2 and tensor
-  parallelism on a device mesh), on Lightning's accelerator for the device.
+  parallelism on a device mesh), on Lightning's accelerator for the device; on a device that
+  Lightning does not know (``--device accelerator``), the generic spec's
+  GenericModelParallelStrategy with stratlib's accelerator.
 
 One process, float32, deterministic kernels: the run must train as the hand-written loop does
 (``support.TOLERANCES['32-true']``), in a process group over the device's backend, with the
@@ -33,6 +35,7 @@ from benchmarks.gpu.workers.parallel import parallelize
 from benchmarks.gpu.workers.support import (
     TOLERANCES,
     Result,
+    backend_of,
     compare_runs,
     device_of,
     difference_text,
@@ -46,6 +49,13 @@ CLASSES = {
     "generic_fsdp": "GenericFSDPStrategy",
     "model_parallel": "ModelParallelStrategy",
 }
+#: The class of a plugin on a device Lightning has no accelerator of its own for.
+GENERIC_CLASSES = {**CLASSES, "model_parallel": "GenericModelParallelStrategy"}
+
+
+def class_name(plugin: str, device: str) -> str:
+    """stratlib's class for ``plugin`` on ``--device device``."""
+    return (GENERIC_CLASSES if device == "accelerator" else CLASSES)[plugin]
 
 
 def options(parser: argparse.ArgumentParser) -> None:
@@ -53,16 +63,20 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin", choices=PLUGINS, required=True)
 
 
-def plugin_and_accelerator(framework: str, plugin: str, device: torch.device) -> tuple[Any, Any]:
+def plugin_and_accelerator(framework: str, plugin: str, device: str) -> tuple[Any, Any]:
+    """The strategy and the accelerator to hand Lightning on ``--device device``: Lightning's
+    own accelerator for CUDA and the CPU under ``model_parallel``, stratlib's generic one for
+    the generic plugins and for any device Lightning does not know."""
     package = "pytorch" if framework == "trainer" else "fabric"
     plugins = importlib.import_module(f"stratlib.lightning.{package}")
-    cls = getattr(plugins, CLASSES[plugin])
+    cls = getattr(plugins, class_name(plugin, device))
     if plugin == "model_parallel":
+        accelerator = plugins.GenericAccelerator() if device == "accelerator" else device
         if framework == "trainer":  # the LightningModule's configure_model lays it out
-            return cls(data_parallel_size=1, tensor_parallel_size=1), device.type
+            return cls(data_parallel_size=1, tensor_parallel_size=1), accelerator
         return (
             cls(parallelize_fn=parallelize, data_parallel_size=1, tensor_parallel_size=1),
-            device.type,
+            accelerator,
         )
     return cls(), plugins.GenericAccelerator()
 
@@ -82,8 +96,8 @@ def full_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 def run_trainer(args: argparse.Namespace, device: torch.device, data: list[Any]) -> dict[str, Any]:
     import lightning.pytorch as pl
 
-    strategy, accelerator = plugin_and_accelerator("trainer", args.plugin, device)
-    size = m.SIZES[args.device]
+    strategy, accelerator = plugin_and_accelerator("trainer", args.plugin, args.device)
+    size = m.SIZES[args.size]
     losses: list[float] = []
     facts: dict[str, Any] = {}
 
@@ -147,10 +161,10 @@ def run_trainer(args: argparse.Namespace, device: torch.device, data: list[Any])
 def run_fabric(args: argparse.Namespace, device: torch.device, data: list[Any]) -> dict[str, Any]:
     from lightning.fabric import Fabric
 
-    strategy, accelerator = plugin_and_accelerator("fabric", args.plugin, device)
+    strategy, accelerator = plugin_and_accelerator("fabric", args.plugin, args.device)
     fabric = Fabric(accelerator=accelerator, strategy=strategy, devices=1, precision="32-true")
     fabric.launch()
-    net = m.build_model(m.SIZES[args.device])
+    net = m.build_model(m.SIZES[args.size])
     # Lightning's FSDP sets up the module before the optimizer is made from its parameters.
     model = fabric.setup_module(net)
     optimizer: Any = fabric.setup_optimizers(m.make_optimizer(model))
@@ -176,19 +190,20 @@ def run_fabric(args: argparse.Namespace, device: torch.device, data: list[Any]) 
 
 def check(args: argparse.Namespace, result: Result) -> None:
     device = device_of(args)
-    size = m.SIZES[args.device]
+    size = m.SIZES[args.size]
     data = m.batches(size, size.steps, device)
     _, expected_losses, expected_params = m.reference_run(size, device, data)
     run = run_trainer if args.framework == "trainer" else run_fabric
     found = run(args, device, data)
     result.details.update({k: v for k, v in found.items() if k != "params"})
+    expected_class = class_name(args.plugin, args.device)
     result.expect(
-        f"stratlib's {CLASSES[args.plugin]}",
+        f"stratlib's {expected_class}",
         found["strategy"].startswith("stratlib.lightning.")
-        and found["strategy"].endswith(CLASSES[args.plugin]),
+        and found["strategy"].rsplit(".", 1)[-1] == expected_class,
         found["strategy"],
     )
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = backend_of(device)
     result.expect(f"a process group over {backend}", found["backend"] == backend, found["backend"])
     result.expect("a world of one process", found["world_size"] == 1, found["world_size"])
     result.expect(

@@ -45,10 +45,11 @@ class Size:
     round_steps: int
 
 
-#: The GPU size is sized for an H100 (about 21 M parameters, 4096 tokens a step: a few
-#: milliseconds a step), the CPU size for a busy 2-core CI machine.
+#: ``full`` is sized for an H100 (about 21 M parameters, 4096 tokens a step: a few milliseconds
+#: a step); ``small`` for a busy 2-core CI machine, on the CPU or the project's test device
+#: (whose operations run on the host).
 SIZES = {
-    "cuda": Size(
+    "full": Size(
         vocab=4096,
         width=512,
         heads=8,
@@ -60,7 +61,7 @@ SIZES = {
         rounds=5,
         round_steps=10,
     ),
-    "cpu": Size(
+    "small": Size(
         vocab=64,
         width=32,
         heads=2,

@@ -1,15 +1,20 @@
 """stratlib's ``ddp``, ``fsdp``, ``model_parallel`` and ``deepspeed_stage_2`` with a world of
 one process.
 
-``python -m benchmarks.gpu.workers.parallel --device cuda --strategy fsdp --out r.json
-[--compile]``
+``python -m benchmarks.gpu.workers.parallel --device cuda --size full --strategy fsdp
+--out r.json [--compile]``
+
+On CUDA and the CPU the strategies are stratlib's of those names; on whichever other device
+``torch.accelerator`` reports (``--device accelerator``) the generic spec's (``generic_ddp``,
+``generic_fsdp``, ``generic_model_parallel``, ``generic_deepspeed_stage_2``), over the backend
+torch maps the device type to.
 
 Two launches of the strategy in this process (the process group of the first serves the
 second, as in any script that launches twice):
 
 1. set up the model (``--compile``: a ``torch.compile``d model, which ``setup`` compiles again
-   around the wrapper), look at the process group, the wrapping and the devices, run every
-   collective of the strategy on a tensor of the device, train the compared steps saving a
+   around the wrapper), look at the process group, the wrapping, the devices and (on a device)
+   what ``setup`` put in the device's memory, run every collective of the strategy on a tensor of the device, train the compared steps saving a
    checkpoint halfway (fsdp: sharded; model_parallel: a distributed checkpoint; DeepSpeed:
    its own sharded format; ddp: one file), then time steps against the hand-written loop;
 2. set up a model with other initial weights, resume from the checkpoint, train the rest.
@@ -21,7 +26,8 @@ ended.
 Compiled on the CPU, the backend is ``aot_eager`` (TorchDynamo and AOTAutograd, without
 inductor's code generation, whose C++ build takes minutes on a small machine): the strategy's
 path is the same, the kernels are eager ones. On a GPU it is torch.compile's default,
-inductor.
+inductor; on another device, inductor where torch has code generation for its type (XPU),
+else ``aot_eager`` (the project's test device).
 """
 
 from __future__ import annotations
@@ -39,12 +45,19 @@ import torch.distributed as dist
 from benchmarks.gpu.workers import model as m
 from benchmarks.gpu.workers.model import deterministic
 from benchmarks.gpu.workers.support import (
+    ACCELERATORS,
     TOLERANCES,
     Result,
+    allocated,
+    backend_of,
     compare_runs,
     device_of,
     difference_text,
+    expect_memory,
     main,
+    memory_facts,
+    peak_bytes,
+    reset_peak_memory,
     seconds_text,
     step_times,
 )
@@ -84,6 +97,12 @@ def parallelize(module: torch.nn.Module, mesh: Any) -> torch.nn.Module:
         fully_shard(block, mesh=mesh["data_parallel"])
     fully_shard(module, mesh=mesh["data_parallel"])
     return module
+
+
+def strategy_name(name: str, device: str) -> str:
+    """stratlib's strategy for ``--strategy name`` on ``--device device``: the generic spec's
+    on a device that ``torch.accelerator`` reports."""
+    return f"generic_{name}" if device == "accelerator" else name
 
 
 def strategy_options(name: str) -> dict[str, Any]:
@@ -138,9 +157,23 @@ def zero_facts(strategy: Any) -> dict[str, Any]:
     }
 
 
+def has_inductor(device_type: str) -> bool:
+    """Whether torch's inductor generates code for ``device_type``."""
+    try:
+        from torch._inductor.codegen.common import (
+            get_scheduling_for_device,
+            init_backend_registration,
+        )
+
+        init_backend_registration()
+        return get_scheduling_for_device(device_type) is not None
+    except Exception:  # noqa: BLE001 - inductor's registry is torch's own, and may change
+        return False
+
+
 def compile_backend(device: torch.device) -> str:
     """The backend ``nn.Module.compile`` uses in this process (see the module's notes)."""
-    if device.type == "cuda":
+    if device.type == "cuda" or (device.type != "cpu" and has_inductor(device.type)):
         return "inductor"
     default = torch.nn.Module.compile
 
@@ -157,7 +190,7 @@ def first_launch(
     import torch._dynamo
 
     device = strategy.root_device
-    size = m.SIZES[args.device]
+    size = m.SIZES[args.size]
     half = len(data) // 2
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
@@ -166,8 +199,11 @@ def first_launch(
     backend = compile_backend(device) if args.compile else None
     if backend is not None:
         net = torch.compile(net, backend=backend)  # type: ignore[assignment]
+    reset_peak_memory(device)
+    before = allocated(device)
     model, optimizer = strategy.setup(net, optimizer)
     found: dict[str, Any] = {
+        "memory": memory_facts(device, before, model),
         "compile_backend": backend,
         "compiled_in_place": getattr(model, "_compiled_call_impl", None) is not None,
         "backend": dist.get_backend(),
@@ -181,6 +217,7 @@ def first_launch(
         found["losses"] = m.train(step, data[:half])
         strategy.save_checkpoint({"model": model, "optimizer": optimizer, "step": half}, path)
         found["losses"] += m.train(step, data[half:])
+    found["memory"]["peak_bytes"] = peak_bytes(device)
     found["params"] = m.full_parameters(strategy.get_module_state_dict(model))
     found["compiled_graphs"] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     if args.strategy == "deepspeed_stage_2":
@@ -201,7 +238,7 @@ def first_launch(
 
 def resumed_launch(strategy: Any, args: argparse.Namespace, data: list[Any], path: Path) -> Any:
     half = len(data) // 2
-    net = m.build_model(m.SIZES[args.device], seed=1)
+    net = m.build_model(m.SIZES[args.size], seed=1)
     optimizer = m.make_optimizer(net)
     model, optimizer = strategy.setup(net, optimizer)
     state = {"model": model, "optimizer": optimizer, "step": 0}
@@ -219,13 +256,16 @@ def check(args: argparse.Namespace, result: Result) -> None:
     import stratlib
 
     device = device_of(args)
-    size = m.SIZES[args.device]
+    size = m.SIZES[args.size]
     data = m.batches(size, size.steps, device)
     hand, expected_losses, expected_params = m.reference_run(size, device, data)
 
     def make() -> Any:
         return stratlib.get_strategy(
-            args.strategy, accelerator=args.device, devices=1, **strategy_options(args.strategy)
+            strategy_name(args.strategy, args.device),
+            accelerator=ACCELERATORS[args.device],
+            devices=1,
+            **strategy_options(args.strategy),
         )
 
     with tempfile.TemporaryDirectory(prefix="stratgen-gpu-") as folder:
@@ -234,12 +274,14 @@ def check(args: argparse.Namespace, result: Result) -> None:
         saved = {"is_dir": path.is_dir(), "is_file": path.is_file()}
         resumed = make().launch(resumed_launch, args, data, path)
     result.details.update({k: v for k, v in found.items() if k != "params"})
+    result.details["strategy"] = strategy_name(args.strategy, args.device)
     result.details["checkpoint"] = saved
     result.details["resumed_losses"] = resumed["losses"]
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = backend_of(device)
     result.expect(f"a process group over {backend}", found["backend"] == backend, found["backend"])
     result.expect("a world of one process", found["world_size"] == 1, found["world_size"])
     wrapped = found["wrapping"]
+    expect_memory(result, device, found["memory"])
     result.expect(
         f"parameters on {device.type}",
         wrapped["param_devices"] == [device.type],

@@ -1,8 +1,12 @@
 """What the checks will run on: ``python -m benchmarks.gpu.workers.probe --out facts.json``.
 
-The device (name, compute capability, memory), torch and the libraries it was built with
-(CUDA, cuDNN, NCCL), and the versions of the packages the checks use, without importing the
-optional ones (their metadata says which version is installed, and where).
+Each kind of device the checks can run on here (``devices``: CUDA's first GPU with its name,
+compute capability and memory; the first device of whichever accelerator ``torch.accelerator``
+reports, through its device module, and the collective backend torch maps it to; the CPU),
+torch and the libraries it was built with (CUDA, cuDNN, NCCL), and the versions of the packages
+the checks use, without importing the optional ones (their metadata says which version is
+installed, and where). No ``torch.cuda`` function but ``is_available`` is called where torch
+sees no CUDA device.
 """
 
 from __future__ import annotations
@@ -31,6 +35,29 @@ def package(name: str, module: str) -> str | None:
     return f"{version} ({Path(origin).parent})"
 
 
+def accelerator_facts(torch: Any, device_type: str) -> dict[str, Any]:
+    """The first device of ``torch.accelerator``'s type, through its device module."""
+    import torch.distributed as dist
+
+    module = torch.get_device_module(device_type)
+    name = str(module.get_device_name(0)) if hasattr(module, "get_device_name") else device_type
+    description = f"{name} ({device_type}:0"
+    if hasattr(module, "get_device_properties"):
+        total = getattr(module.get_device_properties(0), "total_memory", None)
+        if total:
+            description += f", {total / 2**30:.1f} GiB"
+    description += f"; {torch.accelerator.device_count()} visible)"
+    backend = (
+        dist.Backend.default_device_backend_map.get(device_type) if dist.is_available() else None
+    )
+    return {
+        "type": device_type,
+        "name": name,
+        "description": description,
+        "backend": backend or "none (torch maps no backend to it)",
+    }
+
+
 def facts() -> dict[str, Any]:
     import torch
 
@@ -43,18 +70,28 @@ def facts() -> dict[str, Any]:
         "cudnn": str(torch.backends.cudnn.version()) if cuda else "-",
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else "-",
     }
+    devices: dict[str, dict[str, Any]] = {}
     if cuda:
         props = torch.cuda.get_device_properties(0)
-        found["device name"] = torch.cuda.get_device_name(0)
-        found["device"] = (
-            f"{torch.cuda.get_device_name(0)}, compute capability {props.major}.{props.minor}, "
-            f"{props.total_memory / 2**30:.1f} GiB, {props.multi_processor_count} multiprocessors "
-            f"({torch.cuda.device_count()} visible)"
-        )
+        devices["cuda"] = {
+            "name": torch.cuda.get_device_name(0),
+            "description": (
+                f"{torch.cuda.get_device_name(0)}, compute capability {props.major}.{props.minor}, "
+                f"{props.total_memory / 2**30:.1f} GiB, {props.multi_processor_count} "
+                f"multiprocessors ({torch.cuda.device_count()} visible)"
+            ),
+        }
         found["bf16_supported"] = torch.cuda.is_bf16_supported()
-    else:
-        found["device name"] = "the CPU"
-        found["device"] = f"CPU: {platform.processor() or platform.machine()}"
+    accelerator = None
+    if hasattr(torch, "accelerator"):
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
+    if accelerator is not None and accelerator.type != "cpu":
+        devices["accelerator"] = accelerator_facts(torch, accelerator.type)
+    devices["cpu"] = {
+        "name": "the CPU",
+        "description": f"CPU: {platform.processor() or platform.machine()}",
+    }
+    found["devices"] = devices
     found["packages"] = {
         "lightning": package("lightning", "lightning"),
         "transformers": package("transformers", "transformers"),

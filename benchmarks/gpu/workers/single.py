@@ -1,17 +1,22 @@
-"""stratlib's ``single_device`` strategy in one precision against the hand-written loop.
+"""stratlib's single-device strategy in one precision against the hand-written loop.
 
-``python -m benchmarks.gpu.workers.single --device cuda --precision bf16-mixed --out r.json``
+``python -m benchmarks.gpu.workers.single --device cuda --size full --precision bf16-mixed
+--out r.json``
+
+The strategy is ``single_device`` on CUDA and the CPU, ``generic_single`` (the generic spec's)
+on whichever other device ``torch.accelerator`` reports (``--device accelerator``).
 
 Both sides train the same model from the same initial weights on the same batches, with
 deterministic kernels: every step's loss and the parameters after the run must agree within
 the precision's tolerance (``support.TOLERANCES``). The check also looks at what the precision
 means, so that a precision not applied at all cannot pass: the dtype of the parameters and of
-a linear layer's output during the forward pass, and for '16-mixed' on CUDA a GradScaler on the
-device that ends at the hand-written loop's scale. Then it times both sides, back to back.
+a linear layer's output during the forward pass, and for '16-mixed' on a device a GradScaler on
+the device that ends at the hand-written loop's scale; on a device, that ``setup`` put the
+parameters in the device's memory. Then it times both sides, back to back.
 
-float16 on CUDA needs its loss scaled (torch's automatic mixed precision recipe; stratlib's
-cuda accelerator declares ``grad_scaler: true``); its CPU accelerator declares no scaler, so
-'16-mixed' on the CPU is compared with a hand-written loop without one.
+float16 on a device needs its loss scaled (torch's automatic mixed precision recipe; stratlib's
+cuda and generic accelerators declare ``grad_scaler: true``); its CPU accelerator declares no
+scaler, so '16-mixed' on the CPU is compared with a hand-written loop without one.
 """
 
 from __future__ import annotations
@@ -25,16 +30,25 @@ import torch
 from benchmarks.gpu.workers import model as m
 from benchmarks.gpu.workers.model import deterministic
 from benchmarks.gpu.workers.support import (
+    ACCELERATORS,
     TOLERANCES,
     Result,
     Skipped,
+    allocated,
     compare_runs,
     device_of,
     difference_text,
+    expect_memory,
     main,
+    memory_facts,
+    peak_bytes,
+    reset_peak_memory,
     seconds_text,
     step_times,
 )
+
+#: The single-device strategy of each kind of device.
+STRATEGIES = {"cuda": "single_device", "accelerator": "generic_single", "cpu": "single_device"}
 
 #: The dtype of a linear layer's output inside the forward pass, and of the parameters.
 COMPUTE_DTYPES = {
@@ -60,11 +74,14 @@ def check(args: argparse.Namespace, result: Result) -> None:
     import stratlib
 
     device = device_of(args)
-    size = m.SIZES[args.device]
+    size = m.SIZES[args.size]
     precision = args.precision
     try:
         strategy = stratlib.get_strategy(
-            "single_device", accelerator=args.device, devices=1, precision=precision
+            STRATEGIES[args.device],
+            accelerator=ACCELERATORS[args.device],
+            devices=1,
+            precision=precision,
         )
     except stratlib.MisconfigurationError as exc:
         if args.device == "cpu":
@@ -72,7 +89,7 @@ def check(args: argparse.Namespace, result: Result) -> None:
         raise
     data = m.batches(size, size.steps, device)
     compute, param_dtype = COMPUTE_DTYPES[precision]
-    scaled = precision == "16-mixed" and device.type == "cuda"
+    scaled = precision == "16-mixed" and device.type != "cpu"
 
     with deterministic():
         hand = m.HandLoop(m.build_model(size), precision, device, scaler=scaled)
@@ -82,11 +99,15 @@ def check(args: argparse.Namespace, result: Result) -> None:
 
     def train(strategy: Any) -> dict[str, Any]:
         net = m.build_model(size)
+        reset_peak_memory(device)
+        before = allocated(device)
         model, optimizer = strategy.setup(net, m.make_optimizer(net))
+        memory = memory_facts(device, before, model)
         seen = output_dtypes(strategy.unwrap(model).blocks[0].mlp[0])
         step = m.strategy_step(strategy, model, optimizer)
         with deterministic():
             losses = m.train(step, data)
+        memory["peak_bytes"] = peak_bytes(device)
         params = m.full_parameters(strategy.get_module_state_dict(model))
         plugin = strategy.precision_plugin
         scaler = getattr(plugin, "scaler", None)
@@ -100,6 +121,8 @@ def check(args: argparse.Namespace, result: Result) -> None:
             device,
         )
         return {
+            "strategy": STRATEGIES[args.device],
+            "memory": memory,
             "losses": losses,
             "params": params,
             "root_device": str(strategy.root_device),
@@ -115,6 +138,7 @@ def check(args: argparse.Namespace, result: Result) -> None:
     found = strategy.launch(train)
     result.details.update({k: v for k, v in found.items() if k not in ("params",)})
     result.details["expected_losses"] = expected_losses
+    expect_memory(result, device, found["memory"])
     result.expect(
         f"trains on {device.type}",
         found["root_device"].startswith(device.type),

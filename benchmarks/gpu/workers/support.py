@@ -1,8 +1,8 @@
 """What the workers of ``benchmarks.gpu`` share: the command line, the result they write,
 comparisons with their tolerances, and step timing.
 
-A worker is ``python -m benchmarks.gpu.workers.<name> --device cuda|cpu --out result.json
-[options]``. It writes one JSON object: ``status`` ('pass', 'fail' or 'skip'), ``figure`` (one
+A worker is ``python -m benchmarks.gpu.workers.<name> --device cuda|accelerator|cpu
+--size full|small --out result.json [options]``. It writes one JSON object: ``status`` ('pass', 'fail' or 'skip'), ``figure`` (one
 line for the table), ``conditions`` (each thing it checked, with what it found) and
 ``details``. An exception becomes a failed result carrying its traceback, so that the harness
 always has a row to print.
@@ -38,6 +38,15 @@ TOLERANCES = {
     "bf16-mixed": 1.6e-2,
     "bf16-true": 3.2e-2,
 }
+
+
+#: The kinds of device a check runs on: ``cuda`` (torch.cuda's first GPU, through the cuda
+#: spec's and torch's own strategies: what a GPU report records), ``accelerator`` (the first
+#: device of whichever accelerator ``torch.accelerator`` reports, through the generic spec's
+#: strategies and plugins) and ``cpu``.
+DEVICES = ("cuda", "accelerator", "cpu")
+#: stratlib's accelerator for each kind of device.
+ACCELERATORS = {"cuda": "cuda", "accelerator": "generic", "cpu": "cpu"}
 
 
 class Skipped(Exception):
@@ -85,7 +94,8 @@ def main(
 ) -> int:
     """Run ``check(args, result)`` and write its result to ``--out``."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--device", choices=("cuda", "cpu"), required=True)
+    parser.add_argument("--device", choices=DEVICES, required=True)
+    parser.add_argument("--size", choices=("full", "small"), required=True)
     parser.add_argument("--out", type=Path, required=True)
     if options is not None:
         options(parser)
@@ -111,14 +121,72 @@ def main(
 
 
 def device_of(args: argparse.Namespace) -> torch.device:
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda, but torch.cuda.is_available() is False")
-    return torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    """The device a check trains on, for ``--device``."""
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("--device cuda, but torch.cuda.is_available() is False")
+        return torch.device("cuda", 0)
+    if args.device == "accelerator":
+        found = torch.accelerator.current_accelerator(check_available=True)
+        if found is None or found.type == "cpu":
+            raise RuntimeError("--device accelerator, but torch.accelerator reports no device")
+        return torch.device(found.type, 0)
+    return torch.device("cpu")
 
 
 def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Wait for the device's work, through its device module (``torch.cuda`` on CUDA)."""
+    if device.type != "cpu":
+        torch.get_device_module(device).synchronize(device)
+
+
+def backend_of(device: torch.device) -> str:
+    """The collective backend a strategy's process group must use on ``device``: the one torch
+    maps its type to (nccl on CUDA, gloo on the CPU, what an extension registered for its
+    device)."""
+    import torch.distributed as dist
+
+    return str(dist.Backend.default_device_backend_map.get(device.type, "?"))
+
+
+def allocated(device: torch.device) -> int:
+    """Bytes of tensors on ``device`` now, as its device module counts them (0 on the CPU)."""
+    if device.type == "cpu":
+        return 0
+    return int(torch.get_device_module(device).memory_allocated(device))
+
+
+def memory_facts(device: torch.device, before: int, model: torch.nn.Module) -> dict[str, Any]:
+    """What ``setup`` added to the device's memory (``before``: ``allocated`` before it) and the
+    bytes of ``model``'s parameters."""
+    return {
+        "setup_bytes": allocated(device) - before,
+        "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+    }
+
+
+def peak_bytes(device: torch.device) -> int | None:
+    """The most bytes the device held since ``reset_peak_memory`` (None on the CPU)."""
+    if device.type == "cpu":
+        return None
+    return int(torch.get_device_module(device).max_memory_allocated(device))
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type != "cpu":
+        torch.get_device_module(device).reset_peak_memory_stats(device)
+
+
+def expect_memory(result: Result, device: torch.device, memory: dict[str, Any]) -> None:
+    """On a device, a condition that ``setup`` put the model's parameters in the device's
+    memory (its allocator's count grew by at least their bytes)."""
+    result.details["memory"] = memory
+    if device.type != "cpu":
+        result.expect(
+            "setup put the parameters in the device's memory",
+            memory["setup_bytes"] >= memory["parameter_bytes"],
+            memory,
+        )
 
 
 # -- comparisons -------------------------------------------------------------------------
