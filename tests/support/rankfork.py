@@ -2,8 +2,8 @@
 
 Every rank PopenLauncher starts is a fresh interpreter that imports torch and torch._dynamo
 (which torch's optimizers import): about four CPU-seconds, and the suite starts a couple of
-hundred such ranks on a two-core machine (forking them takes about a tenth off the whole
-suite's time there). The suite's conftest sets the launcher's documented prefix
+hundred such ranks on a two-core machine (forking them takes about a fifth off the jobs that
+start ranks, about a minute off the whole suite there). The suite's conftest sets the launcher's documented prefix
 (``STRATLIB_RANK_PREFIX``) to ``python tests/support/rankfork.py``, so that a rank's command
 line ``python script.py args`` becomes ``python tests/support/rankfork.py python script.py
 args``:
