@@ -26,6 +26,19 @@ from torch import nn
 from torch.optim import Optimizer
 
 
+def moves_replace_parameters(device: torch.device) -> bool:
+    """Whether moving a CPU module onto ``device`` gives it new Parameter objects: where a
+    tensor of the device cannot take a CPU tensor's place (``nn.Module._apply`` asks
+    ``torch._has_compatible_shallow_copy_type``), or where every conversion overwrites them
+    (``torch.__future__``). Makes one empty tensor on the device."""
+    if torch.__future__.get_overwrite_module_params_on_conversion():
+        return True
+    if device.type in ("cpu", "meta"):
+        return False
+    on_device = torch.empty(0, device=device)
+    return not torch._has_compatible_shallow_copy_type(torch.empty(0), on_device)
+
+
 def parameters_by_name(module: nn.Module) -> dict[str, nn.Parameter]:
     """Every parameter of ``module`` under each of its names (a shared one under several)."""
     return dict(module.named_parameters(remove_duplicate=False))

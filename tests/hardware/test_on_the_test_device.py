@@ -179,13 +179,25 @@ def test_stratlib_trains_after_moves_that_replace_parameters(strategy: str, tmp_
     testing.assert_parameters_close(result["params"], expected, atol=tolerance)
 
 
-@pytest.mark.parametrize("strategy", ["generic_single", "generic_ddp"])
-def test_fabric_plugins_train_after_moves_that_replace_parameters(
-    strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("framework", "strategy"),
+    [
+        ("fabric", "generic_single"),
+        ("fabric", "generic_ddp"),
+        ("fabric", "generic_deepspeed"),
+        ("pytorch", "generic_deepspeed"),
+    ],
+)
+def test_plugins_train_after_moves_that_replace_parameters(
+    framework: str, strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Fabric re-points the optimizers at the moved parameters for its XLAStrategy alone; the
-    plugins do it for any device whose moves replace them, so Fabric trains there too."""
+    """Fabric re-points the optimizers at the moved parameters for its XLAStrategy alone, and
+    DeepSpeed's ``initialize`` moves the module after its optimizer was made (the Trainer's
+    and Fabric's); the plugins move first and re-point the optimizers for any device whose
+    moves replace Parameters, so they train there too."""
     pytest.importorskip("lightning")
+    if "deepspeed" in strategy:
+        pytest.importorskip("deepspeed")
     from stratcore.testing.lightning import assertions, runner
 
     devices = 1 if strategy.endswith("_single") else 2
@@ -194,8 +206,8 @@ def test_fabric_plugins_train_after_moves_that_replace_parameters(
     ).items():
         monkeypatch.setenv(name, value)
     case = {
-        "framework": "fabric",
-        "module": "stratlib.lightning.fabric",
+        "framework": framework,
+        "module": f"stratlib.lightning.{framework}",
         "strategy": strategy,
         "accelerator": "generic",
         "devices": devices,
@@ -235,7 +247,9 @@ class Model(pl.LightningModule):
 
 
 trainer = pl.Trainer(
-    accelerator=sys.argv[1], devices=1, max_steps=1, logger=False, enable_checkpointing=False,
+    accelerator=sys.argv[1],
+    strategy=sys.argv[2] if len(sys.argv) > 2 else "auto",
+    devices=1, max_steps=1, logger=False, enable_checkpointing=False,
     enable_progress_bar=False, enable_model_summary=False,
 )
 trainer.fit(Model())
@@ -259,3 +273,22 @@ def test_lightnings_auto_strategy_names_the_plugin_to_pass(spec: str, tmp_path: 
     assert done.returncode != 0
     single = f"'{spec}_single'"
     assert f"pass the spec's strategy, {single} for one device" in done.stderr, done.stderr[-3000:]
+
+
+def test_lightnings_fsdp_plugin_refuses_a_device_whose_moves_replace_parameters(
+    tmp_path: Path,
+) -> None:
+    """Torch's FSDP1, which Lightning's FSDPStrategy wraps the model in, flattens Parameters in
+    place: on a device whose moves replace them the plugin refuses in one line, naming why,
+    where FSDP1 would fail in every rank with "incompatible tensor type"."""
+    pytest.importorskip("lightning")
+    script = tmp_path / "fsdp.py"
+    script.write_text(AUTO, encoding="utf-8")
+    environ = device_environ("generic", tmp_path, 1, STRATGEN_TESTDEVICE_KEEP_PARAMETERS="0")
+    done = watch.run(
+        [sys.executable, str(script), "generic", "generic_fsdp"], cwd=tmp_path, env=environ
+    )
+    assert done.returncode != 0
+    expected = "needs Parameter objects kept across moves, and a move onto 'testdev' replaces them"
+    assert expected in done.stderr, done.stderr[-3000:]
+    assert "incompatible tensor type" not in done.stderr

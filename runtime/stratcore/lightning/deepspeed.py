@@ -14,13 +14,25 @@ Fabric's DeepSpeedStrategy leaves DeepSpeed's own default clipping on (the gradi
 to 1.0: ``lightning/fabric/strategies/deepspeed.py`` never sets ``gradient_clipping``, where the
 Trainer's sets it from ``gradient_clip_val``, 0 by default): the adapter sets it to 0 unless
 the user's config says otherwise, as stratlib's own DeepSpeed strategies do, so that training
-through Fabric only differs from plain PyTorch where the user asks for it. ``tests/runtime/lightning/test_lightning_deepspeed.py``
-checks that the method it passes over still does nothing else.
+through Fabric only differs from plain PyTorch where the user asks for it.
+``tests/runtime/lightning/test_lightning_deepspeed.py`` checks that the method it passes over
+still does nothing else.
+
+On a device whose moves give a module new Parameter objects (``parameter_moves``), DeepSpeed's
+``initialize`` moves the module after the optimizer was made from it, and its ZeRO optimizer
+fails on the Parameters it no longer finds (``KeyError: Parameter``). The adapter moves the
+module first there: for the Trainer before ``configure_optimizers`` runs
+(``lightning/pytorch/strategies/deepspeed.py``, ``DeepSpeedStrategy.setup`` makes the optimizers
+before ``init_deepspeed``), for Fabric before ``setup_module_and_optimizers`` hands DeepSpeed
+the user's optimizer, which it points at the moved Parameters, as stratlib's strategies do.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from torch import nn
+from torch.optim import Optimizer
 
 from . import check_lightning_version
 
@@ -30,6 +42,11 @@ from lightning.pytorch.strategies import (  # noqa: E402
     DeepSpeedStrategy as TrainerDeepSpeedStrategy,
 )
 
+from ..parameter_moves import (  # noqa: E402
+    follow_move,
+    moves_replace_parameters,
+    parameters_by_name,
+)
 from ..wrappers.deepspeed.config import CONFIG_DEFAULTS  # noqa: E402
 from ..wrappers.deepspeed.select import select_for  # noqa: E402
 from .strategies import StrategyAdapter  # noqa: E402
@@ -58,6 +75,32 @@ class DeepSpeedAdapter(StrategyAdapter):
         if accelerator is not None and self._is_parallel():
             select_for(type(accelerator))
         super().setup_environment()
+
+    def _setup_model(self, model: nn.Module) -> Any:
+        """The Trainer: the module on its device before its optimizers are made, where the move
+        replaces its Parameters (see the module documentation). Lightning's DeepSpeedStrategy
+        returns the module as it is here (its DDPStrategy base would wrap it)."""
+        model = super()._setup_model(model)  # type: ignore[misc]
+        device = self.root_device
+        if moves_replace_parameters(device):
+            model.to(device)
+        return model
+
+    def setup_module_and_optimizers(
+        self, module: nn.Module, optimizers: list[Optimizer], *args: Any, **kwargs: Any
+    ) -> Any:
+        """Fabric: where a move replaces the module's Parameters, the user's optimizers follow
+        the move Fabric made (``module_to_device``), or the module goes to its device first
+        where Fabric was told not to move it (see the module documentation)."""
+        self._follow_moves(optimizers)
+        device = self.root_device
+        if moves_replace_parameters(device):
+            before = parameters_by_name(module)
+            module.to(device)
+            follow_move(module, before, optimizers)
+        return super().setup_module_and_optimizers(  # type: ignore[misc]
+            module, optimizers, *args, **kwargs
+        )
 
     def _setup_lightning_environment(self) -> None:
         if isinstance(self, TrainerDeepSpeedStrategy):

@@ -60,7 +60,11 @@ from ..contract import DEFAULT_PRECISION, PRECISIONS  # noqa: E402
 from ..exceptions import MisconfigurationError  # noqa: E402
 from ..imports import import_object  # noqa: E402
 from ..parallel import ParallelStrategyBase, choose_device  # noqa: E402
-from ..parameter_moves import follow_move, parameters_by_name  # noqa: E402
+from ..parameter_moves import (  # noqa: E402
+    follow_move,
+    moves_replace_parameters,
+    parameters_by_name,
+)
 from ..process_group import creating_process_group  # noqa: E402
 from ..strategy import StrategyBase  # noqa: E402
 from .accelerators import AcceleratorAdapter  # noqa: E402
@@ -71,6 +75,24 @@ __all__ = ["StrategyAdapter", "register", "register_accelerator", "register_stra
 
 #: Init hooks that already ran in this process ('module:function').
 _INIT_HOOKS_RUN: set[str] = set()
+
+
+def refusal_on(plugin: type, device: torch.device) -> str | None:
+    """Why the Lightning strategy ``plugin`` derives from cannot train on ``device``, or None.
+
+    Lightning's FSDPStrategy wraps the model in torch's FSDP1, which flattens the module's
+    Parameters in place (``Variable.set_data``): on a device whose moves replace Parameter
+    objects (``parameter_moves.moves_replace_parameters``) that fails in every rank with
+    "incompatible tensor type", so the plugin refuses in one line there instead."""
+    lightning_bases = {b.__name__ for b in plugin.__mro__ if b.__module__.startswith("lightning.")}
+    if "FSDPStrategy" in lightning_bases and moves_replace_parameters(device):
+        return (
+            f"{plugin.__name__}: Lightning's FSDPStrategy wraps the model in torch's FSDP1, "
+            f"which needs Parameter objects kept across moves, and a move onto {device.type!r} "
+            "replaces them (its backend does not register _has_compatible_shallow_copy_type); "
+            "stratlib's FSDP2 strategies do not need that"
+        )
+    return None
 
 
 class StrategyAdapter:
@@ -194,6 +216,9 @@ class StrategyAdapter:
         if not self._is_parallel():
             super().setup_environment()  # type: ignore[misc]
             return
+        refusal = refusal_on(type(self), self.root_device)
+        if refusal is not None:
+            raise MisconfigurationError(refusal)
         self._check_existing_group()
         self._run_init_hook()
         # Lightning creates the group here. As around stratcore's own strategies, modules that
@@ -248,9 +273,13 @@ class StrategyAdapter:
         """Fabric: the optimizer follows the moves that replaced its parameters (see
         ``module_to_device``), as stratlib's strategies' optimizers do (``parameter_moves``),
         then Lightning sets it up."""
-        for module, before in self.__dict__.get("_replaced_by_moves", ()):
-            follow_move(module, before, [optimizer])
+        self._follow_moves([optimizer])
         return super().setup_optimizer(optimizer)  # type: ignore[misc]
+
+    def _follow_moves(self, optimizers: list[Optimizer]) -> None:
+        """Point ``optimizers`` at the Parameters the moves ``module_to_device`` saw replace."""
+        for module, before in self.__dict__.get("_replaced_by_moves", ()):
+            follow_move(module, before, optimizers)
 
     # -- what the connector hands over ----------------------------------------------------------
 

@@ -46,11 +46,17 @@ def registries(framework: str) -> tuple[Any, Any]:
 def runnable_or_skip(plugin: type, devices: int = 1) -> str:
     """The accelerator a strategy plugin trains on ``devices`` processes on here, or skip the
     calling test with the reason it cannot (a missing package, no such device on this machine,
-    too few of them)."""
+    too few of them, a device the plugin refuses: ``stratcore.lightning.strategies.refusal_on``)."""
     import pytest
 
     accelerator = testing.runnable_or_skip(plugin.spec, devices)  # type: ignore[attr-defined]
     reason = device_limit(plugin, accelerator)
+    if reason is None:  # the device is here: what the plugin would refuse on it
+        import torch
+        from stratcore.lightning.strategies import refusal_on
+
+        registry = registry_of(plugin.spec)  # type: ignore[attr-defined]
+        reason = refusal_on(plugin, torch.device(registry.accelerators[accelerator].device_type))
     if reason is not None:
         pytest.skip(reason)
     return accelerator
