@@ -126,6 +126,23 @@ def find_root(start: Path) -> Path:
         folder = parent
 
 
+def package_name_problem(package: str) -> str | None:
+    """What is wrong with ``package`` as the name of a generated package, or None: it must be
+    a lower-case Python identifier, not a keyword, and no name generated code imports."""
+    if not package.isidentifier() or not package.islower() or keyword.iskeyword(package):
+        return (
+            f"package name {package!r} must be a lower-case Python identifier that is not a "
+            "keyword, such as 'mystrategies'"
+        )
+    if package in RESERVED_PACKAGE_NAMES:
+        return (
+            f"package name {package!r} is taken by the standard library or a package generated "
+            f"code imports: on the path, the generated {package} would be imported in its place; "
+            "choose another name, such as 'mystrategies'"
+        )
+    return None
+
+
 def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
     values: dict[str, Any] = {}
     pyproject = root / "pyproject.toml"
@@ -162,18 +179,9 @@ def load_config(root: Path, overrides: dict[str, Any] | None = None) -> Config:
         if isinstance(values.get(key), str) and values[key]:
             values[key] = PurePosixPath(values[key].replace("\\", "/")).as_posix()
     config = Config(root=root, **values)
-    package = config.package
-    if not package.isidentifier() or not package.islower() or keyword.iskeyword(package):
-        raise StratgenError(
-            f"package name {package!r} must be a lower-case Python identifier that is not a "
-            "keyword, such as 'mystrategies'"
-        )
-    if package in RESERVED_PACKAGE_NAMES:
-        raise StratgenError(
-            f"package name {package!r} is taken by the standard library or a package generated "
-            f"code imports: on the path, the generated {package} would be imported in its place; "
-            "choose another name, such as 'mystrategies'"
-        )
+    problem = package_name_problem(config.package)
+    if problem is not None:
+        raise StratgenError(problem)
     for key in ("output", "tests", "docs"):
         folder = getattr(config, key)
         parts = PurePosixPath(folder).parts

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from stratcore.version import runtime_requirement
 
+from ..project import package_name_problem
 from ..spec.errors import StratgenError
 from .exit_codes import EXIT_OK
 
@@ -57,15 +58,14 @@ def init_project(
     if getattr(args, "lightning", False):
         data["lightning"] = True
     if args.package is not None:
-        if not args.package.isidentifier() or args.package != args.package.lower():
-            raise StratgenError(
-                f"--package {args.package!r} is not allowed; use a lower-case Python identifier "
-                "such as my_strategies"
-            )
+        problem = package_name_problem(args.package)
+        if problem is not None:
+            raise StratgenError(f"--package {args.package!r} is not allowed: {problem}")
         data["package"] = args.package
-    elif args.defaults and not _package_name(dirname).isidentifier():
+    elif args.defaults and package_name_problem(_package_name(dirname)) is not None:
         raise StratgenError(
-            f"cannot make a package name from the folder name {dirname!r}; pass --package NAME"
+            f"cannot make a package name from the folder name {dirname!r} "
+            f"({package_name_problem(_package_name(dirname))}); pass --package NAME"
         )
     project_name = distribution_name(dirname)
     template = getattr(args, "template", None) or str(PROJECT_TEMPLATE)

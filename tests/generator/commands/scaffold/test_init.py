@@ -160,6 +160,28 @@ def test_init_refuses_a_bad_package_name(tmp_path: Path) -> None:
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [("zlib", "taken by the standard library"), ("class", "not a keyword"), ("os", "taken")],
+)
+def test_init_refuses_a_package_name_that_generate_would_refuse(
+    tmp_path: Path, name: str, why: str
+) -> None:
+    """A name every later command refuses (a keyword, the standard library's) is refused by
+    init itself, before anything is written."""
+    result = stratgen("init", tmp_path / "p", "--defaults", "--package", name)
+    assert result.code == 2
+    assert f"--package {name!r} is not allowed" in result.err and why in result.err
+    assert not (tmp_path / "p").exists()
+
+
+def test_init_does_not_derive_a_package_name_generate_would_refuse(tmp_path: Path) -> None:
+    result = stratgen("init", tmp_path / "json", "--defaults")
+    assert result.code == 2
+    assert "'json'" in result.err and "pass --package NAME" in result.err
+    assert not (tmp_path / "json").exists()
+
+
 def test_init_asks_for_a_package_name_it_cannot_derive(tmp_path: Path) -> None:
     result = stratgen("init", tmp_path / "2024", "--defaults")
     assert result.code == 2
