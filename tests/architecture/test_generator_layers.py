@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.import_graph import find_cycle, import_graph
+from tests.support.import_graph import Layers, find_cycle, import_graph, layer_violations
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "generator" / "stratgen"
 
 #: The generator's layers, earliest first: (name, the modules and packages it is made of).
-LAYERS: list[tuple[str, list[str]]] = [
+LAYERS: Layers = [
     # The package's own module: its version, which anything may name.
     ("package", ["stratgen"]),
     # Load and parse: YAML with positions, the typed model, the JSON Schema; user errors.
@@ -59,17 +59,6 @@ TARGET_SEAMS: dict[str, dict[str, str]] = {
 }
 
 
-def layer_of(module: str) -> int:
-    """The index in ``LAYERS`` of the layer ``module`` belongs to (its longest prefix)."""
-    best, length = -1, -1
-    for index, (_, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            matches = module == prefix or (prefix != "stratgen" and module.startswith(prefix + "."))
-            if matches and len(prefix) > length:
-                best, length = index, len(prefix)
-    return best
-
-
 def target_of(module: str) -> str | None:
     """The target folder ``module`` is in ('stratlib', 'docs', ...), or None."""
     parts = module.split(".")
@@ -78,31 +67,7 @@ def target_of(module: str) -> str | None:
 
 def violations(graph: dict[str, set[str]]) -> list[str]:
     """Every import of ``graph`` that the layers or the targets' seams forbid, as a sentence."""
-    found = []
-    for module, imported in sorted(graph.items()):
-        layer = layer_of(module)
-        if layer < 0:
-            found.append(f"{module} belongs to no layer (add it to LAYERS)")
-            continue
-        for other in sorted(imported):
-            other_layer = layer_of(other)
-            if other_layer > layer:
-                found.append(
-                    f"{module} ({LAYERS[layer][0]}) imports {other} ({LAYERS[other_layer][0]}), "
-                    "a later layer"
-                )
-            target, other_target = target_of(module), target_of(other)
-            if (
-                target is not None
-                and other_target is not None
-                and target != other_target
-                and other not in TARGET_SEAMS.get(target, {})
-            ):
-                found.append(
-                    f"{module} (target {target}) imports {other} (target {other_target}), "
-                    "outside TARGET_SEAMS"
-                )
-    return found
+    return layer_violations(graph, LAYERS, target_of, TARGET_SEAMS, "target", "TARGET_SEAMS")
 
 
 def test_the_check_finds_a_late_import_and_one_across_targets() -> None:

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.import_graph import find_cycle, import_graph
+from tests.support.import_graph import Layers, find_cycle, import_graph, layer_violations
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "runtime" / "stratcore"
 
 #: The runtime's layers, earliest first: (name, the modules and packages it is made of).
-LAYERS: list[tuple[str, list[str]]] = [
+LAYERS: Layers = [
     # What the spec language and every layer below read: no torch.
     (
         "facts",
@@ -85,56 +85,15 @@ FAMILY_SEAMS: dict[str, dict[str, str]] = {
 }
 
 
-def layer_of(module: str) -> int:
-    """The index in ``LAYERS`` of the layer ``module`` belongs to (its longest prefix)."""
-    best, length = -1, -1
-    for index, (_, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            matches = module == prefix or (
-                prefix != "stratcore" and module.startswith(prefix + ".")
-            )
-            if matches and len(prefix) > length:
-                best, length = index, len(prefix)
-    return best
-
-
 def family_of(module: str) -> str | None:
     """The engine family ``module`` is in ('fsdp', 'deepspeed', 'ddp', ...), or None."""
     parts = module.split(".")
     return parts[2] if len(parts) > 2 and parts[:2] == ["stratcore", "wrappers"] else None
 
 
-def _allowed(family: str, other: str) -> bool:
-    return any(other == s or other.startswith(s + ".") for s in FAMILY_SEAMS.get(family, {}))
-
-
 def violations(graph: dict[str, set[str]]) -> list[str]:
     """Every import of ``graph`` that the layers or the families' seams forbid, as a sentence."""
-    found = []
-    for module, imported in sorted(graph.items()):
-        layer = layer_of(module)
-        if layer < 0:
-            found.append(f"{module} belongs to no layer (add it to LAYERS)")
-            continue
-        for other in sorted(imported):
-            other_layer = layer_of(other)
-            if other_layer > layer:
-                found.append(
-                    f"{module} ({LAYERS[layer][0]}) imports {other} ({LAYERS[other_layer][0]}), "
-                    "a later layer"
-                )
-            family, other_family = family_of(module), family_of(other)
-            if (
-                family is not None
-                and other_family is not None
-                and family != other_family
-                and not _allowed(family, other)
-            ):
-                found.append(
-                    f"{module} (family {family}) imports {other} (family {other_family}), "
-                    "outside FAMILY_SEAMS"
-                )
-    return found
+    return layer_violations(graph, LAYERS, family_of, FAMILY_SEAMS, "family", "FAMILY_SEAMS")
 
 
 def test_the_check_finds_a_late_import_and_one_across_families() -> None:

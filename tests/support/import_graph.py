@@ -3,13 +3,14 @@ imports, and the cycles of that graph.
 
 A small AST walk: every ``import``/``from ... import`` of a module of the same package counts,
 inside functions too, except those under ``if TYPE_CHECKING:`` (annotations only). The
-architecture tests read it (``tests/architecture``).
+architecture tests read it (``tests/architecture``), and hold a package to its layers and its
+groups (targets, engine families) to their seams with ``layer_violations``.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 
@@ -102,3 +103,58 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
             if found:
                 return found
     return None
+
+
+#: A package's layers, earliest first: (name, the modules and packages it is made of).
+Layers = list[tuple[str, list[str]]]
+
+
+def layer_of(module: str, layers: Layers) -> int:
+    """The index in ``layers`` of the layer ``module`` belongs to (its longest prefix; the
+    package's root module, a prefix without a dot, is only itself)."""
+    best, length = -1, -1
+    for index, (_, prefixes) in enumerate(layers):
+        for prefix in prefixes:
+            matches = module == prefix or ("." in prefix and module.startswith(prefix + "."))
+            if matches and len(prefix) > length:
+                best, length = index, len(prefix)
+    return best
+
+
+def layer_violations(
+    graph: dict[str, set[str]],
+    layers: Layers,
+    group_of: Callable[[str], str | None],
+    seams: Mapping[str, Mapping[str, str]],
+    group: str,
+    seams_name: str,
+) -> list[str]:
+    """Every import of ``graph`` that the layers forbid (a module imports its own layer and
+    earlier ones), or that goes from one group (``group_of``: a target, an engine family) into
+    another outside the importing group's ``seams``, as a sentence."""
+    found = []
+    for module, imported in sorted(graph.items()):
+        layer = layer_of(module, layers)
+        if layer < 0:
+            found.append(f"{module} belongs to no layer (add it to LAYERS)")
+            continue
+        for other in sorted(imported):
+            other_layer = layer_of(other, layers)
+            if other_layer > layer:
+                found.append(
+                    f"{module} ({layers[layer][0]}) imports {other} ({layers[other_layer][0]}), "
+                    "a later layer"
+                )
+            mine, theirs = group_of(module), group_of(other)
+            allowed = seams.get(mine, {}) if mine is not None else {}
+            if (
+                mine is not None
+                and theirs is not None
+                and mine != theirs
+                and not any(other == s or other.startswith(s + ".") for s in allowed)
+            ):
+                found.append(
+                    f"{module} ({group} {mine}) imports {other} ({group} {theirs}), "
+                    f"outside {seams_name}"
+                )
+    return found
