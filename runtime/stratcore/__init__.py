@@ -8,7 +8,7 @@ Modules import one way only, from the bottom up (tests/architecture/test_import_
 on a cycle, imports inside functions included; ``if TYPE_CHECKING:`` imports for annotations do
 not count):
 
-1. version, exceptions, imports, wording, contract/ (torch-free: the generator imports them)
+1. version, exceptions, imports, wording, file_modes, contract/ (torch-free: the generator imports them)
 2. collectives, precision/, environment, rendezvous, accelerator, layer_sync, registry,
    process_group, parameter_moves
 3. launchers/ (they know strategies through the ``LaunchTarget`` protocols), checkpoints/

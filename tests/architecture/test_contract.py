@@ -96,7 +96,10 @@ def test_an_implementation_without_name_is_reported() -> None:
 # --- the contract is torch-free ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module", ["stratcore.contract", "stratcore.wording", "stratcore.version"])
+@pytest.mark.parametrize(
+    "module",
+    ["stratcore.contract", "stratcore.wording", "stratcore.file_modes", "stratcore.version"],
+)
 def test_what_the_generator_imports_of_the_runtime_does_not_import_torch(module: str) -> None:
     runtime = str(Path(stratcore.__file__).parent.parent)
     code = f"import sys, {module}; sys.exit('torch' in sys.modules)"

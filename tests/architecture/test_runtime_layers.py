@@ -32,6 +32,7 @@ LAYERS: Layers = [
             "stratcore.version",
             "stratcore.exceptions",
             "stratcore.wording",
+            "stratcore.file_modes",
             "stratcore.contract",
             "stratcore.imports",
         ],

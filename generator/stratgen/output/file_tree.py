@@ -34,6 +34,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stratcore.file_modes import new_file_mode
+
 #: Folders and files that tools leave among sources and generated files: never read, hashed or
 #: removed.
 IGNORED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
@@ -343,7 +345,7 @@ def atomic_write(target: Path, data: bytes, durable: bool = False) -> None:
         raise _about(exc, target) from None
     try:
         # mkstemp creates the file private (0600); give it the mode a plain open() would.
-        os.fchmod(fd, 0o666 & ~umask())
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             if durable:
@@ -364,21 +366,6 @@ def _about(exc: OSError, target: Path) -> OSError:
     if isinstance(exc, UnsafePath):
         return exc
     return OSError(exc.errno, exc.strerror or str(exc), os.fspath(target))
-
-
-def umask() -> int:
-    """The process's umask, read without changing it where the platform allows (the runtime's
-    ``TorchCheckpointIO`` gives its files the same mode)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _remove_empty_parents(path: Path, stop: Path) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..file_modes import new_file_mode
 from ..precision.base import apply_to_tensors
 
 PathLike = str | os.PathLike[str]
@@ -82,7 +83,7 @@ class TorchCheckpointIO(CheckpointIO):
         try:
             # mkstemp creates the file private (0600); give it the mode a plain open() would.
             with contextlib.suppress(OSError):
-                os.chmod(tmp, 0o666 & ~_umask())
+                os.chmod(tmp, new_file_mode())
             # Given a path, torch.save writes through its own C++ file stream, with no call
             # into Python per record as a Python file object would need.
             torch.save(checkpoint, tmp)
@@ -196,20 +197,6 @@ def load_error_message(path: PathLike, error: BaseException) -> str:
         f"checkpoint {os.fspath(path)!r} is corrupt or not a checkpoint "
         f"({type(error).__name__}: {detail})"
     )
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it where the platform allows."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _fsync_file(path: str) -> None:
